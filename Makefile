@@ -1,0 +1,44 @@
+# memdiag — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets.
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[embedded,test,bench,dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install memdiag with everything it needs.
+
+demo: $(STAMP) ## Run the whole pipeline on the bundled sample (embedded broker) and print the report.
+	$(BIN)/memdiag demo
+
+test: $(STAMP) ## Run the whole suite: unit, integration (embedded broker), end to end.
+	$(BIN)/pytest
+
+unit: $(STAMP) ## Run the unit tests only (no broker).
+	$(BIN)/pytest tests/unit
+
+lint: $(STAMP) ## ruff and mypy.
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check memdiag streams schemas analytics
+	$(BIN)/mypy
+
+bench: $(STAMP) ## Run the pipeline benchmark (prints figures and ratios).
+	$(BIN)/python benchmarks/pipeline.py
+
+sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
+	$(BIN)/python scripts/make_sample.py memdiag/data/sample.jsonl
+
+clean: ## Remove the virtual environment and caches.
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+.PHONY: help install demo test unit lint bench sample clean

@@ -1,0 +1,61 @@
+"""Opening the DuckDB file, for the sink (read-write) and for everyone else (read-only).
+
+DuckDB lets one process hold a file for writing and no other process open it meanwhile,
+not even read-only. The sink therefore holds the file only while it flushes a batch (a
+few milliseconds to a few hundred), and closes it in between. Readers (``memdiag status``,
+``memdiag query``, an analyst's ``duckdb -readonly``) open it between flushes; both sides
+retry briefly when they meet the other's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+
+class DatabaseError(RuntimeError):
+    """The DuckDB file cannot be used; the message says what to do."""
+
+
+@cache
+def sql(name: str) -> str:
+    """A statement from ``analytics/sql/NAME.sql``."""
+    return resources.files(__package__).joinpath("sql", f"{name}.sql").read_text("utf-8")
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() or "Conflicting lock" in text
+
+
+def connect(path: str | Path, read_only: bool = False, timeout: float = 30.0) -> duckdb.DuckDBPyConnection:
+    """Open ``path``, waiting up to ``timeout`` seconds for another process's lock."""
+    path = str(path)
+    if read_only and path != ":memory:" and not Path(path).exists():
+        raise DatabaseError(
+            f"no DuckDB file at {path}: run `memdiag run --input FILE` or start "
+            "`memdiag sink`, or pass --db PATH"
+        )
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc) or time.monotonic() > deadline:
+                if _is_lock_error(exc):
+                    raise DatabaseError(
+                        f"{path} stayed locked by another process for {timeout:.0f}s "
+                        "(a DuckDB client holding it open?): close it and retry"
+                    ) from exc
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
+def init_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(sql("schema"))

@@ -1,0 +1,163 @@
+"""The DuckDB sink: records from ``diagnostics`` and ``deadletter`` in, upserted rows out.
+
+``add`` buffers a record, ``flush`` writes everything buffered in one transaction, ``write``
+does both for a batch. Each table is written through Arrow and one ``INSERT ... SELECT``
+with ``ON CONFLICT`` on its natural key, so a redelivered or replayed record changes
+nothing. The file is opened per flush (see :mod:`analytics.db`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from analytics.db import connect, init_schema, sql
+
+log = logging.getLogger("memdiag.sink")
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """How one kind of record becomes rows of one table."""
+
+    statement: str  # analytics/sql/<statement>.sql, reading from the registered `batch`
+    key: tuple[str, ...]  # natural key: within a batch, the last record per key wins
+    schema: pa.Schema
+
+
+_SEARCH = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("session_id", pa.string()),
+        ("ts", pa.string()),
+        ("source", pa.string()),
+        ("result_count", pa.int32()),
+        ("evaluated", pa.bool_()),
+        ("is_followup", pa.bool_()),
+        ("prev_event_id", pa.string()),
+        ("gap_seconds", pa.float64()),
+        ("agent_id", pa.string()),
+        ("org_id", pa.string()),
+        ("project_id", pa.string()),
+        ("query", pa.string()),
+    ]
+)
+_SEARCH_CORRECTION = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("is_followup", pa.bool_()),
+        ("prev_event_id", pa.string()),
+        ("gap_seconds", pa.float64()),
+    ]
+)
+_DEAD_LETTER = pa.schema(
+    [
+        ("dead_letter_id", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("batch_index", pa.int32()),
+        ("key", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("payload", pa.string()),
+        ("payload_bytes", pa.int64()),
+        ("payload_truncated", pa.bool_()),
+        ("ts", pa.string()),
+    ]
+)
+
+#: record kind -> how it is written. Order matters: corrections apply after the rows they fix.
+SPECS: dict[str, TableSpec] = {
+    "search": TableSpec("upsert_searches", ("event_id",), _SEARCH),
+    "search_correction": TableSpec("correct_searches", ("event_id",), _SEARCH_CORRECTION),
+    "dead_letter": TableSpec("insert_dead_letters", ("dead_letter_id",), _DEAD_LETTER),
+}
+
+
+class DuckDBSink:
+    def __init__(self, path: str | Path, lock_timeout: float = 60.0):
+        self.path = str(path)
+        self.lock_timeout = lock_timeout
+        self._buffers: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SPECS}
+        self._pending = 0
+        self.rows_written = 0
+        self.unknown_kinds: dict[str, int] = {}
+
+    def init(self) -> None:
+        con = connect(self.path, timeout=self.lock_timeout)
+        try:
+            init_schema(con)
+        finally:
+            con.close()
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def add(self, record: dict[str, Any]) -> None:
+        buffer = self._buffers.get(record.get("kind", ""))
+        if buffer is None:
+            kind = str(record.get("kind"))
+            self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + 1
+            return
+        buffer.append(record)
+        self._pending += 1
+
+    def write(self, records: Iterable[dict[str, Any]]) -> int:
+        for record in records:
+            self.add(record)
+        return self.flush()
+
+    def flush(self) -> int:
+        """Write everything buffered in one transaction; on error nothing is written and
+        the buffer is kept, so the caller may retry (and must not commit offsets)."""
+        if not self._pending:
+            return 0
+        con = connect(self.path, timeout=self.lock_timeout)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            written = 0
+            for kind, spec in SPECS.items():
+                records = self._buffers[kind]
+                if records:
+                    written += _write_table(con, spec, records)
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            raise
+        finally:
+            con.close()
+        for buffer in self._buffers.values():
+            buffer.clear()
+        self._pending = 0
+        self.rows_written += written
+        return written
+
+
+def _write_table(con: duckdb.DuckDBPyConnection, spec: TableSpec, records: list[dict[str, Any]]) -> int:
+    # ON CONFLICT cannot touch one row twice in a statement: keep the last record per key
+    # (the newest: records arrive in partition order, and a key never spans partitions).
+    if len(spec.key) == 1:
+        k = spec.key[0]
+        latest = {r[k]: r for r in records}
+    else:
+        latest = {tuple(r[c] for c in spec.key): r for r in records}
+    rows = list(latest.values())
+    columns = {name: [r.get(name) for r in rows] for name in spec.schema.names}
+    batch = pa.Table.from_pydict(columns, schema=spec.schema)
+    con.register("batch", batch)
+    try:
+        con.execute(sql(spec.statement))
+    finally:
+        con.unregister("batch")
+    return len(rows)

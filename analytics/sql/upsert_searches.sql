@@ -1,0 +1,19 @@
+-- One row per search event; a redelivery carries the same verdict and overwrites nothing new.
+INSERT INTO searches (event_id, session_id, ts, source, result_count, evaluated, is_followup,
+                      prev_event_id, gap_seconds, agent_id, org_id, project_id, query)
+SELECT event_id, session_id, CAST(ts AS TIMESTAMPTZ), source, result_count, evaluated,
+       is_followup, prev_event_id, gap_seconds, agent_id, org_id, project_id, query
+FROM batch
+ON CONFLICT (event_id) DO UPDATE SET
+    session_id = EXCLUDED.session_id,
+    ts = EXCLUDED.ts,
+    source = EXCLUDED.source,
+    result_count = EXCLUDED.result_count,
+    evaluated = EXCLUDED.evaluated,
+    is_followup = EXCLUDED.is_followup,
+    prev_event_id = EXCLUDED.prev_event_id,
+    gap_seconds = EXCLUDED.gap_seconds,
+    agent_id = EXCLUDED.agent_id,
+    org_id = EXCLUDED.org_id,
+    project_id = EXCLUDED.project_id,
+    query = EXCLUDED.query;

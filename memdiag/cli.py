@@ -1,0 +1,331 @@
+"""The ``memdiag`` command.
+
+Results go to stdout (``--json`` for scripts); progress and notes go to stderr, so a script
+can pipe the results and a person still sees what is happening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from memdiag import __version__
+from memdiag.settings import ConfigError, Settings
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+EPILOG = """\
+Configuration comes from the environment (MEMDIAG_BROKER, MEMDIAG_TOPIC_PREFIX,
+MEMDIAG_DUCKDB_PATH, AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS, ...; see the README).
+Start here:  memdiag demo        then:  memdiag run --input events.jsonl --db my.duckdb
+"""
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "db", None):
+        overrides["duckdb_path"] = args.db
+    return Settings.from_env(**overrides)
+
+
+def _say(args: argparse.Namespace) -> Any:
+    def say(text: str) -> None:
+        if not getattr(args, "quiet", False):
+            err.print(f"[dim]·[/dim] {text}")
+
+    return say
+
+
+def _progress(args: argparse.Namespace, label: str) -> Progress | None:
+    if getattr(args, "quiet", False) or not err.is_terminal:
+        return None
+    return Progress(
+        TextColumn(f"[bold]{label}[/bold]"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+# -- run / demo ------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from memdiag.runner import run_pipeline, summary
+
+    settings = _settings(args)
+    progress = _progress(args, "publishing")
+    task = None
+
+    def on_progress(done: int, total: int) -> None:
+        nonlocal task
+        if progress is None:
+            return
+        if task is None:
+            task = progress.add_task("publish", total=total)
+        progress.update(task, completed=done)
+
+    if progress is not None:
+        progress.start()
+    try:
+        result = run_pipeline(Path(args.input), settings, _say(args), on_progress, args.timeout)
+    finally:
+        if progress is not None:
+            progress.stop()
+    figures = summary(result.db_path)
+    report = {
+        "input": str(args.input),
+        "db": result.db_path,
+        "events": result.publish.events,
+        "messages": result.publish.messages,
+        "seconds": round(result.seconds, 2),
+        "stage_seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
+        **figures,
+    }
+    if args.json:
+        _print_json(report)
+    else:
+        _print_run_report(report)
+    return 0
+
+
+def _print_run_report(r: dict[str, Any]) -> None:
+    table = Table(title=f"memdiag run — {r['input']}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rate = r["followup_rate"]
+    table.add_row("events", f"{r['events']:,}")
+    table.add_row("searches", f"{r['searches']:,}")
+    table.add_row("agent searches", f"{r['agent_searches']:,}")
+    table.add_row("followups", f"{r['followups']:,}")
+    table.add_row("followup rate", "n/a" if rate is None else f"{rate:.1%}")
+    dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
+    table.add_row("dead letters", f"{r['dead_letters']:,}" + (f"  ({dead})" if dead else ""))
+    table.add_row("time", f"{r['seconds']:.1f}s")
+    out.print(table)
+    out.print(
+        "[dim]followup rate: a live proxy for 'the first results did not satisfy'; it also "
+        "counts genuine query refinement.[/dim]"
+    )
+    out.print(f"[dim]query it: duckdb -readonly {r['db']} \"SELECT * FROM followup_rate\"[/dim]")
+
+
+def sample_path() -> Path:
+    return Path(str(resources.files("memdiag").joinpath("data", "sample.jsonl")))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    args.input = str(sample_path())
+    if not args.db:
+        args.db = "memdiag-demo.duckdb"
+    _say(args)(f"demo: the bundled sample ({args.input}) into {args.db}")
+    return cmd_run(args)
+
+
+# -- long-running processes ------------------------------------------------------------
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from streams.worker import main
+
+    main(_settings(args))
+    return 0
+
+
+def cmd_sink(args: argparse.Namespace) -> int:
+    from analytics.main import main
+
+    main(_settings(args))
+    return 0
+
+
+# -- publish ---------------------------------------------------------------------------
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from memdiag.kafka import ensure_topics
+    from memdiag.publish import publish_file
+
+    settings = _settings(args)
+    path = Path(args.file)
+    if not path.is_file():
+        err.print(f"[red]error:[/red] no such file: {path}")
+        return 2
+    progress = _progress(args, f"publishing {path.name}")
+    task = None
+
+    def on_progress(done: int, total: int) -> None:
+        nonlocal task
+        if progress is None:
+            return
+        if task is None:
+            task = progress.add_task("publish", total=total)
+        progress.update(task, completed=done)
+
+    async def go() -> Any:
+        await ensure_topics(settings)
+        return await publish_file(path, settings, batch_size=args.batch_size, progress=on_progress)
+
+    if progress is not None:
+        progress.start()
+    try:
+        stats = asyncio.run(go())
+    finally:
+        if progress is not None:
+            progress.stop()
+    result = {
+        "file": str(path),
+        "broker": settings.broker,
+        "lines": stats.lines,
+        "events": stats.events,
+        "messages": stats.messages,
+        "unkeyed_lines": stats.unkeyed_lines,
+        "bytes": stats.bytes,
+    }
+    if args.json:
+        _print_json(result)
+    else:
+        out.print(
+            f"published {stats.events:,} events from {path} in {stats.messages:,} messages "
+            f"to {settings.broker}"
+            + (
+                f" ({stats.unkeyed_lines} without a session key, sent for the worker to judge)"
+                if stats.unkeyed_lines
+                else ""
+            )
+        )
+    return 0
+
+
+# -- the parser ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memdiag",
+        description=(
+            "Streaming diagnostics for AI-agent memory: which searches were followups, "
+            "which injected memories were used or ignored, why sessions failed, which "
+            "memories mislead, and reader vs retrieval failures in benchmarks."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"memdiag {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help,
+            description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    run = add(
+        "run",
+        "run the whole pipeline on one JSON Lines file, into DuckDB",
+        "Start a broker (embedded Tansu unless MEMDIAG_BROKER is set), the worker and the "
+        "sink; publish FILE; wait until every event is in DuckDB; stop everything; print a "
+        "summary. Exits 0 when done.",
+    )
+    run.add_argument("--input", required=True, metavar="FILE.jsonl", help="events, one a line")
+    _common_run(run)
+    run.set_defaults(func=cmd_run)
+
+    demo = add(
+        "demo",
+        "run the pipeline on a bundled realistic sample and print the report",
+        "Like `run`, on a bundled, deterministic sample of agent sessions (refinements, "
+        "retries, viewer searches, empty results and a few bad lines).",
+    )
+    _common_run(demo)
+    demo.set_defaults(func=cmd_demo, db=None)
+
+    worker = add(
+        "worker",
+        "run the stream worker (long-running) against MEMDIAG_BROKER",
+        "The Faust worker: reads memdiag.events, keeps per-session state, derives the "
+        "diagnostics. Stop it with Ctrl-C or SIGTERM.",
+    )
+    worker.set_defaults(func=cmd_worker)
+
+    sink = add(
+        "sink",
+        "run the DuckDB sink (long-running) against MEMDIAG_BROKER",
+        "Consumes memdiag.diagnostics and memdiag.deadletter in batches and upserts them "
+        "into DuckDB. It holds the file only while it writes a batch, so analysts can open "
+        "it read-only in between.",
+    )
+    sink.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    sink.set_defaults(func=cmd_sink)
+
+    publish = add(
+        "publish",
+        "publish a JSON Lines file of events to MEMDIAG_BROKER, with progress",
+        "Sends events to memdiag.events keyed by session_id and judgements to "
+        "memdiag.judgements keyed by run_id, batching consecutive events of one key into "
+        "one message. Lines that are not valid events are sent too: the worker "
+        "dead-letters them with a reason.",
+    )
+    publish.add_argument("file", metavar="FILE.jsonl")
+    publish.add_argument(
+        "--batch-size", type=int, default=500, help="most events per message (default 500)"
+    )
+    publish.add_argument("--json", action="store_true", help="print the result as JSON")
+    publish.add_argument("--quiet", action="store_true", help="no progress output")
+    publish.set_defaults(func=cmd_publish)
+    return parser
+
+
+def _common_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="give up if a stage has not caught up after this many seconds (default 600)",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        err.print(f"[red]configuration error:[/red] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a user-facing command: say what, not a traceback
+        from memdiag.broker import BrokerError
+        from memdiag.runner import PipelineError
+
+        if isinstance(exc, BrokerError | PipelineError) or type(exc).__name__ == "DatabaseError":
+            err.print(f"[red]error:[/red] {exc}")
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

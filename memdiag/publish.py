@@ -1,0 +1,144 @@
+"""Publishing a JSON Lines file of events, batched the way the contract allows.
+
+Events go to ``events`` keyed by ``session_id`` and judgements to ``judgements`` keyed by
+``run_id``. Consecutive events of one key are packed into one message (a JSON array) of at
+most ``batch_size`` events and ``max_batch_bytes``: the order within a key is kept, which is
+the only order Kafka promises anyway. The publisher does not judge events: a line that is
+not JSON, or has no usable key, is sent as it is (unkeyed, alone) and the worker
+dead-letters it with a reason, so nothing vanishes and the worker stays the one judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from memdiag.settings import Settings
+
+ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
+
+
+@dataclass
+class PublishStats:
+    lines: int = 0
+    events: int = 0
+    messages: int = 0
+    unkeyed_lines: int = 0  # no session key: sent as-is, for the worker to judge
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    topic: str
+    key: bytes | None
+    payload: bytes  # the line, exactly as read
+    batchable: bool
+
+
+def route(line: bytes, settings: Settings) -> Routed:
+    """Where one line goes. Never raises: the worker is the judge of bad input."""
+    t = settings.topics
+    try:
+        doc: Any = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return Routed(t.events, None, line, False)
+    if not isinstance(doc, dict):
+        return Routed(t.events, None, line, False)
+    if doc.get("kind") == "judgement":
+        run_id = doc.get("run_id")
+        key = run_id.encode("utf-8") if isinstance(run_id, str) and run_id else None
+        return Routed(t.judgements, key, line, key is not None)
+    session_id = doc.get("session_id")
+    key = session_id.encode("utf-8") if isinstance(session_id, str) and session_id else None
+    return Routed(t.events, key, line, key is not None)
+
+
+def iter_lines(path: Path, progress: ProgressFn | None = None) -> Iterator[bytes]:
+    total = path.stat().st_size
+    done = 0
+    with path.open("rb") as f:
+        for raw in f:
+            done += len(raw)
+            line = raw.strip()
+            if progress is not None:
+                progress(done, total)
+            if line:
+                yield line
+
+
+async def publish_file(
+    path: Path,
+    settings: Settings,
+    batch_size: int = 500,
+    max_batch_bytes: int = 900 * 1024,
+    progress: ProgressFn | None = None,
+) -> PublishStats:
+    stats = PublishStats()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=1024 * 1024,
+        max_request_size=8 * 1024 * 1024,
+        request_timeout_ms=30_000,
+    )
+    await producer.start()
+    pending: list[asyncio.Future[Any]] = []
+    buffers: dict[tuple[str, bytes], tuple[list[bytes], int]] = {}
+    buffered_bytes = 0
+
+    async def send(topic: str, key: bytes | None, value: bytes) -> None:
+        pending.append(await producer.send(topic, value=value, key=key))
+        stats.messages += 1
+        stats.bytes += len(value)
+        if len(pending) >= 2_000:
+            await _drain(pending)
+
+    async def flush_key(k: tuple[str, bytes]) -> None:
+        nonlocal buffered_bytes
+        lines, size = buffers.pop(k)
+        buffered_bytes -= size
+        await send(k[0], k[1], b"[" + b",".join(lines) + b"]")
+
+    try:
+        for line in iter_lines(path, progress):
+            stats.lines += 1
+            r = route(line, settings)
+            if not r.batchable or r.key is None:
+                stats.unkeyed_lines += r.key is None
+                stats.events += 1
+                await send(r.topic, r.key, r.payload)
+                continue
+            stats.events += 1
+            k = (r.topic, r.key)
+            lines, size = buffers.get(k, ([], 0))
+            if lines and size + len(line) + 1 > max_batch_bytes:
+                await flush_key(k)
+                lines, size = [], 0
+            lines.append(line)
+            buffers[k] = (lines, size + len(line) + 1)
+            buffered_bytes += len(line) + 1
+            if len(lines) >= batch_size:
+                await flush_key(k)
+            elif buffered_bytes > 64 * 1024 * 1024:  # bound memory on huge files
+                for key in list(buffers):
+                    await flush_key(key)
+        for key in list(buffers):
+            await flush_key(key)
+        await _drain(pending)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return stats
+
+
+async def _drain(pending: list[asyncio.Future[Any]]) -> None:
+    if pending:
+        await asyncio.gather(*pending)
+        pending.clear()

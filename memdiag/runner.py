@@ -1,0 +1,181 @@
+"""``memdiag run``: the whole pipeline on one file, and done when DuckDB has every event.
+
+Broker (embedded Tansu unless ``MEMDIAG_BROKER`` is set), worker and sink run as child
+processes, exactly as in production; the file is published while they start (the worker
+reads from the earliest offset, so nothing waits for anything). "Done" is measured, not
+guessed: first the worker's consumer group has committed the end of its input topics (it
+flushes what it produced before it commits, re-routed events included), then the sink's
+group has committed the end of the topics it reads (it commits only after DuckDB has
+committed). Then everything stops, in order, and the summary is read from DuckDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from memdiag import procs
+from memdiag.broker import EmbeddedBroker
+from memdiag.kafka import Lag, ensure_topics, wait_drained
+from memdiag.publish import ProgressFn, PublishStats, publish_file
+from memdiag.settings import Settings
+
+Say = Callable[[str], None]
+
+
+class PipelineError(RuntimeError):
+    """A stage of the pipeline failed; the message says which and shows its log."""
+
+
+def worker_inputs(settings: Settings) -> list[str]:
+    return [settings.topics.events]
+
+
+def sink_inputs(settings: Settings) -> list[str]:
+    return [settings.topics.diagnostics, settings.topics.deadletter]
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    def tail(self, lines: int = 30) -> str:
+        self.log_file.flush()
+        text = self.log_path.read_text("utf-8", "replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise PipelineError(
+                f"the {self.name} exited with code {self.proc.returncode}; its log ends:\n"
+                f"{self.tail()}"
+            )
+
+
+@dataclass
+class RunResult:
+    publish: PublishStats
+    db_path: str
+    seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def broker_for(settings: Settings, say: Say) -> Iterator[Settings]:
+    """The settings pointed at a broker: ``MEMDIAG_BROKER`` if set, else an embedded one."""
+    if os.environ.get("MEMDIAG_BROKER"):
+        say(f"using the broker at {settings.broker}")
+        yield settings
+        return
+    t0 = time.monotonic()
+    with EmbeddedBroker() as broker:
+        say(f"embedded broker (Tansu) on {broker.bootstrap}, up in {time.monotonic() - t0:.2f}s")
+        yield settings.with_(broker=broker.url)
+
+
+def spawn_child(name: str, command: str, settings: Settings, log_dir: Path) -> Child:
+    log_path = log_dir / f"{name}.log"
+    log_file = log_path.open("wb")
+    env = {**os.environ, **settings.as_env()}
+    proc = procs.spawn(
+        [sys.executable, "-m", "memdiag.cli", command],
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    return Child(name, proc, log_path, log_file)
+
+
+def run_pipeline(
+    input_path: Path,
+    settings: Settings,
+    say: Say,
+    progress: ProgressFn | None = None,
+    timeout: float = 600.0,
+) -> RunResult:
+    if not input_path.is_file():
+        raise PipelineError(f"no such input file: {input_path}")
+    started = time.monotonic()
+    stages: dict[str, float] = {}
+    with broker_for(settings, say) as s, tempfile.TemporaryDirectory(prefix="memdiag-run-") as d:
+        asyncio.run(ensure_topics(s))
+        children = [
+            spawn_child("worker", "worker", s, Path(d)),
+            spawn_child("sink", "sink", s, Path(d)),
+        ]
+        try:
+            t0 = time.monotonic()
+            stats = asyncio.run(publish_file(input_path, s, progress=progress))
+            stages["publish"] = time.monotonic() - t0
+            say(
+                f"published {stats.events} events in {stats.messages} messages "
+                f"({stages['publish']:.2f}s)"
+            )
+
+            def watch(lag: Lag) -> None:
+                for child in children:
+                    child.check_alive()
+
+            t0 = time.monotonic()
+            lag = asyncio.run(wait_drained(s, s.app_id, worker_inputs(s), timeout, on_poll=watch))
+            if not lag.drained:
+                raise PipelineError(
+                    f"the worker is still {lag.behind} messages behind after {timeout:.0f}s; "
+                    f"its log ends:\n{children[0].tail()}"
+                )
+            stages["worker"] = time.monotonic() - t0
+            say(f"worker processed everything ({stages['worker']:.2f}s after publishing)")
+            t0 = time.monotonic()
+            lag = asyncio.run(wait_drained(s, s.sink_group, sink_inputs(s), timeout, on_poll=watch))
+            if not lag.drained:
+                raise PipelineError(
+                    f"the sink is still {lag.behind} messages behind after {timeout:.0f}s; "
+                    f"its log ends:\n{children[1].tail()}"
+                )
+            stages["sink"] = time.monotonic() - t0
+            say(f"every event is in {s.duckdb_path}")
+        finally:
+            _stop_all(children)
+    return RunResult(stats, s.duckdb_path, time.monotonic() - started, stages)
+
+
+def _stop_all(children: list[Child]) -> None:
+    for child in reversed(children):  # the sink first: it flushes and commits on SIGTERM
+        procs.stop(child.proc, timeout=15)
+        child.log_file.close()
+
+
+def summary(db_path: str) -> dict[str, Any]:
+    """The figures ``run`` prints, read back from DuckDB."""
+    from analytics.db import connect
+
+    con = connect(db_path, read_only=True)
+    try:
+        searches = con.execute("SELECT count(*) FROM searches").fetchone()
+        rate = con.execute("SELECT agent_searches, followups, rate FROM followup_rate").fetchone()
+        dead = con.execute(
+            "SELECT reason, count(*) FROM dead_letters GROUP BY reason ORDER BY 2 DESC, 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert searches is not None and rate is not None
+    return {
+        "searches": searches[0],
+        "agent_searches": rate[0],
+        "followups": rate[1],
+        "followup_rate": rate[2],
+        "dead_letters": sum(n for _, n in dead),
+        "dead_letters_by_reason": {reason: n for reason, n in dead},
+    }

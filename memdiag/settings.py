@@ -1,0 +1,252 @@
+"""The one settings object: every knob memdiag reads from the environment, in one place.
+
+Each field documents its environment variable and its default. Nothing here connects to
+anything; building a ``Settings`` only reads ``os.environ`` (or the mapping you pass).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the variable and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Topic names, all derived from one prefix (CONTRACT section 1)."""
+
+    prefix: str
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    @property
+    def judgements(self) -> str:
+        return f"{self.prefix}judgements"
+
+    @property
+    def diagnostics(self) -> str:
+        return f"{self.prefix}diagnostics"
+
+    @property
+    def weights(self) -> str:
+        return f"{self.prefix}weights"
+
+    @property
+    def counters(self) -> str:
+        return f"{self.prefix}counters"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}deadletter"
+
+    def all(self) -> tuple[str, ...]:
+        return (
+            self.events,
+            self.judgements,
+            self.diagnostics,
+            self.weights,
+            self.counters,
+            self.deadletter,
+        )
+
+
+# name of the field -> (environment variable, parser). Order is the documentation order.
+_ENV: dict[str, tuple[str, str]] = {
+    "broker": ("MEMDIAG_BROKER", "str"),
+    "topic_prefix": ("MEMDIAG_TOPIC_PREFIX", "str"),
+    "app_id": ("MEMDIAG_APP_ID", "str"),
+    "sink_group": ("MEMDIAG_SINK_GROUP", "str"),
+    "duckdb_path": ("MEMDIAG_DUCKDB_PATH", "str"),
+    "followup_window_seconds": ("AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS", "float"),
+    "recent_search_retention_hours": ("MEMDIAG_RECENT_SEARCH_RETENTION_HOURS", "float"),
+    "max_event_bytes": ("MEMDIAG_MAX_EVENT_BYTES", "int"),
+    "deadletter_payload_bytes": ("MEMDIAG_DEADLETTER_PAYLOAD_BYTES", "int"),
+    "store_text": ("MEMDIAG_STORE_TEXT", "bool"),
+    "events_partitions": ("MEMDIAG_EVENTS_PARTITIONS", "int"),
+    "judgements_partitions": ("MEMDIAG_JUDGEMENTS_PARTITIONS", "int"),
+    "diagnostics_partitions": ("MEMDIAG_DIAGNOSTICS_PARTITIONS", "int"),
+    "aux_partitions": ("MEMDIAG_AUX_PARTITIONS", "int"),
+    "replication_factor": ("MEMDIAG_REPLICATION_FACTOR", "int"),
+    "session_timeout_seconds": ("MEMDIAG_SESSION_TIMEOUT_SECONDS", "float"),
+    "heartbeat_interval_seconds": ("MEMDIAG_HEARTBEAT_INTERVAL_SECONDS", "float"),
+    "commit_interval_seconds": ("MEMDIAG_COMMIT_INTERVAL_SECONDS", "float"),
+    "sink_batch_rows": ("MEMDIAG_SINK_BATCH_ROWS", "int"),
+    "sink_batch_seconds": ("MEMDIAG_SINK_BATCH_SECONDS", "float"),
+    "log_level": ("MEMDIAG_LOG_LEVEL", "str"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """All of memdiag's configuration. Build it with :meth:`from_env`."""
+
+    #: MEMDIAG_BROKER: Kafka bootstrap URL(s), ``kafka://host:port`` (several joined by
+    #: ``;`` or ``,``). ``memdiag run``/``demo`` start an embedded broker when it is unset.
+    broker: str = "kafka://localhost:9092"
+    #: MEMDIAG_TOPIC_PREFIX: prefixes every topic name.
+    topic_prefix: str = "memdiag."
+    #: MEMDIAG_APP_ID: the Faust app id. It names the worker's consumer group and its
+    #: changelog topics, so it must stay stable across deployments of one pipeline.
+    app_id: str = "memdiag-worker"
+    #: MEMDIAG_SINK_GROUP: the DuckDB sink's consumer group.
+    sink_group: str = "memdiag-sink"
+    #: MEMDIAG_DUCKDB_PATH: the analyst's DuckDB file.
+    duckdb_path: str = "memdiag.duckdb"
+    #: AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS: a search this close (inclusive) after the
+    #: previous one with other results is a followup. Longer overcounts, shorter undercounts.
+    followup_window_seconds: float = 30.0
+    #: MEMDIAG_RECENT_SEARCH_RETENTION_HOURS: how long (event time) a session's searches
+    #: are remembered. Must be at least the followup window.
+    recent_search_retention_hours: float = 24.0
+    #: MEMDIAG_MAX_EVENT_BYTES: an event larger than this is dead-lettered (``too_large``).
+    max_event_bytes: int = 1024 * 1024
+    #: MEMDIAG_DEADLETTER_PAYLOAD_BYTES: how much of a bad payload a dead letter keeps.
+    deadletter_payload_bytes: int = 64 * 1024
+    #: MEMDIAG_STORE_TEXT: ``1`` keeps raw query and response texts in DuckDB.
+    store_text: bool = False
+    #: MEMDIAG_EVENTS_PARTITIONS: partitions of ``events`` (and of the worker's changelog).
+    events_partitions: int = 4
+    #: MEMDIAG_JUDGEMENTS_PARTITIONS: partitions of ``judgements``.
+    judgements_partitions: int = 2
+    #: MEMDIAG_DIAGNOSTICS_PARTITIONS: partitions of ``diagnostics``.
+    diagnostics_partitions: int = 4
+    #: MEMDIAG_AUX_PARTITIONS: partitions of ``weights``, ``counters`` and ``deadletter``.
+    aux_partitions: int = 1
+    #: MEMDIAG_REPLICATION_FACTOR: replication of the topics memdiag creates.
+    replication_factor: int = 1
+    #: MEMDIAG_SESSION_TIMEOUT_SECONDS: consumer-group session timeout. Short on purpose:
+    #: Tansu answers a JoinGroup after half of it, and a dead member holds a restart this long.
+    session_timeout_seconds: float = 6.0
+    #: MEMDIAG_HEARTBEAT_INTERVAL_SECONDS: consumer heartbeat interval.
+    heartbeat_interval_seconds: float = 1.0
+    #: MEMDIAG_COMMIT_INTERVAL_SECONDS: how often the worker commits processed offsets.
+    commit_interval_seconds: float = 1.0
+    #: MEMDIAG_SINK_BATCH_ROWS: the sink writes at least every this many records...
+    sink_batch_rows: int = 20_000
+    #: MEMDIAG_SINK_BATCH_SECONDS: ...or every this many seconds, whichever comes first.
+    sink_batch_seconds: float = 0.5
+    #: MEMDIAG_LOG_LEVEL: log level of the long-running processes.
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, (var, kind) in _ENV.items():
+            raw = env.get(var)
+            if raw is None or raw == "":
+                continue
+            values[name] = _parse(var, kind, raw)
+        values.update(overrides)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def with_(self, **changes: Any) -> Settings:
+        new = replace(self, **changes)
+        new.validate()
+        return new
+
+    def validate(self) -> None:
+        """Reject configurations that would give wrong answers, before anything starts."""
+        if self.followup_window_seconds < 0:
+            raise ConfigError(
+                "AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS must be >= 0, "
+                f"got {self.followup_window_seconds}"
+            )
+        if self.followup_window_seconds > self.recent_search_retention_hours * 3600:
+            raise ConfigError(
+                f"AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS ({self.followup_window_seconds:g}) is "
+                "longer than MEMDIAG_RECENT_SEARCH_RETENTION_HOURS "
+                f"({self.recent_search_retention_hours:g} h): searches would be forgotten "
+                "before their window closes. Raise the retention or shorten the window."
+            )
+        for name in (
+            "events_partitions",
+            "judgements_partitions",
+            "diagnostics_partitions",
+            "aux_partitions",
+            "replication_factor",
+            "max_event_bytes",
+            "deadletter_payload_bytes",
+            "sink_batch_rows",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{_ENV[name][0]} must be >= 1, got {getattr(self, name)}")
+        if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
+            raise ConfigError("MEMDIAG_TOPIC_PREFIX must be non-empty and without spaces")
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The broker URL(s) as aiokafka wants them: ``host:port[,host:port]``."""
+        return bootstrap_servers(self.broker)
+
+    @property
+    def followup_window_us(self) -> int:
+        return round(self.followup_window_seconds * 1_000_000)
+
+    @property
+    def retention_us(self) -> int:
+        return round(self.recent_search_retention_hours * 3600 * 1_000_000)
+
+    def as_env(self) -> dict[str, str]:
+        """The environment that rebuilds these settings in a child process."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            var, kind = _ENV[f.name]
+            value = getattr(self, f.name)
+            out[var] = ("1" if value else "0") if kind == "bool" else str(value)
+        return out
+
+
+def env_var(field_name: str) -> str:
+    """The environment variable of a settings field (used by docs and the compose test)."""
+    return _ENV[field_name][0]
+
+
+def defaults_by_env() -> dict[str, str]:
+    """Every environment variable with its default, as a string."""
+    return Settings().as_env()
+
+
+def bootstrap_servers(url: str) -> str:
+    hosts = []
+    for part in url.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "://" in part:
+            part = part.split("://", 1)[1]
+        hosts.append(part.rstrip("/"))
+    if not hosts:
+        raise ConfigError(f"MEMDIAG_BROKER has no host: {url!r}")
+    return ",".join(hosts)
+
+
+def _parse(var: str, kind: str, raw: str) -> Any:
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "bool":
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+    except ValueError:
+        raise ConfigError(f"{var}={raw!r} is not a valid {kind}") from None
+    return raw

@@ -1,0 +1,257 @@
+"""The edge: bytes from Kafka in, validated event models or dead-letter reasons out.
+
+Every message is validated exactly once, here. A message holds one event (a JSON object)
+or a batch (a JSON array of events); in a batch only the bad elements are rejected. The
+decoder never raises on input: whatever the bytes, it says what it accepted and, for the
+rest, a ``reason`` (a short, stable label for counters and queries) and a ``detail`` a
+person can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import fastjsonschema
+import orjson
+
+from schemas import EVENT_KINDS, load_schema
+from schemas.models import Event, from_dict, ts_to_us
+
+# Stable reasons (the `reason` column and the dead_letter_total{reason} attribute).
+TOO_LARGE = "too_large"
+NOT_JSON = "not_json"
+NOT_AN_EVENT = "not_an_event"
+UNKNOWN_KIND = "unknown_kind"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+BAD_VALUE = "bad_value"
+BAD_TS = "bad_ts"
+ID_TOO_LONG = "id_too_long"
+REASONS = (
+    TOO_LARGE,
+    NOT_JSON,
+    NOT_AN_EVENT,
+    UNKNOWN_KIND,
+    MISSING_FIELD,
+    WRONG_TYPE,
+    BAD_VALUE,
+    BAD_TS,
+    ID_TOO_LONG,
+)
+
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """One event (or whole message) the edge refused, with why."""
+
+    index: int  # position in the batch; 0 for a single event or a whole-message failure
+    reason: str
+    detail: str
+    payload: bytes  # the offending event's bytes (the whole message when it is unreadable)
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    index: int
+    event: Event
+    raw: dict[str, Any]  # the event as published (kept for re-routing, extra fields included)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    accepted: list[Accepted]
+    rejected: list[Rejected]
+    batch: bool
+
+
+Validator = Callable[[Any], Any]
+
+
+def _compile_all() -> dict[str, Validator]:
+    return {kind: fastjsonschema.compile(load_schema(kind)) for kind in EVENT_KINDS}
+
+
+class Decoder:
+    """Compiled validators, built once per process; :meth:`decode` is the hot path."""
+
+    def __init__(self, allowed_kinds: Sequence[str], topic_label: str, max_event_bytes: int):
+        validators = _compile_all()
+        self._validators = {k: validators[k] for k in allowed_kinds}
+        self._other_kinds = {k for k in EVENT_KINDS if k not in self._validators}
+        self._topic_label = topic_label
+        self._max_event_bytes = max_event_bytes
+
+    def decode(self, raw: bytes | None) -> Decoded:
+        if raw is None:
+            return Decoded([], [Rejected(0, NOT_AN_EVENT, "the message has no value", b"")], False)
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            reason = TOO_LARGE if len(raw) > self._max_event_bytes else NOT_JSON
+            if reason == TOO_LARGE:
+                detail = self._too_large_detail(len(raw))
+            else:
+                detail = f"not valid UTF-8 JSON: {exc}. Publish one JSON object or array a message."
+            return Decoded([], [Rejected(0, reason, detail, raw)], False)
+        accepted: list[Accepted] = []
+        rejected: list[Rejected] = []
+        if isinstance(doc, list):
+            check_size = len(raw) > self._max_event_bytes
+            for i, item in enumerate(doc):
+                self._one(i, item, None, check_size, accepted, rejected)
+            return Decoded(accepted, rejected, True)
+        self._one(0, doc, raw, len(raw) > self._max_event_bytes, accepted, rejected)
+        return Decoded(accepted, rejected, False)
+
+    def _too_large_detail(self, size: int) -> str:
+        return (
+            f"event is {size} bytes, over MEMDIAG_MAX_EVENT_BYTES={self._max_event_bytes}; "
+            "shorten its texts or raise the limit"
+        )
+
+    def _one(
+        self,
+        index: int,
+        item: Any,
+        raw: bytes | None,
+        check_size: bool,
+        accepted: list[Accepted],
+        rejected: list[Rejected],
+    ) -> None:
+        payload = raw
+        if check_size:
+            payload = payload if payload is not None else _dumps(item)
+            if len(payload) > self._max_event_bytes:
+                rejected.append(
+                    Rejected(index, TOO_LARGE, self._too_large_detail(len(payload)), payload)
+                )
+                return
+        problem = self.check(item)
+        if problem is not None:
+            reason, detail = problem
+            rejected.append(Rejected(index, reason, detail, payload or _dumps(item)))
+            return
+        ts_us = _parse_ts(item["ts"])
+        if ts_us is None:
+            rejected.append(
+                Rejected(
+                    index,
+                    BAD_TS,
+                    f"ts {item['ts']!r} is not a valid RFC 3339 date-time with an offset",
+                    payload or _dumps(item),
+                )
+            )
+            return
+        accepted.append(Accepted(index, from_dict(item, ts_us), item))
+
+    def check(self, item: Any) -> tuple[str, str] | None:
+        """Validate one element; ``None`` if it is a good event, else (reason, detail)."""
+        if not isinstance(item, dict):
+            return (
+                NOT_AN_EVENT,
+                f"expected a JSON object (or an array of objects), got {_json_type(item)}",
+            )
+        kind = item.get("kind")
+        validator = self._validators.get(kind) if isinstance(kind, str) else None
+        if validator is None:
+            if "kind" not in item:
+                return MISSING_FIELD, "missing required field 'kind'"
+            if kind in self._other_kinds:
+                return (
+                    UNKNOWN_KIND,
+                    f"kind {kind!r} does not belong on {self._topic_label}; "
+                    "publish judgements to the judgements topic and session events to events",
+                )
+            return (
+                UNKNOWN_KIND,
+                f"unknown kind {kind!r}; expected one of {sorted(self._validators)}",
+            )
+        try:
+            validator(item)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            return _explain(exc, item)
+        return None
+
+
+def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any]) -> tuple[str, str]:
+    path = (exc.name or "data").replace("data.", "", 1).replace("data", "", 1) or "(event)"
+    rule = exc.rule
+    if rule == "required":
+        missing = _missing(exc.rule_definition, exc.value)
+        where = "" if path == "(event)" else f" in {path}"
+        return MISSING_FIELD, f"missing required field {missing}{where}"
+    if rule == "type":
+        return WRONG_TYPE, f"{path} must be {_expected(exc.rule_definition)}, got {_json_type(exc.value)}"
+    if rule == "pattern" and path == "ts":
+        return BAD_TS, f"ts {exc.value!r} is not RFC 3339 with an offset (e.g. 2026-11-21T09:30:00.250Z)"
+    if rule == "maxLength":
+        label = ID_TOO_LONG if path.endswith("id") else BAD_VALUE
+        return label, f"{path} is {len(exc.value)} characters, over the limit of {exc.rule_definition}"
+    if rule == "minLength":
+        return BAD_VALUE, f"{path} must not be empty"
+    if rule in ("enum", "const"):
+        allowed = exc.rule_definition if rule == "enum" else [exc.rule_definition]
+        return BAD_VALUE, f"{path} is {exc.value!r}, expected one of {allowed}"
+    return BAD_VALUE, f"{path}: {exc.message}"
+
+
+def _missing(required: Any, value: Any) -> str:
+    if isinstance(required, list) and isinstance(value, dict):
+        names = [name for name in required if name not in value]
+        if names:
+            return ", ".join(repr(n) for n in names)
+    return repr(required)
+
+
+def _expected(definition: Any) -> str:
+    if isinstance(definition, list):
+        return " or ".join(f"a{'n' if t[0] in 'aeiou' else ''} {t}" for t in definition)
+    return f"a{'n' if str(definition)[0] in 'aeiou' else ''} {definition}"
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _parse_ts(value: str) -> int | None:
+    if not _RFC3339.fullmatch(value):
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        return None
+    return ts_to_us(dt)
+
+
+def parse_ts(value: str) -> int | None:
+    """Microseconds since the epoch of an RFC 3339 string, or ``None`` if it is not one."""
+    return _parse_ts(value)
+
+
+def _dumps(item: Any) -> bytes:
+    try:
+        return orjson.dumps(item)
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(item).encode("utf-8", "replace")

@@ -1,0 +1,267 @@
+"""Python models of the input events (CONTRACT section 2).
+
+The JSON Schema files beside this module are the contract; these dataclasses are what the
+worker's logic sees after the edge has validated a message. Event time is kept as integer
+microseconds since the epoch (``ts_us``): exact, cheap to compare, and free of float error
+at the window boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ts_to_us(dt: datetime) -> int:
+    delta = dt - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def us_to_datetime(ts_us: int) -> datetime:
+    return datetime.fromtimestamp(ts_us // 1_000_000, tz=UTC).replace(
+        microsecond=ts_us % 1_000_000
+    )
+
+
+def format_ts(ts_us: int) -> str:
+    """RFC 3339 in UTC with microseconds, the form memdiag writes everywhere."""
+    return us_to_datetime(ts_us).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionScope:
+    session_id: str
+    agent_id: str | None = None
+    org_id: str | None = None
+    project_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    event_id: str
+    ts_us: int
+    scope: SessionScope
+    query: str
+    result_ids: tuple[str, ...]
+    source: str = "agent"
+    kind: str = field(default="search", init=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.scope.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    id: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeKey:
+    source_id: str
+    target_id: str
+    relationship: str
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    event_id: str
+    ts_us: int
+    scope: SessionScope
+    turn_id: str
+    observations: tuple[Observation, ...]
+    graph_entity_ids: tuple[str, ...] = ()
+    graph_edge_keys: tuple[EdgeKey, ...] = ()
+    kind: str = field(default="injection", init=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.scope.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    event_id: str
+    ts_us: int
+    scope: SessionScope
+    turn_id: str
+    text: str
+    kind: str = field(default="response", init=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.scope.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    tool: str
+    success: bool
+    file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionError:
+    message: str
+    tool: str
+    recoverable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    event_id: str
+    ts_us: int
+    scope: SessionScope
+    outcome: str
+    tool_calls: tuple[ToolCall, ...]
+    files_modified: tuple[str, ...]
+    errors: tuple[SessionError, ...]
+    helpful_observation_ids: tuple[str, ...] = ()
+    failure_context: Any = None
+    kind: str = field(default="session_outcome", init=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.scope.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    event_id: str
+    ts_us: int
+    run_id: str
+    question_id: str
+    judge_correct: bool
+    gold_evidence_ids: tuple[str, ...]
+    retrieved_context_ids: tuple[str, ...]
+    condition: str = ""
+    repeat_index: int = 0
+    latency_ms: float | None = None
+    tokens: int | None = None
+    kind: str = field(default="judgement", init=False)
+
+
+SessionEvent = Search | Injection | Response | SessionOutcome
+Event = SessionEvent | Judgement
+
+
+def _scope(d: dict[str, Any]) -> SessionScope:
+    return SessionScope(d["session_id"], d.get("agent_id"), d.get("org_id"), d.get("project_id"))
+
+
+def from_dict(d: dict[str, Any], ts_us: int) -> Event:
+    """Build the model of a dict the schema has already accepted."""
+    kind = d["kind"]
+    if kind == "search":
+        return Search(
+            d["event_id"],
+            ts_us,
+            _scope(d),
+            d["query"],
+            tuple(d["result_ids"]),
+            d.get("source", "agent"),
+        )
+    if kind == "injection":
+        return Injection(
+            d["event_id"],
+            ts_us,
+            _scope(d),
+            d["turn_id"],
+            tuple(Observation(o["id"], o["content"]) for o in d["observations"]),
+            tuple(d.get("graph_entity_ids") or ()),
+            tuple(
+                EdgeKey(e["source_id"], e["target_id"], e["relationship"])
+                for e in d.get("graph_edge_keys") or ()
+            ),
+        )
+    if kind == "response":
+        return Response(d["event_id"], ts_us, _scope(d), d["turn_id"], d["text"])
+    if kind == "session_outcome":
+        return SessionOutcome(
+            d["event_id"],
+            ts_us,
+            _scope(d),
+            d["outcome"],
+            tuple(ToolCall(t["tool"], t["success"], t.get("file")) for t in d["tool_calls"]),
+            tuple(d["files_modified"]),
+            tuple(SessionError(e["message"], e["tool"], e["recoverable"]) for e in d["errors"]),
+            tuple(d.get("helpful_observation_ids") or ()),
+            d.get("failure_context"),
+        )
+    if kind == "judgement":
+        return Judgement(
+            d["event_id"],
+            ts_us,
+            d["run_id"],
+            d["question_id"],
+            d["judge_correct"],
+            tuple(d["gold_evidence_ids"]),
+            tuple(d["retrieved_context_ids"]),
+            d.get("condition", ""),
+            d.get("repeat_index", 0),
+            d.get("latency_ms"),
+            d.get("tokens"),
+        )
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """The wire form of a model (the inverse of :func:`from_dict`)."""
+    out: dict[str, Any] = {"kind": event.kind, "event_id": event.event_id}
+    out["ts"] = format_ts(event.ts_us)
+    if isinstance(event, Judgement):
+        out.update(
+            run_id=event.run_id,
+            question_id=event.question_id,
+            condition=event.condition,
+            repeat_index=event.repeat_index,
+            judge_correct=event.judge_correct,
+            gold_evidence_ids=list(event.gold_evidence_ids),
+            retrieved_context_ids=list(event.retrieved_context_ids),
+        )
+        if event.latency_ms is not None:
+            out["latency_ms"] = event.latency_ms
+        if event.tokens is not None:
+            out["tokens"] = event.tokens
+        return out
+    scope = event.scope
+    out["session_id"] = scope.session_id
+    for name in ("agent_id", "org_id", "project_id"):
+        value = getattr(scope, name)
+        if value is not None:
+            out[name] = value
+    if isinstance(event, Search):
+        out.update(query=event.query, result_ids=list(event.result_ids), source=event.source)
+    elif isinstance(event, Injection):
+        out.update(
+            turn_id=event.turn_id,
+            observations=[{"id": o.id, "content": o.content} for o in event.observations],
+            graph_entity_ids=list(event.graph_entity_ids),
+            graph_edge_keys=[
+                {"source_id": e.source_id, "target_id": e.target_id, "relationship": e.relationship}
+                for e in event.graph_edge_keys
+            ],
+        )
+    elif isinstance(event, Response):
+        out.update(turn_id=event.turn_id, text=event.text)
+    else:
+        out.update(
+            outcome=event.outcome,
+            tool_calls=[
+                {"tool": t.tool, "success": t.success, **({"file": t.file} if t.file else {})}
+                for t in event.tool_calls
+            ],
+            files_modified=list(event.files_modified),
+            errors=[
+                {"message": e.message, "tool": e.tool, "recoverable": e.recoverable}
+                for e in event.errors
+            ],
+            helpful_observation_ids=list(event.helpful_observation_ids),
+        )
+        if event.failure_context is not None:
+            out["failure_context"] = event.failure_context
+    return out

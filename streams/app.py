@@ -1,0 +1,70 @@
+"""The one Faust app of memdiag.
+
+Its id (``MEMDIAG_APP_ID``, default ``memdiag-worker``) names the worker's consumer group
+and its changelog topics: keep it stable. Building the app connects to nothing; the broker
+is reached only when the worker starts. Agents live beside this module (``streams.agents``)
+and are found by autodiscovery.
+"""
+
+from __future__ import annotations
+
+import faust
+
+from memdiag.settings import Settings
+
+
+def create_app(settings: Settings) -> faust.App:
+    return faust.App(
+        settings.app_id,
+        broker=settings.broker,
+        autodiscover=["streams.agents"],
+        origin="streams",
+        store="memory://",  # durable through the changelog topic; recovered on restart
+        web_enabled=False,
+        topic_partitions=settings.events_partitions,
+        topic_replication_factor=settings.replication_factor,
+        topic_allow_declare=True,
+        table_standby_replicas=0,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=settings.commit_interval_seconds,
+        broker_session_timeout=settings.session_timeout_seconds,
+        broker_heartbeat_interval=settings.heartbeat_interval_seconds,
+        broker_rebalance_timeout=max(10.0, settings.session_timeout_seconds * 2),
+        producer_linger=0.005,
+        producer_max_batch_size=512 * 1024,
+        producer_max_request_size=8 * 1024 * 1024,
+        producer_acks=-1,
+        stream_wait_empty=True,
+        stream_buffer_maxsize=4096,
+    )
+
+
+settings = Settings.from_env()
+app = create_app(settings)
+topics = settings.topics
+
+
+def raw_topic(name: str, partitions: int) -> faust.TopicT:
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
+events_topic = raw_topic(topics.events, settings.events_partitions)
+diagnostics_topic = raw_topic(topics.diagnostics, settings.diagnostics_partitions)
+deadletter_topic = raw_topic(topics.deadletter, settings.aux_partitions)
+
+#: Per-session state: session_id -> compact JSON (streams.processor.SessionState).
+sessions = app.Table(
+    "sessions",
+    default=None,
+    key_type=str,  # JSON-encoded in the changelog
+    value_type=bytes,  # raw: the value is already compact JSON
+    partitions=settings.events_partitions,
+)
