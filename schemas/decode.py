@@ -76,7 +76,10 @@ Validator = Callable[[Any], Any]
 
 
 def _compile_all() -> dict[str, Validator]:
-    return {kind: fastjsonschema.compile(load_schema(kind)) for kind in EVENT_KINDS}
+    # use_default=False: validation must not write the schema's defaults into the event.
+    return {
+        kind: fastjsonschema.compile(load_schema(kind), use_default=False) for kind in EVENT_KINDS
+    }
 
 
 class Decoder:
@@ -164,6 +167,8 @@ class Decoder:
         if validator is None:
             if "kind" not in item:
                 return MISSING_FIELD, "missing required field 'kind'"
+            if not isinstance(kind, str):
+                return WRONG_TYPE, f"kind must be a string, got {_json_type(kind)}"
             if kind in self._other_kinds:
                 return (
                     UNKNOWN_KIND,

@@ -1,0 +1,201 @@
+"""The followup rule as a pure function, and the event-time history built on it."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from streams.followup import (
+    MAX_REMEMBERED,
+    Remembered,
+    SearchHistory,
+    is_evaluated,
+    judge,
+    normalise_query,
+    query_key,
+)
+
+WINDOW = 30_000_000  # 30 s in microseconds
+RETENTION = 24 * 3600 * 1_000_000
+
+
+def rem(eid: str, ts_s: float, query: str, ids: tuple[str, ...], seq: int = 0) -> Remembered:
+    return Remembered(round(ts_s * 1_000_000), seq, eid, query_key(query), ids)
+
+
+def test_contract_example_is_a_followup() -> None:
+    prev = rem("ev-0001", 0.0, "auth flow", ("obs_1", "obs_2", "obs_3"))
+    cur = rem("ev-0002", 12.25, "auth token expiry", ("obs_7", "obs_9"))
+    v = judge(prev, cur, WINDOW, RETENTION)
+    assert v.is_followup and v.prev_event_id == "ev-0001" and v.gap_seconds == 12.25
+
+
+def test_same_query_again_is_a_retry_not_a_followup() -> None:
+    prev = rem("a", 0, "Auth Flow", ("x",))
+    cur = rem("b", 5, "  auth flow ", ("y",))
+    v = judge(prev, cur, WINDOW, RETENTION)
+    assert not v.is_followup and v.prev_event_id == "a" and v.gap_seconds == 5
+
+
+def test_shared_result_is_not_a_followup() -> None:
+    v = judge(rem("a", 0, "q1", ("x", "y")), rem("b", 5, "q2", ("y", "z")), WINDOW, RETENTION)
+    assert not v.is_followup
+
+
+def test_window_boundary_is_inclusive_to_the_millisecond() -> None:
+    prev = rem("a", 0, "q1", ("x",))
+    assert judge(prev, rem("b", 30.000, "q2", ("y",)), WINDOW, RETENTION).is_followup
+    assert not judge(prev, rem("b", 30.001, "q2", ("y",)), WINDOW, RETENTION).is_followup
+
+
+def test_earlier_than_the_remembered_search_is_not_a_followup() -> None:
+    v = judge(rem("a", 10, "q1", ("x",)), rem("b", 9.999, "q2", ("y",)), WINDOW, RETENTION)
+    assert not v.is_followup and v.gap_us == -1000
+
+
+def test_remembered_search_past_retention_is_forgotten() -> None:
+    v = judge(rem("a", 0, "q1", ("x",)), rem("b", 24 * 3600 + 1, "q2", ("y",)), WINDOW, RETENTION)
+    assert v.prev_event_id is None and v.gap_us is None
+
+
+def test_viewer_and_empty_searches_are_not_evaluated() -> None:
+    assert is_evaluated("agent", ["x"])
+    assert not is_evaluated("viewer", ["x"])
+    assert not is_evaluated("agent", [])
+
+
+def test_normalisation_trims_and_lowercases_only() -> None:
+    assert normalise_query("  Auth FLOW\t") == "auth flow"
+    assert normalise_query("auth  flow") != normalise_query("auth flow")
+
+
+# -- properties ----------------------------------------------------------------------
+
+ids = st.lists(st.sampled_from([f"o{i}" for i in range(8)]), max_size=4).map(tuple)
+queries = st.sampled_from(["auth", "Auth ", "token", "db pool", "DB POOL", "deploy"])
+gaps_ms = st.integers(min_value=0, max_value=120_000)
+
+
+@given(queries, ids.filter(bool))
+def test_a_first_search_is_never_a_followup(q: str, r: tuple[str, ...]) -> None:
+    h = SearchHistory()
+    v = h.observe("e1", 1_000_000, q, r, WINDOW, RETENTION)
+    assert v == [v[0]] and not v[0].is_followup and v[0].prev_event_id is None
+
+
+@given(queries, ids, ids, gaps_ms)
+def test_identical_queries_are_never_followups(q: str, a: tuple, b: tuple, gap: int) -> None:
+    prev = Remembered(0, 0, "a", query_key(q), a)
+    cur = Remembered(gap * 1000, 1, "b", query_key(f"  {q.upper()}  "), b)
+    assert not judge(prev, cur, WINDOW, RETENTION).is_followup
+
+
+@given(queries, queries, ids, ids, gaps_ms)
+def test_verdict_matches_the_contract_definition(
+    q1: str, q2: str, a: tuple, b: tuple, gap_ms: int
+) -> None:
+    prev = Remembered(0, 0, "a", query_key(q1), a)
+    cur = Remembered(gap_ms * 1000, 1, "b", query_key(q2), b)
+    expected = (
+        0 <= gap_ms <= 30_000
+        and q1.strip().lower() != q2.strip().lower()
+        and not (set(a) & set(b))
+    )
+    assert judge(prev, cur, WINDOW, RETENTION).is_followup is expected
+
+
+@given(st.integers(min_value=0, max_value=10**15), st.integers(min_value=-5, max_value=5))
+def test_boundary_exact_at_millisecond_precision(start_us: int, delta_ms: int) -> None:
+    window_ms = 30_000
+    prev = Remembered(start_us, 0, "a", query_key("q1"), ("x",))
+    cur = Remembered(start_us + (window_ms + delta_ms) * 1000, 1, "b", query_key("q2"), ("y",))
+    assert judge(prev, cur, WINDOW, RETENTION).is_followup is (delta_ms <= 0)
+
+
+searches = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=200), queries, ids.filter(bool)),
+    min_size=1,
+    max_size=8,
+    unique_by=lambda t: t[0],  # distinct event times: arrival order then cannot matter
+)
+
+
+def final_verdicts(order: list[tuple[str, int, str, tuple]]) -> dict[str, tuple]:
+    """Feed searches in the given arrival order; apply corrections like the sink does."""
+    h = SearchHistory()
+    rows: dict[str, tuple] = {}
+    for eid, ts_s, q, r in order:
+        for v in h.observe(eid, ts_s * 1_000_000, q, r, WINDOW, RETENTION):
+            rows[v.event_id] = (v.is_followup, v.prev_event_id, v.gap_us)
+    return rows
+
+
+@given(searches, st.randoms(use_true_random=False))
+def test_out_of_order_arrival_converges_to_the_in_order_verdicts(s: list, rnd) -> None:
+    events = [(f"e{i}", ts, q, r) for i, (ts, q, r) in enumerate(s)]
+    in_order = final_verdicts(sorted(events, key=lambda e: e[1]))
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    assert final_verdicts(shuffled) == in_order
+
+
+@given(searches)
+def test_redelivery_changes_nothing(s: list) -> None:
+    events = [(f"e{i}", ts, q, r) for i, (ts, q, r) in enumerate(s)]
+    h = SearchHistory()
+    first = {}
+    for eid, ts, q, r in events:
+        first[eid] = h.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION)[0]
+    state = h.to_state()
+    for eid, ts, q, r in events:
+        again = h.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION)
+        assert len(again) == 1
+    assert h.to_state() == state
+    # after a restart from the serialised state too
+    restored = SearchHistory.from_state(state)
+    for eid, ts, q, r in events:
+        assert len(restored.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION)) == 1
+    assert restored.to_state() == state
+
+
+def test_equal_timestamps_follow_arrival_order() -> None:
+    h = SearchHistory()
+    h.observe("a", 0, "q1", ("x",), WINDOW, RETENTION)
+    v = h.observe("b", 0, "q2", ("y",), WINDOW, RETENTION)
+    assert v[0].is_followup and v[0].prev_event_id == "a" and v[0].gap_us == 0
+
+
+def test_late_search_corrects_its_successor() -> None:
+    h = SearchHistory()
+    h.observe("a", 0, "q1", ("x",), WINDOW, RETENTION)
+    h.observe("c", 40_000_000, "q3", ("z",), WINDOW, RETENTION)  # 40 s after a: not a followup
+    v = h.observe("b", 20_000_000, "q2", ("y",), WINDOW, RETENTION)
+    assert [x.event_id for x in v] == ["b", "c"]
+    assert v[0].is_followup and v[0].prev_event_id == "a"
+    assert v[1].is_followup and v[1].prev_event_id == "b" and v[1].gap_us == 20_000_000
+
+
+def test_history_is_pruned_to_the_retention_and_bounded() -> None:
+    h = SearchHistory()
+    for i in range(5):
+        h.observe(f"e{i}", i * 3600 * 1_000_000, f"q{i}", (f"r{i}",), WINDOW, RETENTION)
+    h.observe("late", 27_5 * 360 * 1_000_000, "q", ("r",), WINDOW, RETENTION)  # 27.5 h
+    assert [e.event_id for e in h.entries] == ["e4", "late"]
+    h2 = SearchHistory()
+    for i, _ in zip(range(MAX_REMEMBERED + 10), itertools.count()):
+        h2.observe(f"e{i}", i, f"q{i}", (f"r{i}",), WINDOW, RETENTION)
+    assert len(h2) == MAX_REMEMBERED
+
+
+def test_state_keeps_no_query_text() -> None:
+    h = SearchHistory()
+    h.observe("a", 0, "secret customer name", ("x",), WINDOW, RETENTION)
+    assert "secret" not in repr(h.to_state())
+
+
+@given(st.text(), st.text())
+def test_query_key_equals_iff_normalised_queries_equal(a: str, b: str) -> None:
+    assume(a != b)
+    assert (query_key(a) == query_key(b)) == (normalise_query(a) == normalise_query(b))

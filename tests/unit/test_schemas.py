@@ -1,0 +1,131 @@
+"""The JSON Schema files: valid 2020-12 schemas, the Python models round-trip through them,
+and the compiled fast validator agrees with the reference implementation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fastjsonschema
+import jsonschema
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas import EVENT_KINDS, load_schema
+from schemas.decode import parse_ts
+from schemas.models import (
+    EdgeKey,
+    Injection,
+    Judgement,
+    Observation,
+    Response,
+    Search,
+    SessionError,
+    SessionOutcome,
+    SessionScope,
+    ToolCall,
+    from_dict,
+    to_dict,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples" / "events.jsonl"
+
+
+@pytest.mark.parametrize("kind", EVENT_KINDS)
+def test_schema_is_valid_2020_12(kind: str) -> None:
+    schema = load_schema(kind)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_contract_examples_validate() -> None:
+    if not EXAMPLES.exists():
+        pytest.skip("shared/examples not beside the checkout")
+    for line in EXAMPLES.read_text().splitlines():
+        event = json.loads(line)
+        jsonschema.validate(event, load_schema(event["kind"]))
+
+
+text = st.text(max_size=20)
+ident = st.text(min_size=1, max_size=40)
+opt = st.none() | ident
+ts_us = st.integers(min_value=0, max_value=4_102_444_800_000_000)  # up to 2100
+scope = st.builds(SessionScope, ident, opt, opt, opt)
+idlist = st.lists(ident, max_size=4).map(tuple)
+
+events = st.one_of(
+    st.builds(Search, ident, ts_us, scope, text, idlist, st.sampled_from(["agent", "viewer"])),
+    st.builds(
+        Injection,
+        ident,
+        ts_us,
+        scope,
+        ident,
+        st.lists(st.builds(Observation, ident, text), max_size=3).map(tuple),
+        idlist,
+        st.lists(st.builds(EdgeKey, text, text, text), max_size=2).map(tuple),
+    ),
+    st.builds(Response, ident, ts_us, scope, ident, text),
+    st.builds(
+        SessionOutcome,
+        ident,
+        ts_us,
+        scope,
+        st.sampled_from(["accepted", "rejected", "rework"]),
+        st.lists(st.builds(ToolCall, text, st.booleans(), st.none() | ident), max_size=3).map(tuple),
+        idlist,
+        st.lists(st.builds(SessionError, text, text, st.booleans()), max_size=2).map(tuple),
+        idlist,
+        st.none() | text,
+    ),
+    st.builds(
+        Judgement,
+        ident,
+        ts_us,
+        ident,
+        ident,
+        st.booleans(),
+        idlist,
+        idlist,
+        text,
+        st.integers(min_value=0, max_value=50),
+        st.none() | st.floats(min_value=0, max_value=1e6),
+        st.none() | st.integers(min_value=0, max_value=10**6),
+    ),
+)
+
+
+@given(events)
+def test_models_round_trip_through_the_schema(event) -> None:
+    wire = json.loads(json.dumps(to_dict(event)))
+    jsonschema.validate(wire, load_schema(event.kind))
+    fastjsonschema.compile(load_schema(event.kind))(wire)
+    ts = parse_ts(wire["ts"])
+    assert ts == event.ts_us
+    assert from_dict(wire, ts) == event
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(events, st.sampled_from(["drop", "replace"]), st.data())
+def test_fast_validator_agrees_with_reference(event, how: str, data) -> None:
+    wire = json.loads(json.dumps(to_dict(event)))
+    key = data.draw(st.sampled_from(sorted(wire)))
+    if how == "drop":
+        del wire[key]
+    else:
+        wire[key] = data.draw(json_values)
+    schema = load_schema(event.kind)
+    reference = jsonschema.Draft202012Validator(schema).is_valid(wire)
+    try:
+        fastjsonschema.compile(schema)(wire)
+        fast = True
+    except fastjsonschema.JsonSchemaValueException:
+        fast = False
+    assert fast == reference

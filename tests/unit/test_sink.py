@@ -1,0 +1,95 @@
+"""The DuckDB sink: upserts on natural keys, so redelivery and replay change nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analytics.db import DatabaseError, connect
+from analytics.sink import DuckDBSink
+
+
+def search_row(eid: str, **kw) -> dict:
+    return {"kind": "search", "event_id": eid, "session_id": "s", "ts": "2026-11-21T09:30:00Z",
+            "source": "agent", "result_count": 1, "evaluated": True, "is_followup": False,
+            "prev_event_id": None, "gap_seconds": None, "agent_id": None, "org_id": "o",
+            "project_id": None, **kw}
+
+
+def dead(did: str, **kw) -> dict:
+    return {"kind": "dead_letter", "dead_letter_id": did, "topic": "memdiag.events",
+            "partition": 0, "offset": 1, "batch_index": 0, "key": None, "reason": "not_json",
+            "detail": "d", "payload": "x", "payload_bytes": 1, "payload_truncated": False,
+            "ts": "2026-11-21T09:30:00Z", **kw}
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> DuckDBSink:
+    s = DuckDBSink(tmp_path / "t.duckdb")
+    s.init()
+    return s
+
+
+def rows(sink: DuckDBSink, sql: str) -> list:
+    con = duckdb.connect(sink.path, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_redelivery_changes_nothing(sink: DuckDBSink) -> None:
+    batch = [search_row("a"), search_row("b", is_followup=True, prev_event_id="a", gap_seconds=2.0), dead("d1")]
+    sink.write(batch)
+    before = rows(sink, "SELECT * FROM searches ORDER BY event_id"), rows(sink, "SELECT * FROM dead_letters")
+    sink.write(batch)
+    sink.write(batch + batch)  # duplicates inside one batch too
+    after = rows(sink, "SELECT * FROM searches ORDER BY event_id"), rows(sink, "SELECT * FROM dead_letters")
+    assert before == after
+    assert len(after[0]) == 2 and len(after[1]) == 1
+
+
+def test_first_dead_letter_sighting_stands(sink: DuckDBSink) -> None:
+    sink.write([dead("d1", offset=1)])
+    sink.write([dead("d1", offset=50)])
+    assert rows(sink, 'SELECT "offset" FROM dead_letters') == [(1,)]
+
+
+def test_correction_rewrites_the_verdict_after_the_row(sink: DuckDBSink) -> None:
+    sink.write([
+        search_row("c"),
+        {"kind": "search_correction", "event_id": "c", "is_followup": True, "prev_event_id": "b", "gap_seconds": 3.5},
+    ])
+    assert rows(sink, "SELECT is_followup, prev_event_id, gap_seconds FROM searches") == [(True, "b", 3.5)]
+
+
+def test_views_exist_and_compute(sink: DuckDBSink) -> None:
+    sink.write([search_row("a"), search_row("b", is_followup=True), search_row("v", source="viewer", evaluated=False)])
+    assert rows(sink, "SELECT agent_searches, followups, rate FROM followup_rate") == [(2, 1, 0.5)]
+
+
+def test_failed_flush_keeps_the_batch(sink: DuckDBSink, tmp_path: Path) -> None:
+    sink.add(search_row("a"))
+    sink.add(search_row("b", ts="not a time"))  # DuckDB rejects the cast: nothing is written
+    with pytest.raises(duckdb.Error):
+        sink.flush()
+    assert sink.pending == 2
+    assert rows(sink, "SELECT count(*) FROM searches") == [(0,)]
+
+
+def test_unknown_record_kinds_are_counted_not_written(sink: DuckDBSink) -> None:
+    sink.write([{"kind": "from_the_future"}])
+    assert sink.unknown_kinds == {"from_the_future": 1}
+
+
+def test_reader_gets_a_clear_error_for_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="memdiag run"):
+        connect(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_reader_waits_for_the_writer_lock(sink: DuckDBSink) -> None:
+    sink.write([search_row("a")])
+    con = connect(sink.path, read_only=True, timeout=1)
+    con.close()
