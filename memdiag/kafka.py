@@ -65,6 +65,40 @@ async def ensure_topics(settings: Settings) -> None:
         await admin.close()
 
 
+async def true_end_offsets(
+    bootstrap: str, tps: Iterable[TopicPartition], reported: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """End offsets that are right even where ListOffsets is not.
+
+    Tansu (the embedded broker) answers ListOffsets(latest) with the base offset of the
+    partition's last record batch plus one, so a last batch of several records hides all
+    but its first. Reading from ``reported - 1`` to the end gives the true end; on a broker
+    that answers correctly (Apache Kafka) it reads one record and returns the same number.
+    """
+    tps = [tp for tp in tps if reported.get(tp, 0) > 0]
+    ends = dict(reported)
+    if not tps:
+        return ends
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None
+    )
+    await reader.start()
+    try:
+        reader.assign(tps)
+        for tp in tps:
+            reader.seek(tp, reported[tp] - 1)
+        while True:  # the first fetch returns the last batch; an empty one means the end
+            batches = await reader.getmany(*tps, timeout_ms=300)
+            if not any(batches.values()):
+                break
+            for tp, records in batches.items():
+                if records:
+                    ends[tp] = max(ends[tp], records[-1].offset + 1)
+    finally:
+        await reader.stop()
+    return ends
+
+
 @dataclass(frozen=True, slots=True)
 class Lag:
     group: str
@@ -117,7 +151,9 @@ class LagProbe:
         if not tps:
             return Lag(self.group, 0)
         committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
-        ends = await consumer.end_offsets(tps)
+        ends = await true_end_offsets(
+            self.settings.bootstrap_servers, tps, await consumer.end_offsets(tps)
+        )
         return Lag(self.group, sum(max(0, ends[tp] - committed[tp]) for tp in tps))
 
 

@@ -23,9 +23,11 @@ def main(settings: Settings) -> None:
     import faust
 
     from streams import app as app_module
+    from streams.compat import patch_faust_highwaters
     from streams.telemetry import install_meter_provider
 
     install_meter_provider("memdiag-worker")
+    patch_faust_highwaters(settings.bootstrap_servers)
 
     @app_module.app.on_rebalance_complete.connect
     async def _log_ready(sender: object, **kwargs: object) -> None:

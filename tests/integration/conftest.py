@@ -1,0 +1,145 @@
+"""A real broker for the integration tests, and a pipeline (worker + sink) per test.
+
+Broker, in order of preference: ``MEMDIAG_TEST_BROKER`` (any Kafka-protocol broker), Apache
+Kafka through testcontainers where a Docker engine answers, else the embedded Tansu. Every
+test gets its own topic prefix, consumer groups and DuckDB file (uuid), so tests never see
+each other's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from memdiag import procs
+from memdiag.kafka import ensure_topics, wait_drained
+from memdiag.runner import Child, sink_inputs, spawn_child, worker_inputs
+from memdiag.settings import Settings
+
+
+def _docker_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        import docker
+
+        client = docker.from_env()
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> Iterator[str]:
+    explicit = os.environ.get("MEMDIAG_TEST_BROKER")
+    if explicit:
+        yield explicit if "://" in explicit else f"kafka://{explicit}"
+        return
+    if _docker_available():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as kafka:
+            yield f"kafka://{kafka.get_bootstrap_server()}"
+        return
+    from memdiag.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.url
+
+
+class Pipeline:
+    def __init__(self, settings: Settings, workdir: Path):
+        self.settings = settings
+        self.workdir = workdir
+        self.children: dict[str, Child] = {}
+
+    def start(self, *names: str) -> None:
+        for name in names or ("worker", "sink"):
+            self.children[name] = spawn_child(name, name, self.settings, self.workdir)
+
+    def kill(self, name: str) -> None:
+        child = self.children.pop(name)
+        child.proc.kill()
+        child.proc.wait(10)
+        child.log_file.close()
+
+    def stop(self) -> None:
+        for name in list(self.children)[::-1]:
+            child = self.children.pop(name)
+            procs.stop(child.proc)
+            child.log_file.close()
+
+    def publish(self, messages: list[tuple[bytes | None, object]], topic: str | None = None) -> None:
+        """Each (key, value): value is an event dict, a list of them (a batch) or raw bytes."""
+
+        async def go() -> None:
+            p = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap_servers, acks="all")
+            await p.start()
+            try:
+                for key, value in messages:
+                    raw = value if isinstance(value, bytes) else orjson.dumps(value)
+                    await p.send_and_wait(topic or self.settings.topics.events, raw, key=key)
+            finally:
+                await p.stop()
+
+        asyncio.run(go())
+
+    def drain(self, timeout: float = 60.0) -> None:
+        def watch(_lag: object) -> None:
+            for child in self.children.values():
+                child.check_alive()
+
+        s = self.settings
+        lag = asyncio.run(wait_drained(s, s.app_id, worker_inputs(s), timeout, on_poll=watch))
+        assert lag.drained, f"worker behind by {lag.behind}:\n{self.children['worker'].tail()}"
+        lag = asyncio.run(wait_drained(s, s.sink_group, sink_inputs(s), timeout, on_poll=watch))
+        assert lag.drained, f"sink behind by {lag.behind}:\n{self.children['sink'].tail()}"
+
+    def query(self, sql: str) -> list[tuple]:
+        from analytics.db import connect
+
+        con = connect(self.settings.duckdb_path, read_only=True)
+        try:
+            return con.execute(sql).fetchall()
+        finally:
+            con.close()
+
+    def snapshot(self) -> dict[str, list[tuple]]:
+        tables = ["searches", "dead_letters"]
+        return {t: self.query(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}  # noqa: S608
+
+
+@pytest.fixture
+def pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+    run = uuid.uuid4().hex[:10]
+    settings = Settings.from_env(
+        {},
+        broker=broker_url,
+        topic_prefix=f"t{run}.",
+        app_id=f"memdiag-test-{run}",
+        sink_group=f"memdiag-test-sink-{run}",
+        duckdb_path=str(tmp_path / "memdiag.duckdb"),
+        sink_batch_seconds=0.2,
+        commit_interval_seconds=0.5,
+    )
+    asyncio.run(ensure_topics(settings))
+    p = Pipeline(settings, tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+__all__ = ["Pipeline", "duckdb"]
