@@ -29,6 +29,8 @@ from memdiag.settings import Settings
 def _docker_available() -> bool:
     if not shutil.which("docker"):
         return False
+    if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
+        return False  # a client without an engine (as on our machines): don't even try
     try:
         import docker
 

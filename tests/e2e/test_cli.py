@@ -1,0 +1,93 @@
+"""The memdiag command as a user runs it: a subprocess, a file, an exit code, a DuckDB file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples" / "events.jsonl"
+
+
+def memdiag(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIAG_")}
+    return subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**clean, **(env or {})},
+    )
+
+
+@pytest.fixture
+def small_file(tmp_path: Path) -> Path:
+    lines = [
+        '{"kind":"search","event_id":"e1","ts":"2026-11-21T09:30:00Z","session_id":"s1","query":"auth flow","result_ids":["o1"]}',
+        '{"kind":"search","event_id":"e2","ts":"2026-11-21T09:30:30Z","session_id":"s1","query":"token expiry","result_ids":["o2"]}',
+        '{"kind":"search","event_id":"e3","ts":"2026-11-21T09:30:31Z","session_id":"s1","query":"auth","result_ids":["o1"],"source":"viewer"}',
+        "not json",
+        '{"kind":"search","event_id":"f1","ts":"2026-11-21T09:30:00Z","session_id":"s2","query":"q","result_ids":[]}',
+    ]
+    if EXAMPLES.exists():
+        lines += [line for line in EXAMPLES.read_text().splitlines() if '"judgement"' not in line]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_run_processes_a_file_into_duckdb(small_file: Path, tmp_path: Path) -> None:
+    db = tmp_path / "out.duckdb"
+    result = memdiag("run", "--input", str(small_file), "--db", str(db), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    with_examples = EXAMPLES.exists()
+    assert report["searches"] == 4 + (3 if with_examples else 0)
+    assert report["followups"] == 1 + (1 if with_examples else 0)  # e1 -> e2 (30 s, inclusive)
+    assert report["dead_letters"] == 1 and report["dead_letters_by_reason"] == {"not_json": 1}
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute(
+            "SELECT is_followup, prev_event_id, gap_seconds FROM searches WHERE event_id = 'e2'"
+        ).fetchall() == [(True, "e1", 30.0)]
+        if with_examples:
+            assert con.execute(
+                "SELECT is_followup, prev_event_id FROM searches WHERE event_id = 'ev-0002'"
+            ).fetchall() == [(True, "ev-0001")]
+    finally:
+        con.close()
+
+
+def test_run_prints_a_readable_summary(small_file: Path, tmp_path: Path) -> None:
+    result = memdiag("run", "--input", str(small_file), "--db", str(tmp_path / "o.duckdb"))
+    assert result.returncode == 0, result.stderr
+    assert "followup rate" in result.stdout and "dead letters" in result.stdout
+    assert "every event is in" in result.stderr
+
+
+def test_help_explains_every_command() -> None:
+    result = memdiag("--help")
+    assert result.returncode == 0
+    for command in ("run", "demo", "worker", "sink", "publish"):
+        assert command in result.stdout
+    run_help = memdiag("run", "--help")
+    assert "--input" in run_help.stdout and "--db" in run_help.stdout and "--json" in run_help.stdout
+
+
+def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
+    result = memdiag("run", "--input", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "x.duckdb"))
+    assert result.returncode == 1
+    assert "no such input file" in result.stderr
+
+
+def test_bad_configuration_is_refused_at_start(small_file: Path, tmp_path: Path) -> None:
+    result = memdiag(
+        "run", "--input", str(small_file),
+        env={"AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS": "90000"},
+    )
+    assert result.returncode == 2
+    assert "MEMDIAG_RECENT_SEARCH_RETENTION_HOURS" in result.stderr

@@ -1,0 +1,62 @@
+"""No Docker engine runs here, so the compose file is checked against the code instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from memdiag.settings import _ENV, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+KNOWN = {var for var, _ in _ENV.values()}
+DELIBERATE = {  # values that differ from the code's defaults on purpose, and why
+    "MEMDIAG_BROKER": "the kafka service",
+    "MEMDIAG_DUCKDB_PATH": "the sink's volume",
+}
+
+
+def test_services() -> None:
+    services = COMPOSE["services"]
+    assert set(services) == {"kafka", "worker", "sink"}
+    assert services["worker"]["command"] == ["worker"]
+    assert services["sink"]["command"] == ["sink"]
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+
+
+def test_kafka_runs_in_kraft_mode_and_accepts_memdiag_batches() -> None:
+    env = COMPOSE["services"]["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert "KAFKA_ZOOKEEPER_CONNECT" not in env
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # memdiag creates its topics
+    assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= 8 * 1024 * 1024  # producer_max_request_size
+
+
+def test_memdiag_settings_agree_with_the_code() -> None:
+    for name in ("worker", "sink"):
+        env = {k: str(v) for k, v in COMPOSE["services"][name]["environment"].items()}
+        unknown = {k for k in env if k.startswith(("MEMDIAG_", "AGENTMEMORY_"))} - KNOWN
+        assert not unknown, f"{name}: variables the code does not read: {unknown}"
+        settings = Settings.from_env(env)  # valid as a whole
+        assert settings.bootstrap_servers == "kafka:9092"
+        kafka_listener = COMPOSE["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+        assert "INTERNAL://kafka:9092" in kafka_listener
+        defaults = Settings()
+        for field, (var, _) in _ENV.items():
+            if var in env and var not in DELIBERATE:
+                assert getattr(settings, field) == getattr(defaults, field), (
+                    f"{var}={env[var]} differs from the code's default"
+                )
+
+
+def test_both_processes_share_one_configuration() -> None:
+    services = COMPOSE["services"]
+    assert services["worker"]["environment"] == services["sink"]["environment"]
+
+
+def test_dockerfile_installs_the_packages_the_compose_runs() -> None:
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    for package in ("memdiag", "streams", "schemas", "analytics"):
+        assert f"COPY {package} ./{package}" in dockerfile
+    assert 'ENTRYPOINT ["memdiag"]' in dockerfile
