@@ -46,6 +46,7 @@ _SEARCH = pa.schema(
         ("org_id", pa.string()),
         ("project_id", pa.string()),
         ("query", pa.string()),
+        ("published_at", pa.string()),
     ]
 )
 _SEARCH_CORRECTION = pa.schema(

@@ -125,6 +125,7 @@ class Processor:
             by_session.setdefault(acc.event.session_id, []).append(acc)  # type: ignore[union-attr]
         index = self._partition_index(msg.partition, store)
         watermark = self._watermark.get(msg.partition, 0)
+        published_at = format_ts((msg.timestamp_ms or 0) * 1000)
         for session_id, accepted in by_session.items():
             if self._partition_of(session_id) != msg.partition:
                 out.reroute[session_id] = [a.raw for a in accepted]
@@ -140,14 +141,14 @@ class Processor:
                 if event.ts_us > state.newest_ts_us:
                     state.newest_ts_us = event.ts_us
                 if isinstance(event, Search):
-                    self._search(event, state, out)
+                    self._search(event, state, out, published_at)
             store[session_id] = state.dumps()
             index[session_id] = state.newest_ts_us
             watermark = max(watermark, state.newest_ts_us)
         self._watermark[msg.partition] = watermark
         return out
 
-    def _search(self, event: Search, state: SessionState, out: Output) -> None:
+    def _search(self, event: Search, state: SessionState, out: Output, published_at: str) -> None:
         out.counts[(SEARCH_CALLS, (("source", event.source),))] += 1
         verdict: Verdict | None = None
         correction: Verdict | None = None
@@ -177,6 +178,7 @@ class Processor:
             "agent_id": scope.agent_id,
             "org_id": scope.org_id,
             "project_id": scope.project_id,
+            "published_at": published_at,
         }
         if self._store_text:
             record["query"] = event.query

@@ -14,7 +14,9 @@ CREATE TABLE IF NOT EXISTS searches (
     agent_id      VARCHAR,
     org_id        VARCHAR,
     project_id    VARCHAR,
-    query         VARCHAR                -- only with MEMDIAG_STORE_TEXT=1
+    query         VARCHAR,               -- only with MEMDIAG_STORE_TEXT=1
+    published_at  TIMESTAMPTZ,           -- Kafka timestamp of the input message
+    ingested_at   TIMESTAMPTZ            -- when the sink first wrote the row (wall clock)
 );
 
 CREATE TABLE IF NOT EXISTS dead_letters (

@@ -1,8 +1,11 @@
 -- One row per search event; a redelivery carries the same verdict and overwrites nothing new.
+-- published_at and ingested_at keep their first values: a replay leaves the row as it was.
 INSERT INTO searches (event_id, session_id, ts, source, result_count, evaluated, is_followup,
-                      prev_event_id, gap_seconds, agent_id, org_id, project_id, query)
+                      prev_event_id, gap_seconds, agent_id, org_id, project_id, query,
+                      published_at, ingested_at)
 SELECT event_id, session_id, CAST(ts AS TIMESTAMPTZ), source, result_count, evaluated,
-       is_followup, prev_event_id, gap_seconds, agent_id, org_id, project_id, query
+       is_followup, prev_event_id, gap_seconds, agent_id, org_id, project_id, query,
+       CAST(published_at AS TIMESTAMPTZ), current_timestamp
 FROM batch
 ON CONFLICT (event_id) DO UPDATE SET
     session_id = EXCLUDED.session_id,
