@@ -26,7 +26,7 @@ from streams.processor import InMessage, dead_letter_record
 log = logging.getLogger("memdiag.sink")
 
 
-class _FlushOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
+class _FlushOnRevoke(ConsumerRebalanceListener):
     def __init__(self, runner: SinkRunner):
         self.runner = runner
 
@@ -90,8 +90,8 @@ class SinkRunner:
             return self._first_pending_at is not None  # consumed only unknown/empty: commit
         if self.sink.pending >= self.settings.sink_batch_rows:
             return True
-        assert self._first_pending_at is not None
-        return time.monotonic() - self._first_pending_at >= self.settings.sink_batch_seconds
+        started = self._first_pending_at or time.monotonic()
+        return time.monotonic() - started >= self.settings.sink_batch_seconds
 
     def _add_message(self, m: ConsumerRecord[bytes, bytes]) -> None:
         if self._first_pending_at is None:
@@ -111,7 +111,9 @@ class SinkRunner:
                 record = {"kind": "dead_letter", **record}
             self.sink.add(record)
 
-    def _unreadable(self, m: ConsumerRecord[bytes, bytes], reason: str, detail: str, i: int = 0) -> None:
+    def _unreadable(
+        self, m: ConsumerRecord[bytes, bytes], reason: str, detail: str, i: int = 0
+    ) -> None:
         msg = InMessage(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
         payload = m.value or b""
         record = dead_letter_record(msg, Rejected(i, reason, detail, payload), self.settings)

@@ -32,7 +32,9 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text.lower() or "Conflicting lock" in text
 
 
-def connect(path: str | Path, read_only: bool = False, timeout: float = 30.0) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path, read_only: bool = False, timeout: float = 30.0
+) -> duckdb.DuckDBPyConnection:
     """Open ``path``, waiting up to ``timeout`` seconds for another process's lock."""
     path = str(path)
     if read_only and path != ":memory:" and not Path(path).exists():

@@ -145,7 +145,9 @@ class DuckDBSink:
         return written
 
 
-def _write_table(con: duckdb.DuckDBPyConnection, spec: TableSpec, records: list[dict[str, Any]]) -> int:
+def _write_table(
+    con: duckdb.DuckDBPyConnection, spec: TableSpec, records: list[dict[str, Any]]
+) -> int:
     # ON CONFLICT cannot touch one row twice in a statement: keep the last record per key
     # (the newest: records arrive in partition order, and a key never spans partitions).
     if len(spec.key) == 1:

@@ -43,8 +43,10 @@ from memdiag.runner import sink_inputs, spawn_child, worker_inputs  # noqa: E402
 from memdiag.settings import Settings  # noqa: E402
 from streams.followup import Remembered, is_evaluated, judge, query_key  # noqa: E402
 
-WORDS = ("auth token refresh cookie vault deploy rollback canary index query pool migration "
-         "invoice webhook retry bundle hydration reranker embedding recall").split()
+WORDS = (
+    "auth token refresh cookie vault deploy rollback canary index query pool migration "
+    "invoice webhook retry bundle hydration reranker embedding recall"
+).split()
 
 
 def make_events(path: Path, n: int, sessions: int, seed: int = 7) -> None:
@@ -66,9 +68,15 @@ def make_events(path: Path, n: int, sessions: int, seed: int = 7) -> None:
             ids = [] if roll > 0.95 else [f"obs_{r.randrange(50_000):05d}" for _ in range(4)]
             ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock[s]))
             event = {
-                "kind": "search", "event_id": f"ev-{i:08d}", "ts": f"{ts}.{i % 1000:03d}Z",
-                "session_id": f"ses_{s:05d}", "agent_id": "agent-bench", "org_id": "org_bench",
-                "project_id": "proj_bench", "query": query, "result_ids": ids,
+                "kind": "search",
+                "event_id": f"ev-{i:08d}",
+                "ts": f"{ts}.{i % 1000:03d}Z",
+                "session_id": f"ses_{s:05d}",
+                "agent_id": "agent-bench",
+                "org_id": "org_bench",
+                "project_id": "proj_bench",
+                "query": query,
+                "result_ids": ids,
                 "source": "viewer" if 0.90 < roll <= 0.95 else "agent",
             }
             f.write(json.dumps(event, separators=(",", ":")) + "\n")
@@ -96,9 +104,13 @@ def memdiag_end_to_end(settings: Settings, data: Path, n: int, workdir: Path) ->
         t0 = time.monotonic()
         asyncio.run(publish_file(data, settings))
         published = time.monotonic() - t0
-        lag = asyncio.run(wait_drained(settings, settings.app_id, worker_inputs(settings), 600, 0.05))
+        lag = asyncio.run(
+            wait_drained(settings, settings.app_id, worker_inputs(settings), 600, 0.05)
+        )
         assert lag.drained
-        lag = asyncio.run(wait_drained(settings, settings.sink_group, sink_inputs(settings), 600, 0.05))
+        lag = asyncio.run(
+            wait_drained(settings, settings.sink_group, sink_inputs(settings), 600, 0.05)
+        )
         assert lag.drained
     finally:
         for child in (sink, worker):
@@ -116,8 +128,14 @@ def memdiag_end_to_end(settings: Settings, data: Path, n: int, workdir: Path) ->
         con.close()
     assert rows == n, f"{rows} rows for {n} events"
     seconds = last - t0_wall
-    return {"events_per_s": n / seconds, "seconds": seconds, "publish_s": published,
-            "p50_ms": p50 * 1000, "p99_ms": p99 * 1000, "worker_ready_s": worker_ready_s}
+    return {
+        "events_per_s": n / seconds,
+        "seconds": seconds,
+        "publish_s": published,
+        "p50_ms": p50 * 1000,
+        "p99_ms": p99 * 1000,
+        "worker_ready_s": worker_ready_s,
+    }
 
 
 def memdiag_worker_stage(settings: Settings, n: int, workdir: Path) -> dict:
@@ -166,10 +184,18 @@ def followup_over_dict(last: dict, events: list) -> list:
 def bare_loop(settings: Settings, n: int) -> dict:
     async def go() -> dict:
         tps, ends = await _backlog(settings)
-        c = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
-                             fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
-        p = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, linger_ms=5,
-                             max_batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024)
+        c = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers,
+            enable_auto_commit=False,
+            fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+        )
+        p = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers,
+            linger_ms=5,
+            max_batch_size=1024 * 1024,
+            max_request_size=8 * 1024 * 1024,
+        )
         await c.start()
         await p.start()
         c.assign(tps)
@@ -227,8 +253,16 @@ def quix(settings: Settings, n: int, workdir: Path) -> dict:
         verdicts = followup_over_dict(last, events)
         remembered = last.get(events[0]["session_id"])
         if remembered is not None:
-            state.set("last", [remembered.ts_us, remembered.seq, remembered.event_id,
-                               remembered.query_key, list(remembered.result_ids)])
+            state.set(
+                "last",
+                [
+                    remembered.ts_us,
+                    remembered.seq,
+                    remembered.event_id,
+                    remembered.query_key,
+                    list(remembered.result_ids),
+                ],
+            )
         marks["seen"] += len(events)
         if marks["seen"] >= n:
             marks["done"] = time.monotonic()
@@ -239,11 +273,16 @@ def quix(settings: Settings, n: int, workdir: Path) -> dict:
     sdf = sdf.apply(rule, stateful=True)
     sdf.to_topic(out)
     app.run()
-    return {"events_per_s": n / (marks["done"] - marks["t0"]), "seconds": marks["done"] - marks["t0"]}
+    return {
+        "events_per_s": n / (marks["done"] - marks["t0"]),
+        "seconds": marks["done"] - marks["t0"],
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--no-quix", action="store_true")
@@ -254,14 +293,23 @@ def main() -> int:
         data = workdir / "events.jsonl"
         make_events(data, args.events, args.sessions)
         size = data.stat().st_size
-        print(f"{args.events:,} events, {args.sessions:,} sessions, {size / args.events:.0f} bytes/event",
-              file=sys.stderr)
+        print(
+            f"{args.events:,} events, {args.sessions:,} sessions, {size / args.events:.0f} bytes/event",
+            file=sys.stderr,
+        )
         with EmbeddedBroker() as broker:
             run = uuid.uuid4().hex[:6]
-            settings = Settings.from_env({}, broker=broker.url, topic_prefix=f"bench{run}.",
-                                         app_id=f"bench-{run}", sink_group=f"bench-sink-{run}",
-                                         duckdb_path=str(workdir / "bench.duckdb"))
-            results = {"memdiag_end_to_end": memdiag_end_to_end(settings, data, args.events, workdir)}
+            settings = Settings.from_env(
+                {},
+                broker=broker.url,
+                topic_prefix=f"bench{run}.",
+                app_id=f"bench-{run}",
+                sink_group=f"bench-sink-{run}",
+                duckdb_path=str(workdir / "bench.duckdb"),
+            )
+            results = {
+                "memdiag_end_to_end": memdiag_end_to_end(settings, data, args.events, workdir)
+            }
             print("memdiag end to end done", file=sys.stderr)
             results["memdiag_worker_stage"] = memdiag_worker_stage(settings, args.events, workdir)
             print("memdiag worker stage done", file=sys.stderr)
@@ -289,8 +337,10 @@ def main() -> int:
     print(f"\n{'contender':<24}{'events/s':>12}{'seconds':>10}")
     for name, r in results.items():
         print(f"{name:<24}{r['events_per_s']:>12,.0f}{r['seconds']:>10.2f}")
-    print(f"\nmemdiag end to end: publish -> row latency p50 {e2e['p50_ms']:.0f} ms, "
-          f"p99 {e2e['p99_ms']:.0f} ms; worker start-to-ready {e2e['worker_ready_s']:.2f} s")
+    print(
+        f"\nmemdiag end to end: publish -> row latency p50 {e2e['p50_ms']:.0f} ms, "
+        f"p99 {e2e['p99_ms']:.0f} ms; worker start-to-ready {e2e['worker_ready_s']:.2f} s"
+    )
     for name, value in ratios.items():
         print(f"ratio {name:<28} {value:.2f}")
     return 0

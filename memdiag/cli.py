@@ -123,7 +123,7 @@ def _print_run_report(r: dict[str, Any]) -> None:
         "[dim]followup rate: a live proxy for 'the first results did not satisfy'; it also "
         "counts genuine query refinement.[/dim]"
     )
-    out.print(f"[dim]query it: duckdb -readonly {r['db']} \"SELECT * FROM followup_rate\"[/dim]")
+    out.print(f'[dim]query it: duckdb -readonly {r["db"]} "SELECT * FROM followup_rate"[/dim]')  # noqa: S608 - a hint printed for the user, not executed
 
 
 def sample_path() -> Path:

@@ -79,9 +79,7 @@ async def true_end_offsets(
     ends = dict(reported)
     if not tps:
         return ends
-    reader = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None
-    )
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await reader.start()
     try:
         reader.assign(tps)
@@ -140,8 +138,9 @@ class LagProbe:
 
     async def lag(self) -> Lag:
         consumer = self._consumer
-        assert consumer is not None, "use LagProbe as an async context manager"
-        tps = []
+        if consumer is None:
+            raise RuntimeError("use LagProbe as an async context manager")
+        tps: list[TopicPartition] = []
         for topic in self.topics:
             parts = consumer.partitions_for_topic(topic)
             if not parts:

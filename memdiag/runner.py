@@ -170,7 +170,8 @@ def summary(db_path: str) -> dict[str, Any]:
         ).fetchall()
     finally:
         con.close()
-    assert searches is not None and rate is not None
+    if searches is None or rate is None:  # aggregates always return a row
+        raise RuntimeError(f"unexpected empty aggregate from {db_path}")
     return {
         "searches": searches[0],
         "agent_searches": rate[0],

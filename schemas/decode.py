@@ -194,12 +194,21 @@ def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any])
         where = "" if path == "(event)" else f" in {path}"
         return MISSING_FIELD, f"missing required field {missing}{where}"
     if rule == "type":
-        return WRONG_TYPE, f"{path} must be {_expected(exc.rule_definition)}, got {_json_type(exc.value)}"
+        return (
+            WRONG_TYPE,
+            f"{path} must be {_expected(exc.rule_definition)}, got {_json_type(exc.value)}",
+        )
     if rule == "pattern" and path == "ts":
-        return BAD_TS, f"ts {exc.value!r} is not RFC 3339 with an offset (e.g. 2026-11-21T09:30:00.250Z)"
+        return (
+            BAD_TS,
+            f"ts {exc.value!r} is not RFC 3339 with an offset (e.g. 2026-11-21T09:30:00.250Z)",
+        )
     if rule == "maxLength":
         label = ID_TOO_LONG if path.endswith("id") else BAD_VALUE
-        return label, f"{path} is {len(exc.value)} characters, over the limit of {exc.rule_definition}"
+        return (
+            label,
+            f"{path} is {len(exc.value)} characters, over the limit of {exc.rule_definition}",
+        )
     if rule == "minLength":
         return BAD_VALUE, f"{path} must not be empty"
     if rule in ("enum", "const"):

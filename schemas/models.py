@@ -21,9 +21,7 @@ def ts_to_us(dt: datetime) -> int:
 
 
 def us_to_datetime(ts_us: int) -> datetime:
-    return datetime.fromtimestamp(ts_us // 1_000_000, tz=UTC).replace(
-        microsecond=ts_us % 1_000_000
-    )
+    return datetime.fromtimestamp(ts_us // 1_000_000, tz=UTC).replace(microsecond=ts_us % 1_000_000)
 
 
 def format_ts(ts_us: int) -> str:

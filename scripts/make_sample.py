@@ -90,8 +90,15 @@ class Sample:
 
         def search(query: str, result_ids: list[str], source: str = "agent") -> None:
             events.append(
-                {"kind": "search", "event_id": self.event_id(), "ts": ts(t), **scope,
-                 "query": query, "result_ids": result_ids, "source": source}
+                {
+                    "kind": "search",
+                    "event_id": self.event_id(),
+                    "ts": ts(t),
+                    **scope,
+                    "query": query,
+                    "result_ids": result_ids,
+                    "source": source,
+                }
             )
 
         query = r.choice(TOPICS[topic])
@@ -128,20 +135,36 @@ class Sample:
             t += timedelta(seconds=r.uniform(0.5, 3))
             ids = r.sample(sorted(injected), r.randint(2, 4))
             events.append(
-                {"kind": "injection", "event_id": self.event_id(), "ts": ts(t), **scope,
-                 "turn_id": f"t{turn + 1}",
-                 "observations": [{"id": o, "content": injected[o]} for o in ids],
-                 "graph_entity_ids": [f"node_{topic}_{r.randint(1, 5)}"],
-                 "graph_edge_keys": [{"source_id": f"node_{topic}_1", "target_id":
-                                      f"node_{topic}_2", "relationship": "DEPENDS_ON"}]}
+                {
+                    "kind": "injection",
+                    "event_id": self.event_id(),
+                    "ts": ts(t),
+                    **scope,
+                    "turn_id": f"t{turn + 1}",
+                    "observations": [{"id": o, "content": injected[o]} for o in ids],
+                    "graph_entity_ids": [f"node_{topic}_{r.randint(1, 5)}"],
+                    "graph_edge_keys": [
+                        {
+                            "source_id": f"node_{topic}_1",
+                            "target_id": f"node_{topic}_2",
+                            "relationship": "DEPENDS_ON",
+                        }
+                    ],
+                }
             )
             used = [injected[o] for o in ids if r.random() < 0.5]
             filler = " ".join(r.sample(WORDS[topic].split(), 3))
             text = (" ".join(used) + f" I will look at the {filler} next.").strip()
             t += timedelta(seconds=r.uniform(5, 40))
             events.append(
-                {"kind": "response", "event_id": self.event_id(), "ts": ts(t), **scope,
-                 "turn_id": f"t{turn + 1}", "text": text}
+                {
+                    "kind": "response",
+                    "event_id": self.event_id(),
+                    "ts": ts(t),
+                    **scope,
+                    "turn_id": f"t{turn + 1}",
+                    "text": text,
+                }
             )
         t += timedelta(seconds=r.uniform(30, 600))
         outcome = r.choices(["accepted", "rejected", "rework"], [0.6, 0.25, 0.15])[0]
@@ -151,38 +174,92 @@ class Sample:
         if outcome != "accepted":
             failure = r.choice(["test", "style", "regression", "incomplete", "approach", "other"])
             if failure == "test":
-                calls.append({"tool": r.choice(TEST_TOOLS), "file": f"tests/test_{topic}.py",
-                              "success": False})
-                errors.append({"message": "2 tests failed", "tool": calls[-1]["tool"],
-                               "recoverable": False})
+                calls.append(
+                    {
+                        "tool": r.choice(TEST_TOOLS),
+                        "file": f"tests/test_{topic}.py",
+                        "success": False,
+                    }
+                )
+                errors.append(
+                    {"message": "2 tests failed", "tool": calls[-1]["tool"], "recoverable": False}
+                )
             elif failure == "style":
-                errors.append({"message": "eslint: 3 problems", "tool": "lint",
-                               "recoverable": True})
+                errors.append(
+                    {"message": "eslint: 3 problems", "tool": "lint", "recoverable": True}
+                )
             elif failure == "regression":
-                errors.append({"message": "this broke the checkout flow", "tool": "bash",
-                               "recoverable": False})
+                errors.append(
+                    {
+                        "message": "this broke the checkout flow",
+                        "tool": "bash",
+                        "recoverable": False,
+                    }
+                )
             elif failure == "incomplete":
                 files = []
             elif failure == "approach":
-                errors.append({"message": "reviewer: wrong abstraction", "tool": "review",
-                               "recoverable": True})
+                errors.append(
+                    {
+                        "message": "reviewer: wrong abstraction",
+                        "tool": "review",
+                        "recoverable": True,
+                    }
+                )
         events.append(
-            {"kind": "session_outcome", "event_id": self.event_id(), "ts": ts(t), **scope,
-             "outcome": outcome, "tool_calls": calls, "files_modified": files, "errors": errors}
+            {
+                "kind": "session_outcome",
+                "event_id": self.event_id(),
+                "ts": ts(t),
+                **scope,
+                "outcome": outcome,
+                "tool_calls": calls,
+                "files_modified": files,
+                "errors": errors,
+            }
         )
         return events
 
 
 BAD_LINES = [
     "this line is not JSON",
-    json.dumps({"kind": "search", "event_id": "bad-1", "session_id": "ses_0001",
-                "ts": "2026-11-21T08:00:01Z", "result_ids": []}),  # no query
-    json.dumps({"kind": "search", "event_id": "bad-2", "session_id": "ses_0002",
-                "ts": "yesterday", "query": "x", "result_ids": []}),  # bad ts
-    json.dumps({"kind": "click", "event_id": "bad-3", "session_id": "ses_0003",
-                "ts": "2026-11-21T08:00:01Z"}),  # unknown kind
-    json.dumps({"kind": "response", "event_id": "x" * 200, "session_id": "ses_0004",
-                "ts": "2026-11-21T08:00:01Z", "turn_id": "t1", "text": "hi"}),  # id too long
+    json.dumps(
+        {
+            "kind": "search",
+            "event_id": "bad-1",
+            "session_id": "ses_0001",
+            "ts": "2026-11-21T08:00:01Z",
+            "result_ids": [],
+        }
+    ),  # no query
+    json.dumps(
+        {
+            "kind": "search",
+            "event_id": "bad-2",
+            "session_id": "ses_0002",
+            "ts": "yesterday",
+            "query": "x",
+            "result_ids": [],
+        }
+    ),  # bad ts
+    json.dumps(
+        {
+            "kind": "click",
+            "event_id": "bad-3",
+            "session_id": "ses_0003",
+            "ts": "2026-11-21T08:00:01Z",
+        }
+    ),  # unknown kind
+    json.dumps(
+        {
+            "kind": "response",
+            "event_id": "x" * 200,
+            "session_id": "ses_0004",
+            "ts": "2026-11-21T08:00:01Z",
+            "turn_id": "t1",
+            "text": "hi",
+        }
+    ),  # id too long
 ]
 
 
@@ -198,7 +275,9 @@ def make(sessions: int, seed: int) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out", type=Path)
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--seed", type=int, default=20261121)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from typing import Any
 
 import orjson
 from aiokafka.partitioner import murmur2
@@ -53,11 +54,11 @@ async def _send(out: Output, topic: str, partition: int, offset: int) -> None:
         counters.add_all(out.counts)
 
 
-@app.on_partitions_assigned.connect
-async def _on_assigned(sender: object, assigned: object, **kwargs: object) -> None:
+@app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode types receivers oddly
+async def _on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
     processor.partitions_changed()
 
 
-@app.on_rebalance_complete.connect
-async def _on_ready(sender: object, **kwargs: object) -> None:
+@app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
+async def _on_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
     log.info("memdiag worker ready: partitions assigned and state recovered")

@@ -30,7 +30,7 @@ def patch_faust_highwaters(bootstrap: str) -> None:
 
     async def _highwaters(self: Any, partitions: list[Any]) -> Mapping[Any, int]:
         if self.consumer.in_transaction:
-            return await original(self, partitions)  # type: ignore[no-any-return]
+            return await original(self, partitions)
         consumer = self._ensure_consumer()
         reported = await consumer.end_offsets(partitions)
         tps = {TopicPartition(tp.topic, tp.partition): tp for tp in partitions}
@@ -41,5 +41,5 @@ def patch_faust_highwaters(bootstrap: str) -> None:
         )
         return {tps[tp]: off for tp, off in fixed.items()}
 
-    driver.AIOKafkaConsumerThread._highwaters = _highwaters
+    driver.AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
     _PATCHED = True

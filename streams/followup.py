@@ -74,9 +74,7 @@ class Verdict:
         return None if self.gap_us is None else self.gap_us / 1_000_000
 
 
-def judge(
-    prev: Remembered | None, cur: Remembered, window_us: int, retention_us: int
-) -> Verdict:
+def judge(prev: Remembered | None, cur: Remembered, window_us: int, retention_us: int) -> Verdict:
     """The verdict on ``cur`` given the session's remembered search ``prev``."""
     if prev is None or cur.ts_us - prev.ts_us > retention_us:
         return Verdict(cur.event_id, False, None, None)

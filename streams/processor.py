@@ -89,7 +89,9 @@ class SessionState:
         return cls(d["p"], d["t"], SearchHistory.from_state(d.get("s")))
 
     def dumps(self) -> bytes:
-        return orjson.dumps({"p": self.partition, "t": self.newest_ts_us, "s": self.searches.to_state()})
+        return orjson.dumps(
+            {"p": self.partition, "t": self.newest_ts_us, "s": self.searches.to_state()}
+        )
 
 
 StateStore = MutableMapping[str, bytes]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from memdiag.kafka import ensure_topics
 from memdiag.settings import Settings
@@ -29,8 +30,8 @@ def main(settings: Settings) -> None:
     install_meter_provider("memdiag-worker")
     patch_faust_highwaters(settings.bootstrap_servers)
 
-    @app_module.app.on_rebalance_complete.connect
-    async def _log_ready(sender: object, **kwargs: object) -> None:
+    @app_module.app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
+    async def _log_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         log.info("memdiag worker start-to-ready %.2fs", time.monotonic() - started)
 
     worker = faust.Worker(

@@ -16,11 +16,16 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples" / "events.jsonl"
 
 
-def memdiag(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def memdiag(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIAG_")}
     return subprocess.run(
         [sys.executable, "-m", "memdiag.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**clean, **(env or {})},
     )
 
 
@@ -75,18 +80,24 @@ def test_help_explains_every_command() -> None:
     for command in ("run", "demo", "worker", "sink", "publish"):
         assert command in result.stdout
     run_help = memdiag("run", "--help")
-    assert "--input" in run_help.stdout and "--db" in run_help.stdout and "--json" in run_help.stdout
+    assert (
+        "--input" in run_help.stdout and "--db" in run_help.stdout and "--json" in run_help.stdout
+    )
 
 
 def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
-    result = memdiag("run", "--input", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "x.duckdb"))
+    result = memdiag(
+        "run", "--input", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "x.duckdb")
+    )
     assert result.returncode == 1
     assert "no such input file" in result.stderr
 
 
 def test_bad_configuration_is_refused_at_start(small_file: Path, tmp_path: Path) -> None:
     result = memdiag(
-        "run", "--input", str(small_file),
+        "run",
+        "--input",
+        str(small_file),
         env={"AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS": "90000"},
     )
     assert result.returncode == 2

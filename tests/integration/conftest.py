@@ -83,7 +83,9 @@ class Pipeline:
             procs.stop(child.proc)
             child.log_file.close()
 
-    def publish(self, messages: list[tuple[bytes | None, object]], topic: str | None = None) -> None:
+    def publish(
+        self, messages: list[tuple[bytes | None, object]], topic: str | None = None
+    ) -> None:
         """Each (key, value): value is an event dict, a list of them (a batch) or raw bytes."""
 
         async def go() -> None:

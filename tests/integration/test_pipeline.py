@@ -10,8 +10,15 @@ pytestmark = pytest.mark.integration
 
 
 def search(eid: str, sid: str, ts: str, query: str, ids: list[str], **kw) -> dict:
-    return {"kind": "search", "event_id": eid, "session_id": sid, "ts": ts, "query": query,
-            "result_ids": ids, **kw}
+    return {
+        "kind": "search",
+        "event_id": eid,
+        "session_id": sid,
+        "ts": ts,
+        "query": query,
+        "result_ids": ids,
+        **kw,
+    }
 
 
 def session_events(sid: str) -> list[dict]:
@@ -72,8 +79,21 @@ def test_a_bad_event_between_good_ones_is_dead_lettered_and_the_rest_processed(
         [
             (sid.encode(), good[0]),
             (sid.encode(), b"{this is not json"),
-            (sid.encode(), [good[1], {"kind": "search", "event_id": "no-ts", "session_id": sid}, good[2]]),
-            (None, {"kind": "search", "event_id": "x" * 200, "session_id": sid, "ts": "2026-11-21T09:30:00Z", "query": "q", "result_ids": []}),
+            (
+                sid.encode(),
+                [good[1], {"kind": "search", "event_id": "no-ts", "session_id": sid}, good[2]],
+            ),
+            (
+                None,
+                {
+                    "kind": "search",
+                    "event_id": "x" * 200,
+                    "session_id": sid,
+                    "ts": "2026-11-21T09:30:00Z",
+                    "query": "q",
+                    "result_ids": [],
+                },
+            ),
             (sid.encode(), good[3:]),
         ]
     )

@@ -99,9 +99,7 @@ def test_verdict_matches_the_contract_definition(
     prev = Remembered(0, 0, "a", query_key(q1), a)
     cur = Remembered(gap_ms * 1000, 1, "b", query_key(q2), b)
     expected = (
-        0 <= gap_ms <= 30_000
-        and q1.strip().lower() != q2.strip().lower()
-        and not (set(a) & set(b))
+        0 <= gap_ms <= 30_000 and q1.strip().lower() != q2.strip().lower() and not (set(a) & set(b))
     )
     assert judge(prev, cur, WINDOW, RETENTION).is_followup is expected
 

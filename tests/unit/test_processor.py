@@ -21,8 +21,15 @@ SETTINGS = Settings()
 
 
 def search(eid: str, ts: str, query: str, ids: list[str], sid: str = "s1", **kw) -> dict:
-    return {"kind": "search", "event_id": eid, "ts": ts, "session_id": sid, "query": query,
-            "result_ids": ids, **kw}
+    return {
+        "kind": "search",
+        "event_id": eid,
+        "ts": ts,
+        "session_id": sid,
+        "query": query,
+        "result_ids": ids,
+        **kw,
+    }
 
 
 def msg(value, partition: int = 0, offset: int = 0, key: bytes | None = b"s1") -> InMessage:
@@ -46,13 +53,19 @@ def test_followup_pair_in_one_batch_writes_state_once() -> None:
 
     store = Counting()
     out = p.process(
-        msg([search("a", "2026-11-21T09:30:00Z", "auth flow", ["o1"]),
-             search("b", "2026-11-21T09:30:12.250Z", "auth expiry", ["o2"]),
-             search("c", "2026-11-21T09:30:13Z", "x", ["o3"], source="viewer")]),
+        msg(
+            [
+                search("a", "2026-11-21T09:30:00Z", "auth flow", ["o1"]),
+                search("b", "2026-11-21T09:30:12.250Z", "auth expiry", ["o2"]),
+                search("c", "2026-11-21T09:30:13Z", "x", ["o3"], source="viewer"),
+            ]
+        ),
         store,
     )
     rows = out.diagnostics["s1"]
-    assert [(r["event_id"], r["is_followup"], r["prev_event_id"], r["gap_seconds"]) for r in rows] == [
+    assert [
+        (r["event_id"], r["is_followup"], r["prev_event_id"], r["gap_seconds"]) for r in rows
+    ] == [
         ("a", False, None, None),
         ("b", True, "a", 12.25),
         ("c", False, None, None),
@@ -86,12 +99,19 @@ def test_events_of_another_partition_are_rerouted_not_processed() -> None:
     p = Processor(SETTINGS, lambda sid: 0 if sid == "here" else 1)
     store: dict[str, bytes] = {}
     out = p.process(
-        msg([search("a", "2026-11-21T09:30:00Z", "q", ["o"], sid="here"),
-             search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)], key=None),
+        msg(
+            [
+                search("a", "2026-11-21T09:30:00Z", "q", ["o"], sid="here"),
+                search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1),
+            ],
+            key=None,
+        ),
         store,
     )
     assert list(out.diagnostics) == ["here"]
-    assert out.reroute == {"there": [search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)]}
+    assert out.reroute == {
+        "there": [search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)]
+    }
     assert list(store) == ["here"]
 
 

@@ -73,7 +73,9 @@ events = st.one_of(
         ts_us,
         scope,
         st.sampled_from(["accepted", "rejected", "rework"]),
-        st.lists(st.builds(ToolCall, text, st.booleans(), st.none() | ident), max_size=3).map(tuple),
+        st.lists(st.builds(ToolCall, text, st.booleans(), st.none() | ident), max_size=3).map(
+            tuple
+        ),
         idlist,
         st.lists(st.builds(SessionError, text, text, st.booleans()), max_size=2).map(tuple),
         idlist,
@@ -108,7 +110,9 @@ def test_models_round_trip_through_the_schema(event) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
     max_leaves=8,
 )
 

@@ -8,8 +8,12 @@ from memdiag.settings import ConfigError, Settings, bootstrap_servers
 def test_defaults_follow_the_contract() -> None:
     s = Settings.from_env({})
     assert s.topics.all() == (
-        "memdiag.events", "memdiag.judgements", "memdiag.diagnostics",
-        "memdiag.weights", "memdiag.counters", "memdiag.deadletter",
+        "memdiag.events",
+        "memdiag.judgements",
+        "memdiag.diagnostics",
+        "memdiag.weights",
+        "memdiag.counters",
+        "memdiag.deadletter",
     )
     assert s.followup_window_seconds == 30 and s.recent_search_retention_hours == 24
     assert s.max_event_bytes == 1024 * 1024 and s.duckdb_path == "memdiag.duckdb"
@@ -23,8 +27,12 @@ def test_prefix_applies_to_every_topic() -> None:
 
 def test_window_longer_than_retention_fails_at_start_up() -> None:
     with pytest.raises(ConfigError, match="longer than MEMDIAG_RECENT_SEARCH_RETENTION_HOURS"):
-        Settings.from_env({"AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS": "7200",
-                           "MEMDIAG_RECENT_SEARCH_RETENTION_HOURS": "1"})
+        Settings.from_env(
+            {
+                "AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS": "7200",
+                "MEMDIAG_RECENT_SEARCH_RETENTION_HOURS": "1",
+            }
+        )
 
 
 def test_bad_values_name_the_variable() -> None:

@@ -12,17 +12,41 @@ from analytics.sink import DuckDBSink
 
 
 def search_row(eid: str, **kw) -> dict:
-    return {"kind": "search", "event_id": eid, "session_id": "s", "ts": "2026-11-21T09:30:00Z",
-            "source": "agent", "result_count": 1, "evaluated": True, "is_followup": False,
-            "prev_event_id": None, "gap_seconds": None, "agent_id": None, "org_id": "o",
-            "project_id": None, **kw}
+    return {
+        "kind": "search",
+        "event_id": eid,
+        "session_id": "s",
+        "ts": "2026-11-21T09:30:00Z",
+        "source": "agent",
+        "result_count": 1,
+        "evaluated": True,
+        "is_followup": False,
+        "prev_event_id": None,
+        "gap_seconds": None,
+        "agent_id": None,
+        "org_id": "o",
+        "project_id": None,
+        **kw,
+    }
 
 
 def dead(did: str, **kw) -> dict:
-    return {"kind": "dead_letter", "dead_letter_id": did, "topic": "memdiag.events",
-            "partition": 0, "offset": 1, "batch_index": 0, "key": None, "reason": "not_json",
-            "detail": "d", "payload": "x", "payload_bytes": 1, "payload_truncated": False,
-            "ts": "2026-11-21T09:30:00Z", **kw}
+    return {
+        "kind": "dead_letter",
+        "dead_letter_id": did,
+        "topic": "memdiag.events",
+        "partition": 0,
+        "offset": 1,
+        "batch_index": 0,
+        "key": None,
+        "reason": "not_json",
+        "detail": "d",
+        "payload": "x",
+        "payload_bytes": 1,
+        "payload_truncated": False,
+        "ts": "2026-11-21T09:30:00Z",
+        **kw,
+    }
 
 
 @pytest.fixture
@@ -41,12 +65,22 @@ def rows(sink: DuckDBSink, sql: str) -> list:
 
 
 def test_redelivery_changes_nothing(sink: DuckDBSink) -> None:
-    batch = [search_row("a"), search_row("b", is_followup=True, prev_event_id="a", gap_seconds=2.0), dead("d1")]
+    batch = [
+        search_row("a"),
+        search_row("b", is_followup=True, prev_event_id="a", gap_seconds=2.0),
+        dead("d1"),
+    ]
     sink.write(batch)
-    before = rows(sink, "SELECT * FROM searches ORDER BY event_id"), rows(sink, "SELECT * FROM dead_letters")
+    before = (
+        rows(sink, "SELECT * FROM searches ORDER BY event_id"),
+        rows(sink, "SELECT * FROM dead_letters"),
+    )
     sink.write(batch)
     sink.write(batch + batch)  # duplicates inside one batch too
-    after = rows(sink, "SELECT * FROM searches ORDER BY event_id"), rows(sink, "SELECT * FROM dead_letters")
+    after = (
+        rows(sink, "SELECT * FROM searches ORDER BY event_id"),
+        rows(sink, "SELECT * FROM dead_letters"),
+    )
     assert before == after
     assert len(after[0]) == 2 and len(after[1]) == 1
 
@@ -58,15 +92,31 @@ def test_first_dead_letter_sighting_stands(sink: DuckDBSink) -> None:
 
 
 def test_correction_rewrites_the_verdict_after_the_row(sink: DuckDBSink) -> None:
-    sink.write([
-        search_row("c"),
-        {"kind": "search_correction", "event_id": "c", "is_followup": True, "prev_event_id": "b", "gap_seconds": 3.5},
-    ])
-    assert rows(sink, "SELECT is_followup, prev_event_id, gap_seconds FROM searches") == [(True, "b", 3.5)]
+    sink.write(
+        [
+            search_row("c"),
+            {
+                "kind": "search_correction",
+                "event_id": "c",
+                "is_followup": True,
+                "prev_event_id": "b",
+                "gap_seconds": 3.5,
+            },
+        ]
+    )
+    assert rows(sink, "SELECT is_followup, prev_event_id, gap_seconds FROM searches") == [
+        (True, "b", 3.5)
+    ]
 
 
 def test_views_exist_and_compute(sink: DuckDBSink) -> None:
-    sink.write([search_row("a"), search_row("b", is_followup=True), search_row("v", source="viewer", evaluated=False)])
+    sink.write(
+        [
+            search_row("a"),
+            search_row("b", is_followup=True),
+            search_row("v", source="viewer", evaluated=False),
+        ]
+    )
     assert rows(sink, "SELECT agent_searches, followups, rate FROM followup_rate") == [(2, 1, 0.5)]
 
 
