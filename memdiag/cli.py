@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from importlib import resources
 from pathlib import Path
@@ -306,9 +307,15 @@ def _common_run(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops `run` in order, like Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("run", "demo", "publish"):
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
