@@ -47,17 +47,37 @@ def _say(args: argparse.Namespace) -> Any:
     return say
 
 
-def _progress(args: argparse.Namespace, label: str) -> Progress | None:
-    if getattr(args, "quiet", False) or not err.is_terminal:
-        return None
-    return Progress(
-        TextColumn(f"[bold]{label}[/bold]"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    )
+class _FileProgress:
+    """A progress bar over a file's bytes on stderr; silent with --quiet or off a terminal."""
+
+    def __init__(self, args: argparse.Namespace, label: str):
+        self._bar: Progress | None = None
+        if not getattr(args, "quiet", False) and err.is_terminal:
+            self._bar = Progress(
+                TextColumn(f"[bold]{label}[/bold]"),
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            )
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        if self._task is None:
+            self._task = self._bar.add_task("", total=total)
+        self._bar.update(self._task, completed=done)
+
+    def __enter__(self) -> _FileProgress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 def _print_json(data: Any) -> None:
@@ -71,24 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from memdiag.runner import run_pipeline, summary
 
     settings = _settings(args)
-    progress = _progress(args, "publishing")
-    task = None
-
-    def on_progress(done: int, total: int) -> None:
-        nonlocal task
-        if progress is None:
-            return
-        if task is None:
-            task = progress.add_task("publish", total=total)
-        progress.update(task, completed=done)
-
-    if progress is not None:
-        progress.start()
-    try:
-        result = run_pipeline(Path(args.input), settings, _say(args), on_progress, args.timeout)
-    finally:
-        if progress is not None:
-            progress.stop()
+    with _FileProgress(args, "publishing") as progress:
+        result = run_pipeline(Path(args.input), settings, _say(args), progress, args.timeout)
     figures = summary(result.db_path)
     report = {
         "input": str(args.input),
@@ -168,28 +172,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if not path.is_file():
         err.print(f"[red]error:[/red] no such file: {path}")
         return 2
-    progress = _progress(args, f"publishing {path.name}")
-    task = None
 
-    def on_progress(done: int, total: int) -> None:
-        nonlocal task
-        if progress is None:
-            return
-        if task is None:
-            task = progress.add_task("publish", total=total)
-        progress.update(task, completed=done)
-
-    async def go() -> Any:
+    async def go(progress: _FileProgress) -> Any:
         await ensure_topics(settings)
-        return await publish_file(path, settings, batch_size=args.batch_size, progress=on_progress)
+        return await publish_file(path, settings, batch_size=args.batch_size, progress=progress)
 
-    if progress is not None:
-        progress.start()
-    try:
-        stats = asyncio.run(go())
-    finally:
-        if progress is not None:
-            progress.stop()
+    with _FileProgress(args, f"publishing {path.name}") as progress:
+        stats = asyncio.run(go(progress))
     result = {
         "file": str(path),
         "broker": settings.broker,

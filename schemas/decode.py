@@ -142,7 +142,7 @@ class Decoder:
             reason, detail = problem
             rejected.append(Rejected(index, reason, detail, payload or _dumps(item)))
             return
-        ts_us = _parse_ts(item["ts"])
+        ts_us = _iso_to_us(item["ts"])  # the schema's pattern has checked the shape
         if ts_us is None:
             rejected.append(
                 Rejected(
@@ -250,6 +250,11 @@ def _json_type(value: Any) -> str:
 def _parse_ts(value: str) -> int | None:
     if not _RFC3339.fullmatch(value):
         return None
+    return _iso_to_us(value)
+
+
+def _iso_to_us(value: str) -> int | None:
+    """Microseconds of an RFC 3339-shaped string; ``None`` if it is no real date-time."""
     try:
         dt = datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
     except ValueError:
