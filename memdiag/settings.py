@@ -210,16 +210,6 @@ class Settings:
         return out
 
 
-def env_var(field_name: str) -> str:
-    """The environment variable of a settings field (used by docs and the compose test)."""
-    return _ENV[field_name][0]
-
-
-def defaults_by_env() -> dict[str, str]:
-    """Every environment variable with its default, as a string."""
-    return Settings().as_env()
-
-
 def bootstrap_servers(url: str) -> str:
     hosts = []
     for part in url.replace(";", ",").split(","):

@@ -247,7 +247,8 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _parse_ts(value: str) -> int | None:
+def parse_ts(value: str) -> int | None:
+    """Microseconds since the epoch of an RFC 3339 string, or ``None`` if it is not one."""
     if not _RFC3339.fullmatch(value):
         return None
     return _iso_to_us(value)
@@ -262,11 +263,6 @@ def _iso_to_us(value: str) -> int | None:
     if dt.tzinfo is None:
         return None
     return ts_to_us(dt)
-
-
-def parse_ts(value: str) -> int | None:
-    """Microseconds since the epoch of an RFC 3339 string, or ``None`` if it is not one."""
-    return _parse_ts(value)
 
 
 def _dumps(item: Any) -> bytes:
