@@ -14,14 +14,20 @@ import logging
 import time
 from typing import Any
 
+import duckdb
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from analytics.db import DatabaseError
 from analytics.sink import DuckDBSink
 from memdiag.settings import Settings
 from schemas.decode import NOT_AN_EVENT, NOT_JSON, Rejected
-from streams.processor import InMessage, dead_letter_record
+from schemas.models import format_ts
+from streams.processor import InMessage, dead_letter_id, dead_letter_record
+
+#: reason of a record the worker produced but DuckDB refused (a bug or a foreign producer)
+SINK_REJECTED = "sink_rejected"
 
 log = logging.getLogger("memdiag.sink")
 
@@ -119,6 +125,31 @@ class SinkRunner:
         record = dead_letter_record(msg, Rejected(i, reason, detail, payload), self.settings)
         self.sink.add({"kind": "dead_letter", **record})
 
+    def _rejected(self, record: dict[str, Any], error: str) -> dict[str, Any]:
+        """The dead letter of a record DuckDB refused (the source offset is not known)."""
+        topic = (
+            self.settings.topics.deadletter
+            if record.get("kind") == "dead_letter"
+            else self.settings.topics.diagnostics
+        )
+        payload = orjson.dumps(record, default=str)
+        limit = self.settings.deadletter_payload_bytes
+        return {
+            "kind": "dead_letter",
+            "dead_letter_id": dead_letter_id(topic, payload, self.settings.topic_prefix),
+            "topic": topic,
+            "partition": None,
+            "offset": None,
+            "batch_index": None,
+            "key": None,
+            "reason": SINK_REJECTED,
+            "detail": f"DuckDB refused this record: {error}",
+            "payload": payload[:limit].decode("utf-8", "replace"),
+            "payload_bytes": len(payload),
+            "payload_truncated": len(payload) > limit,
+            "ts": format_ts(time.time_ns() // 1000),
+        }
+
     async def flush_and_commit(self) -> None:
         if self._first_pending_at is None:
             return
@@ -126,9 +157,14 @@ class SinkRunner:
             try:
                 written = await asyncio.to_thread(self.sink.flush)
                 break
-            except Exception:  # noqa: BLE001 - keep the batch, retry; offsets stay uncommitted
+            except (duckdb.IOException, DatabaseError):
+                # the file is locked or unwritable: keep the batch, retry; nothing committed
                 log.exception("sink flush failed; retrying in 1s (nothing was committed)")
                 await asyncio.sleep(1.0)
+            except Exception:  # noqa: BLE001 - bad data: isolate it instead of stalling
+                log.exception("sink batch refused; writing it record by record")
+                written = await asyncio.to_thread(self.sink.flush_isolating, self._rejected)
+                break
         if self.consumer is not None:
             await self.consumer.commit()
         self._first_pending_at = None

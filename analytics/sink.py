@@ -9,7 +9,7 @@ nothing. The file is opened per flush (see :mod:`analytics.db`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,7 @@ class DuckDBSink:
         self._buffers: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SPECS}
         self._pending = 0
         self.rows_written = 0
+        self.rows_rejected = 0
         self.unknown_kinds: dict[str, int] = {}
 
     def init(self) -> None:
@@ -138,11 +139,53 @@ class DuckDBSink:
             raise
         finally:
             con.close()
+        self._clear()
+        self.rows_written += written
+        return written
+
+    def flush_isolating(self, reject: Callable[[dict[str, Any], str], dict[str, Any]]) -> int:
+        """Write the buffer record by record, after :meth:`flush` failed on bad data.
+
+        Each record gets its own transaction; one DuckDB (or Arrow) refuses becomes the
+        dead-letter record ``reject(record, error)`` instead, so a single malformed record
+        can neither stall the sink nor take good records down with it. Slow, and only
+        used on that failure path.
+        """
+        con = connect(self.path, timeout=self.lock_timeout)
+        written = 0
+        rejected: list[dict[str, Any]] = []
+        try:
+            for kind, spec in SPECS.items():
+                for record in self._buffers[kind]:
+                    con.execute("BEGIN TRANSACTION")
+                    try:
+                        _write_table(con, spec, [record])
+                        con.execute("COMMIT")
+                        written += 1
+                    except (
+                        duckdb.Error,
+                        pa.ArrowException,
+                        KeyError,
+                        TypeError,
+                        ValueError,
+                    ) as exc:
+                        con.execute("ROLLBACK")
+                        rejected.append(reject(record, f"{type(exc).__name__}: {exc}"))
+            if rejected:
+                con.execute("BEGIN TRANSACTION")
+                written += _write_table(con, SPECS["dead_letter"], rejected)
+                con.execute("COMMIT")
+        finally:
+            con.close()
+        self._clear()
+        self.rows_written += written
+        self.rows_rejected += len(rejected)
+        return written
+
+    def _clear(self) -> None:
         for buffer in self._buffers.values():
             buffer.clear()
         self._pending = 0
-        self.rows_written += written
-        return written
 
 
 def _write_table(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from analytics.db import DatabaseError, connect
@@ -143,3 +144,46 @@ def test_reader_waits_for_the_writer_lock(sink: DuckDBSink) -> None:
     sink.write([search_row("a")])
     con = connect(sink.path, read_only=True, timeout=1)
     con.close()
+
+
+def test_a_poison_record_is_isolated_and_dead_lettered(tmp_path: Path) -> None:
+    from analytics.consumer import SINK_REJECTED, SinkRunner
+    from memdiag.settings import Settings
+
+    settings = Settings().with_(duckdb_path=str(tmp_path / "p.duckdb"))
+    runner = SinkRunner(settings)  # connects to nothing until run()
+    runner.sink.init()
+    good = [search_row("a"), search_row("b")]
+    for record in [good[0], {"kind": "search", "ts": "garbage"}, good[1], dead("d1")]:
+        runner.sink.add(record)
+    with pytest.raises(KeyError):
+        runner.sink.flush()  # the batch as a whole is refused...
+    written = runner.sink.flush_isolating(runner._rejected)  # ...record by record it is not
+    assert written == 4 and runner.sink.rows_rejected == 1 and runner.sink.pending == 0
+    assert rows(runner.sink, "SELECT event_id FROM searches ORDER BY 1") == [("a",), ("b",)]
+    bad = rows(
+        runner.sink,
+        "SELECT topic, reason, detail LIKE 'DuckDB refused%', payload FROM dead_letters "
+        "WHERE reason = 'sink_rejected'",
+    )
+    assert bad == [("memdiag.diagnostics", SINK_REJECTED, True, '{"kind":"search","ts":"garbage"}')]
+    # the same poison again (a redelivery) is the same dead letter, not a second one
+    runner.sink.add({"kind": "search", "ts": "garbage"})
+    runner.sink.flush_isolating(runner._rejected)
+    assert rows(runner.sink, "SELECT count(*) FROM dead_letters") == [(2,)]
+
+
+def test_a_wrongly_typed_value_is_isolated_too(sink: DuckDBSink) -> None:
+    sink.add(search_row("a"))
+    sink.add(search_row("b", result_count="many"))
+    with pytest.raises(pa.ArrowException):
+        sink.flush()
+    reasons: list[str] = []
+
+    def reject(record: dict, error: str) -> dict:
+        reasons.append(error)
+        return dead("rej-" + record["event_id"], reason="sink_rejected")
+
+    assert sink.flush_isolating(reject) == 2
+    assert rows(sink, "SELECT event_id FROM searches") == [("a",)]
+    assert len(reasons) == 1 and "many" in reasons[0]
