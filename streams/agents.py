@@ -32,7 +32,11 @@ async def process_events(stream: StreamT) -> None:
     async for event in stream.events():
         m = event.message
         msg = InMessage(m.topic, m.partition, m.offset, m.key, m.value, int(m.timestamp * 1000))
-        out = processor.process(msg, sessions)
+        try:
+            out = processor.process(msg, sessions)
+        except Exception as exc:  # noqa: BLE001 - never let one message stop the agent
+            log.exception("failed on %s/%d/%d; dead-lettered", m.topic, m.partition, m.offset)
+            out = processor.failed(msg, exc)
         for session_id in processor.expired(m.partition):
             del sessions[session_id]
         await _send(out, m.topic, m.partition, m.offset)

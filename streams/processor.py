@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,9 @@ FOLLOWUPS = "agentmemory.smart_search.followup_within_window_total"
 DEAD_LETTERS = "memdiag.dead_letter_total"
 
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
+
+#: dead-letter reason of a message whose processing raised (a bug, never bad input)
+PROCESSING_ERROR = "processing_error"
 
 #: How far a partition's event time must advance between two sweeps of expired sessions.
 SWEEP_EVERY_US = 60 * 1_000_000
@@ -203,6 +206,17 @@ class Processor:
             if correction.is_followup:
                 out.counts[(FOLLOWUPS, ())] += 1
 
+    def failed(self, msg: InMessage, exc: BaseException) -> Output:
+        """The output for a message whose processing raised: it is dead-lettered whole
+        (``processing_error``), so the worker goes on and the message does not vanish."""
+        out = Output()
+        detail = (
+            f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
+            "processed. This is a memdiag bug: report it with this payload"
+        )
+        self._dead_letter(msg, Rejected(0, PROCESSING_ERROR, detail, msg.value or b""), out)
+        return out
+
     def _dead_letter(self, msg: InMessage, rejected: Rejected, out: Output) -> None:
         out.deadletters.append((msg.key, dead_letter_record(msg, rejected, self.settings)))
         out.counts[(DEAD_LETTERS, (("reason", rejected.reason),))] += 1
@@ -218,7 +232,7 @@ class Processor:
         index = self._index.get(partition)
         if index is None:
             index = {}
-            for session_id, raw in _items(store):
+            for session_id, raw in list(store.items()):
                 try:
                     state = SessionState.loads(raw)
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -244,10 +258,6 @@ class Processor:
         for sid in gone:
             del index[sid]
         return gone
-
-
-def _items(store: StateStore) -> Iterator[tuple[str, bytes]]:
-    yield from list(store.items())
 
 
 def dead_letter_id(topic: str, payload: bytes, prefix: str) -> str:

@@ -174,3 +174,20 @@ def test_state_is_compact_json() -> None:
     )
     state = orjson.loads(store["s1"])
     assert state["p"] == 0 and "private" not in store["s1"].decode()
+
+
+def test_a_failure_inside_processing_dead_letters_the_message() -> None:
+    p = Processor(SETTINGS, everything_here)
+    store = {"s1": b"not the state format"}  # e.g. written by a future version
+    m = msg(search("a", "2026-11-21T09:30:00Z", "q", ["o"]), offset=5)
+    try:
+        p.process(m, store)
+        raised = None
+    except Exception as exc:  # noqa: BLE001
+        raised = exc
+    assert raised is not None
+    out = p.failed(m, raised)
+    ((key, record),) = out.deadletters
+    assert key == b"s1" and record["reason"] == "processing_error" and record["offset"] == 5
+    assert "memdiag bug" in record["detail"] and record["payload"].startswith("{")
+    assert out.counts[(DEAD_LETTERS, (("reason", "processing_error"),))] == 1
