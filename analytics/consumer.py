@@ -69,7 +69,8 @@ class SinkRunner:
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
         self.consumer.subscribe(
-            [s.topics.diagnostics, s.topics.deadletter], listener=_FlushOnRevoke(self)
+            [s.topics.diagnostics, s.topics.weights, s.topics.deadletter],
+            listener=_FlushOnRevoke(self),
         )
         await self.consumer.start()
         log.info("memdiag sink started: %s -> %s", s.bootstrap_servers, s.duckdb_path)
@@ -127,10 +128,9 @@ class SinkRunner:
 
     def _rejected(self, record: dict[str, Any], error: str) -> dict[str, Any]:
         """The dead letter of a record DuckDB refused (the source offset is not known)."""
-        topic = (
-            self.settings.topics.deadletter
-            if record.get("kind") == "dead_letter"
-            else self.settings.topics.diagnostics
+        topics = self.settings.topics
+        topic = {"dead_letter": topics.deadletter, "observation_weight": topics.weights}.get(
+            str(record.get("kind")), topics.diagnostics
         )
         payload = orjson.dumps(record, default=str)
         limit = self.settings.deadletter_payload_bytes

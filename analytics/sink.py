@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from analytics.db import connect, init_schema, sql
@@ -29,6 +30,7 @@ class TableSpec:
     statement: str  # analytics/sql/<statement>.sql, reading from the registered `batch`
     key: tuple[str, ...]  # natural key: within a batch, the last record per key wins
     schema: pa.Schema
+    json_columns: tuple[str, ...] = ()  # free-form JSON values, stored as JSON text
 
 
 _SEARCH = pa.schema(
@@ -57,6 +59,86 @@ _SEARCH_CORRECTION = pa.schema(
         ("gap_seconds", pa.float64()),
     ]
 )
+_FEEDBACK = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("turn_id", pa.string()),
+        ("observation_id", pa.string()),
+        ("signal", pa.string()),
+        ("match_ratio", pa.float64()),
+        ("keyword_count", pa.int32()),
+        ("matched_count", pa.int32()),
+        ("ts", pa.string()),
+        ("agent_id", pa.string()),
+        ("org_id", pa.string()),
+        ("project_id", pa.string()),
+    ]
+)
+_IDS = pa.list_(pa.string())
+_SESSION_DIAGNOSTIC = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("event_id", pa.string()),
+        ("outcome", pa.string()),
+        ("failure_category", pa.string()),
+        ("failure_context", pa.string()),
+        ("injected_observation_ids", _IDS),
+        ("injected_graph_entity_ids", _IDS),
+        (
+            "injected_graph_edge_keys",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("source_id", pa.string()),
+                        ("target_id", pa.string()),
+                        ("relationship", pa.string()),
+                    ]
+                )
+            ),
+        ),
+        (
+            "tool_call_summary",
+            pa.list_(
+                pa.struct([("tool", pa.string()), ("file", pa.string()), ("success", pa.bool_())])
+            ),
+        ),
+        ("files_modified", _IDS),
+        (
+            "errors_encountered",
+            pa.list_(
+                pa.struct(
+                    [("message", pa.string()), ("tool", pa.string()), ("recoverable", pa.bool_())]
+                )
+            ),
+        ),
+        ("helpful_observation_ids", _IDS),
+        ("misleading_observation_ids", _IDS),
+        ("ignored_observation_ids", _IDS),
+        ("search_count", pa.int32()),
+        ("followup_count", pa.int32()),
+        ("ts", pa.string()),
+        ("agent_id", pa.string()),
+        ("org_id", pa.string()),
+        ("project_id", pa.string()),
+    ]
+)
+_OBSERVATION_WEIGHT = pa.schema(
+    [
+        ("observation_id", pa.string()),
+        ("session_id", pa.string()),
+        ("outcome_event_id", pa.string()),
+        ("outcome", pa.string()),
+        ("alpha", pa.float64()),
+        ("previous_weight", pa.float64()),
+        ("weight", pa.float64()),
+        ("aggressive", pa.bool_()),
+        ("misleading", pa.bool_()),
+        ("failed_sessions", pa.int32()),
+        ("accepted_sessions", pa.int32()),
+        ("step", pa.int64()),
+        ("ts", pa.string()),
+    ]
+)
 _DEAD_LETTER = pa.schema(
     [
         ("dead_letter_id", pa.string()),
@@ -78,6 +160,20 @@ _DEAD_LETTER = pa.schema(
 SPECS: dict[str, TableSpec] = {
     "search": TableSpec("upsert_searches", ("event_id",), _SEARCH),
     "search_correction": TableSpec("correct_searches", ("event_id",), _SEARCH_CORRECTION),
+    "retrieval_feedback": TableSpec(
+        "upsert_retrieval_feedback", ("session_id", "turn_id", "observation_id"), _FEEDBACK
+    ),
+    "session_diagnostic": TableSpec(
+        "upsert_session_diagnostics",
+        ("session_id",),
+        _SESSION_DIAGNOSTIC,
+        json_columns=("failure_context",),
+    ),
+    "observation_weight": TableSpec(
+        "upsert_observation_weights",
+        ("observation_id", "session_id", "outcome_event_id"),
+        _OBSERVATION_WEIGHT,
+    ),
     "dead_letter": TableSpec("insert_dead_letters", ("dead_letter_id",), _DEAD_LETTER),
 }
 
@@ -200,6 +296,8 @@ def _write_table(
         latest = {tuple(r[c] for c in spec.key): r for r in records}
     rows = list(latest.values())
     columns = {name: [r.get(name) for r in rows] for name in spec.schema.names}
+    for name in spec.json_columns:
+        columns[name] = [None if v is None else orjson.dumps(v).decode() for v in columns[name]]
     batch = pa.Table.from_pydict(columns, schema=spec.schema)
     con.register("batch", batch)
     try:

@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 from importlib import resources
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,14 @@ class _FileProgress:
             self._bar.stop()
 
 
+def _json_default(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).isoformat()
+    return str(v)
+
+
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
 
 
 # -- run / demo ------------------------------------------------------------------------
@@ -120,6 +127,23 @@ def _print_run_report(r: dict[str, Any]) -> None:
     table.add_row("agent searches", f"{r['agent_searches']:,}")
     table.add_row("followups", f"{r['followups']:,}")
     table.add_row("followup rate", "n/a" if rate is None else f"{rate:.1%}")
+    fb = r["feedback"]
+    judged = fb["used"] + fb["ignored"]
+    table.add_row(
+        "injected memories used",
+        f"{fb['used']:,} of {judged:,} ({fb['used'] / judged:.0%})" if judged else "n/a",
+    )
+    outcomes = r["sessions_by_outcome"]
+    if outcomes:
+        table.add_row(
+            "sessions",
+            ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items(), key=lambda kv: -kv[1])),
+        )
+        top = [(k, v) for k, v in r["failure_categories"].items() if v]
+        top.sort(key=lambda kv: -kv[1])
+        if top:
+            table.add_row("failures by category", ", ".join(f"{k} {v}" for k, v in top))
+        table.add_row("misleading memories", f"{r['misleading_observations']:,}")
     dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
     table.add_row("dead letters", f"{r['dead_letters']:,}" + (f"  ({dead})" if dead else ""))
     table.add_row("time", f"{r['seconds']:.1f}s")
@@ -203,6 +227,158 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- query -----------------------------------------------------------------------------
+
+
+def _open_db(args: argparse.Namespace) -> Any:
+    from analytics.db import connect
+
+    return connect(_settings(args).duckdb_path, read_only=True)
+
+
+_HEADERS = {
+    "ts": "time (UTC)",
+    "match_ratio": "ratio",
+    "matched_count": "matched",
+    "keyword_count": "keywords",
+}
+
+
+def _table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        justify = "right" if rows and _numeric(rows[0].get(c)) else "left"
+        table.add_column(_HEADERS.get(c, c), justify=justify, no_wrap=True)
+    for r in rows:
+        table.add_row(*(_cell(r.get(c)) for c in columns))
+    return table
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def _filters(args: argparse.Namespace) -> str:
+    parts = [
+        f"{k}={v}"
+        for k, v in (
+            ("org", args.org),
+            ("project", getattr(args, "project", None)),
+            ("since", args.since),
+        )
+        if v
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from analytics import queries
+
+    since = None
+    if getattr(args, "since", None):
+        try:
+            since = queries.parse_since(args.since)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            return 2
+    con = _open_db(args)
+    try:
+        if args.question == "observation-stats":
+            result: Any = queries.observation_stats(con, args.observation_id)
+        elif args.question == "observation-history":
+            result = queries.observation_history(con, args.observation_id, args.limit)
+        elif args.question == "failure-distribution":
+            result = queries.failure_distribution(con, args.org, args.project, since)
+        else:
+            result = queries.misleading(con, args.org, since, args.limit)
+    finally:
+        con.close()
+    if args.json:
+        _print_json(result)
+        return 0
+    if args.question == "observation-stats":
+        _print_observation_stats(result)
+    elif args.question == "observation-history":
+        if not result:
+            err.print(f"no verdicts recorded for observation {args.observation_id}")
+        else:
+            out.print(
+                _table(
+                    f"{args.observation_id}: most recent {len(result)} verdicts",
+                    result,
+                    [
+                        "ts",
+                        "session_id",
+                        "turn_id",
+                        "signal",
+                        "match_ratio",
+                        "matched_count",
+                        "keyword_count",
+                    ],
+                )
+            )
+    elif args.question == "failure-distribution":
+        total = sum(r["sessions"] for r in result)
+        for r in result:
+            r["share"] = f"{r['sessions'] / total:.1%}" if total else "—"
+        out.print(
+            _table(
+                f"failed sessions by category{_filters(args)}: {total:,}",
+                result,
+                ["failure_category", "sessions", "share"],
+            )
+        )
+    else:
+        if not result:
+            out.print(f"no misleading observations{_filters(args)}")
+        else:
+            out.print(
+                _table(
+                    f"misleading observations{_filters(args)}: "
+                    "in >= 3 failed sessions, no accepted one",
+                    result,
+                    ["observation_id", "fail_count", "success_count", "weight"],
+                )
+            )
+    return 0
+
+
+def _print_observation_stats(r: dict[str, Any]) -> None:
+    judged = r["used"] + r["ignored"]
+    table = Table(
+        title=f"observation {r['observation_id']}", show_header=False, title_justify="left"
+    )
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("used", f"{r['used']:,}")
+    table.add_row("ignored", f"{r['ignored']:,}")
+    table.add_row("used share", "—" if r["used_share"] is None else f"{r['used_share']:.1%}")
+    if r["weight"] is not None:
+        table.add_row("weight", f"{r['weight']:.3f}")
+        table.add_row(
+            "sessions failed / accepted", f"{r['failed_sessions']} / {r['accepted_sessions']}"
+        )
+        table.add_row("misleading", "yes" if r["misleading"] else "no")
+    out.print(table)
+    if not judged:
+        err.print(
+            "no turn has judged this observation yet (check the id, or whether its "
+            "injections got responses)"
+        )
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -281,6 +457,42 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--json", action="store_true", help="print the result as JSON")
     publish.add_argument("--quiet", action="store_true", help="no progress output")
     publish.set_defaults(func=cmd_publish)
+
+    query = add(
+        "query",
+        "answer an analyst's question from DuckDB (see `memdiag query -h`)",
+        "Read-only questions to the DuckDB file. Each prints a table, or JSON with --json.\n"
+        "--since takes a date or date-time (2026-11-21, 2026-11-21T09:30:00Z, UTC if no\n"
+        "offset) or a duration back from now (30m, 24h, 7d, 2w).",
+    )
+    questions = query.add_subparsers(dest="question", metavar="QUESTION", required=True)
+
+    def question(name: str, help: str) -> argparse.ArgumentParser:
+        q = questions.add_parser(name, help=help, description=help)
+        q.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+        q.add_argument("--json", action="store_true", help="print the result as JSON")
+        q.set_defaults(func=cmd_query)
+        return q
+
+    q = question(
+        "failure-distribution",
+        "failed sessions per failure category, all seven listed (zeros included)",
+    )
+    q.add_argument("--org", help="only this org_id")
+    q.add_argument("--project", help="only this project_id")
+    q.add_argument("--since", help="only outcomes at or after this time")
+    q = question(
+        "misleading",
+        "observations seen in >= 3 failed sessions and in no accepted one, most failures first",
+    )
+    q.add_argument("--org", help="only sessions of this org_id")
+    q.add_argument("--since", help="only sessions whose outcome is at or after this time")
+    q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    q = question("observation-stats", "how often one observation was used and ignored")
+    q.add_argument("observation_id", metavar="OBS_ID")
+    q = question("observation-history", "one observation's verdicts, most recent first")
+    q.add_argument("observation_id", metavar="OBS_ID")
+    q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
     return parser
 
 

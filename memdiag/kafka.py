@@ -22,6 +22,9 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
         t.weights: settings.aux_partitions,
         t.counters: settings.aux_partitions,
         t.deadletter: settings.aux_partitions,
+        # internal: as wide as `events`, so the observation and gather stages scale with it
+        t.observation_steps: settings.events_partitions,
+        t.session_verdicts: settings.events_partitions,
     }
 
 

@@ -40,8 +40,33 @@ def worker_inputs(settings: Settings) -> list[str]:
     return [settings.topics.events]
 
 
+def worker_stages(settings: Settings) -> list[list[str]]:
+    """The worker's input topics, stage by stage: each stage feeds the next, so once a
+    stage has committed everything, all it will ever send to the next one has been sent."""
+    t = settings.topics
+    return [[t.events], [t.observation_steps], [t.session_verdicts]]
+
+
+async def wait_worker(
+    settings: Settings,
+    timeout: float,
+    poll: float = 0.2,
+    on_poll: Callable[[Lag], None] | None = None,
+) -> Lag:
+    """Wait until the worker has processed everything, in every stage."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    lag = Lag(settings.app_id, 0)
+    for topics in worker_stages(settings):
+        remaining = max(0.0, deadline - loop.time())
+        lag = await wait_drained(settings, settings.app_id, topics, remaining, poll, on_poll)
+        if not lag.drained:
+            return lag
+    return lag
+
+
 def sink_inputs(settings: Settings) -> list[str]:
-    return [settings.topics.diagnostics, settings.topics.deadletter]
+    return [settings.topics.diagnostics, settings.topics.weights, settings.topics.deadletter]
 
 
 @dataclass
@@ -129,7 +154,7 @@ def run_pipeline(
                     child.check_alive()
 
             t0 = time.monotonic()
-            lag = asyncio.run(wait_drained(s, s.app_id, worker_inputs(s), timeout, on_poll=watch))
+            lag = asyncio.run(wait_worker(s, timeout, on_poll=watch))
             if not lag.drained:
                 raise PipelineError(
                     f"the worker is still {lag.behind} messages behind after {timeout:.0f}s; "
@@ -168,6 +193,14 @@ def summary(db_path: str) -> dict[str, Any]:
         dead = con.execute(
             "SELECT reason, count(*) FROM dead_letters GROUP BY reason ORDER BY 2 DESC, 1"
         ).fetchall()
+        signals = dict(
+            con.execute("SELECT signal, count(*) FROM retrieval_feedback GROUP BY 1").fetchall()
+        )
+        outcomes = dict(
+            con.execute("SELECT outcome, count(*) FROM session_diagnostics GROUP BY 1").fetchall()
+        )
+        categories = con.execute("SELECT * FROM failure_category_distribution()").fetchall()
+        misleading = con.execute("SELECT count(*) FROM misleading_observations()").fetchone()
     finally:
         con.close()
     if searches is None or rate is None:  # aggregates always return a row
@@ -179,4 +212,8 @@ def summary(db_path: str) -> dict[str, Any]:
         "followup_rate": rate[2],
         "dead_letters": sum(n for _, n in dead),
         "dead_letters_by_reason": {reason: n for reason, n in dead},
+        "feedback": {"used": signals.get("used", 0), "ignored": signals.get("ignored", 0)},
+        "sessions_by_outcome": outcomes,
+        "failure_categories": dict(categories),
+        "misleading_observations": misleading[0] if misleading else 0,
     }

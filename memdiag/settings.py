@@ -46,6 +46,20 @@ class Topics:
     def deadletter(self) -> str:
         return f"{self.prefix}deadletter"
 
+    @property
+    def observation_steps(self) -> str:
+        """Internal: one session outcome's step for one observation, keyed by observation id."""
+        return f"{self.prefix}internal.observation-steps"
+
+    @property
+    def session_verdicts(self) -> str:
+        """Internal: a session's draft diagnostic and its observations' verdicts, keyed by
+        session id, gathered into the final ``session_diagnostic``."""
+        return f"{self.prefix}internal.session-verdicts"
+
+    def internal(self) -> tuple[str, ...]:
+        return (self.observation_steps, self.session_verdicts)
+
     def all(self) -> tuple[str, ...]:
         return (
             self.events,
@@ -66,6 +80,9 @@ _ENV: dict[str, tuple[str, str]] = {
     "duckdb_path": ("MEMDIAG_DUCKDB_PATH", "str"),
     "followup_window_seconds": ("AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS", "float"),
     "recent_search_retention_hours": ("MEMDIAG_RECENT_SEARCH_RETENTION_HOURS", "float"),
+    "turn_ttl_seconds": ("MEMDIAG_TURN_TTL_SECONDS", "float"),
+    "alpha_success": ("MEMDIAG_ALPHA_SUCCESS", "float"),
+    "alpha_failure": ("MEMDIAG_ALPHA_FAILURE", "float"),
     "max_event_bytes": ("MEMDIAG_MAX_EVENT_BYTES", "int"),
     "deadletter_payload_bytes": ("MEMDIAG_DEADLETTER_PAYLOAD_BYTES", "int"),
     "store_text": ("MEMDIAG_STORE_TEXT", "bool"),
@@ -105,6 +122,14 @@ class Settings:
     #: MEMDIAG_RECENT_SEARCH_RETENTION_HOURS: how long (event time) a session's searches
     #: are remembered. Must be at least the followup window.
     recent_search_retention_hours: float = 24.0
+    #: MEMDIAG_TURN_TTL_SECONDS: an injection or response whose partner has not arrived
+    #: after this much event time is dropped and counted (``memdiag.unmatched_turn_total``).
+    turn_ttl_seconds: float = 3600.0
+    #: MEMDIAG_ALPHA_SUCCESS: EMA step of an observation's weight towards 1 per accepted session.
+    alpha_success: float = 0.1
+    #: MEMDIAG_ALPHA_FAILURE: EMA step towards 0 per failed session; doubled (at most 1) once
+    #: the observation is misleading.
+    alpha_failure: float = 0.2
     #: MEMDIAG_MAX_EVENT_BYTES: an event larger than this is dead-lettered (``too_large``).
     max_event_bytes: int = 1024 * 1024
     #: MEMDIAG_DEADLETTER_PAYLOAD_BYTES: how much of a bad payload a dead letter keeps.
@@ -168,6 +193,15 @@ class Settings:
                 f"({self.recent_search_retention_hours:g} h): searches would be forgotten "
                 "before their window closes. Raise the retention or shorten the window."
             )
+        if not 0 < self.turn_ttl_seconds <= self.recent_search_retention_hours * 3600:
+            raise ConfigError(
+                f"MEMDIAG_TURN_TTL_SECONDS ({self.turn_ttl_seconds:g}) must be > 0 and at most "
+                f"MEMDIAG_RECENT_SEARCH_RETENTION_HOURS ({self.recent_search_retention_hours:g} "
+                "h), which is how long a session's state is kept"
+            )
+        for name in ("alpha_success", "alpha_failure"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"{_ENV[name][0]} must be in (0, 1], got {getattr(self, name)}")
         for name in (
             "events_partitions",
             "judgements_partitions",
@@ -195,6 +229,10 @@ class Settings:
     @property
     def followup_window_us(self) -> int:
         return round(self.followup_window_seconds * 1_000_000)
+
+    @property
+    def turn_ttl_us(self) -> int:
+        return round(self.turn_ttl_seconds * 1_000_000)
 
     @property
     def retention_us(self) -> int:

@@ -40,6 +40,7 @@ WORDS = {
     "frontend": "hydration mismatch server render bundle budget webpack tokens theme styles "
     "components",
 }
+SYLLABLES = "ka lo mar ven tis rup del quo fen sar bri nox tal gem hul pes".split()
 TOOLS_OK = ["edit", "read_file", "bash", "grep"]
 TEST_TOOLS = ["vitest", "pytest", "jest", "go test", "cargo-test"]
 BASE = datetime(2026, 11, 21, 8, 0, 0, tzinfo=UTC)
@@ -58,13 +59,29 @@ class Sample:
             vocab = words.split()
             obs = []
             for i in range(12):
-                picked = self.r.sample(vocab, 6)
+                # two words of the topic and five of its own (module, flag and ticket
+                # names...): memories of one topic overlap a little, as real ones do
+                picked = self.r.sample(vocab, 2)
+                own = [self.word() for _ in range(5)]
                 text = (
-                    f"The {picked[0]} and the {picked[1]} depend on {picked[2]}; "
-                    f"check {picked[3]} before changing {picked[4]} or {picked[5]}."
+                    f"The {picked[0]} in {own[0]} uses {own[1]}; see {own[2]} and set "
+                    f"{own[3]} for {picked[1]} ({own[4]})."
                 )
                 obs.append((f"obs_{topic}_{i:02d}", text))
             self.observations[topic] = obs
+        # One stale memory per topic: whenever it is injected, the session fails (it is
+        # what memdiag should flag as misleading and downweight).
+        self.stale = {
+            topic: (
+                f"obs_{topic}_stale",
+                f"Legacy note: the {topic} code path was replaced; keep patching the old "
+                "module directly and skip the migration tests.",
+            )
+            for topic in WORDS
+        }
+
+    def word(self) -> str:
+        return "".join(self.r.choice(SYLLABLES) for _ in range(3))
 
     def event_id(self) -> str:
         self.n += 1
@@ -103,8 +120,10 @@ class Sample:
 
         query = r.choice(TOPICS[topic])
         last = self.results(topic, 3)
-        search(query, last)
-        for _ in range(r.randint(0, 4)):
+        never_asked = r.random() < 0.06  # the agent never searched its memory
+        if not never_asked:
+            search(query, last)
+        for _ in range(0 if never_asked else r.randint(0, 4)):
             move = r.random()
             if move < 0.35:  # refinement within the window, other results: a followup
                 t += timedelta(seconds=r.uniform(2, 28))
@@ -131,9 +150,14 @@ class Sample:
                 t += timedelta(seconds=r.uniform(1, 20))
                 search(f"{query} {r.choice(['edge case', 'legacy', 'v1'])}", [])
         injected = dict(self.observations[topic])
-        for turn in range(r.randint(1, 3)):
+        stale_id, stale_text = self.stale[topic]
+        misled = r.random() < 0.12
+        for turn in range(0 if never_asked else r.randint(1, 3)):
             t += timedelta(seconds=r.uniform(0.5, 3))
             ids = r.sample(sorted(injected), r.randint(2, 4))
+            if misled and turn == 0:
+                injected[stale_id] = stale_text
+                ids.insert(0, stale_id)
             events.append(
                 {
                     "kind": "injection",
@@ -152,9 +176,15 @@ class Sample:
                     ],
                 }
             )
-            used = [injected[o] for o in ids if r.random() < 0.5]
-            filler = " ".join(r.sample(WORDS[topic].split(), 3))
-            text = (" ".join(used) + f" I will look at the {filler} next.").strip()
+            # the response relies on some memories (repeating much of their wording) and
+            # mentions a few topic words of its own
+            used = []
+            for o in ids:
+                if r.random() < 0.5:
+                    words = injected[o].split()
+                    used.append(" ".join(w for w in words if r.random() < 0.7))
+            filler = " ".join(r.sample(WORDS[topic].split(), 2))
+            text = (" ".join(used) + f" Next I will look at the {filler}.").strip()
             t += timedelta(seconds=r.uniform(5, 40))
             events.append(
                 {
@@ -168,6 +198,8 @@ class Sample:
             )
         t += timedelta(seconds=r.uniform(30, 600))
         outcome = r.choices(["accepted", "rejected", "rework"], [0.6, 0.25, 0.15])[0]
+        if misled or (never_asked and r.random() < 0.7):
+            outcome = r.choice(["rejected", "rework"])
         calls = [{"tool": r.choice(TOOLS_OK), "file": f"src/{topic}.py", "success": True}]
         errors = []
         files = [f"src/{topic}.py"]

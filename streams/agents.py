@@ -1,18 +1,43 @@
-"""The worker's agents: decode, call the logic, send. Nothing else lives here."""
+"""The worker's agents: decode, call the logic, send. Nothing else lives here.
+
+Three stages, each an agent with its own table:
+
+- ``process_events``: ``events`` -> per-session state (``sessions``): searches, the turn
+  join, the session aggregate; emits diagnostics, and on an outcome the steps and drafts.
+- ``own_observations``: internal steps, keyed by observation -> ``observations``: counts
+  and weights; emits weight updates and verdicts.
+- ``gather_sessions``: internal drafts and verdicts, keyed by session -> ``gathers``:
+  emits the failed sessions' ``session_diagnostic``.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 import orjson
 from aiokafka.partitioner import murmur2
 from faust import StreamT
+from faust.types import EventT
 
-from streams.app import app, deadletter_topic, diagnostics_topic, events_topic, sessions, settings
+from streams.app import (
+    app,
+    deadletter_topic,
+    diagnostics_topic,
+    events_topic,
+    gathers,
+    observations,
+    sessions,
+    settings,
+    steps_topic,
+    verdicts_topic,
+    weights_topic,
+)
 from streams.metrics import Counters
-from streams.processor import InMessage, Output, Processor
+from streams.observations import Gatherer, ObservationOwner
+from streams.processor import InMessage, Output, Processor, StateStore, failed_output
 
 log = logging.getLogger("memdiag.worker")
 
@@ -24,27 +49,52 @@ def partition_of(session_id: str) -> int:
 
 
 processor = Processor(settings, partition_of)
+owner = ObservationOwner(settings)
+gatherer = Gatherer(settings)
 counters = Counters()
 
 
-@app.agent(events_topic, concurrency=1)
-async def process_events(stream: StreamT) -> None:
+async def _run(
+    stream: StreamT, process: Callable[[InMessage, StateStore], Output], store: StateStore
+) -> None:
+    event: EventT
     async for event in stream.events():
         m = event.message
         msg = InMessage(m.topic, m.partition, m.offset, m.key, m.value, int(m.timestamp * 1000))
         try:
-            out = processor.process(msg, sessions)
+            out = process(msg, store)
         except Exception as exc:  # noqa: BLE001 - never let one message stop the agent
             log.exception("failed on %s/%d/%d; dead-lettered", m.topic, m.partition, m.offset)
-            out = processor.failed(msg, exc)
-        for session_id in processor.expired(m.partition):
-            del sessions[session_id]
+            out = failed_output(msg, exc, settings)
         await _send(out, m.topic, m.partition, m.offset)
+
+
+@app.agent(events_topic, concurrency=1)
+async def process_events(stream: StreamT) -> None:
+    await _run(stream, processor.process, sessions)
+
+
+@app.agent(steps_topic, concurrency=1)
+async def own_observations(stream: StreamT) -> None:
+    await _run(stream, owner.process, observations)
+
+
+@app.agent(verdicts_topic, concurrency=1)
+async def gather_sessions(stream: StreamT) -> None:
+    await _run(stream, gatherer.process, gathers)
 
 
 async def _send(out: Output, topic: str, partition: int, offset: int) -> None:
     for key, records in out.diagnostics.items():
         await diagnostics_topic.send(key=key.encode("utf-8"), value=orjson.dumps(records))
+    for obs_id, records in out.steps.items():
+        await steps_topic.send(key=obs_id.encode("utf-8"), value=orjson.dumps(records))
+    for session_id, records in out.verdicts.items():
+        await verdicts_topic.send(key=session_id.encode("utf-8"), value=orjson.dumps(records))
+    for obs_id, records in out.weights.items():
+        # one message per update: the memory system applies each as it comes
+        for record in records:
+            await weights_topic.send(key=obs_id.encode("utf-8"), value=orjson.dumps(record))
     for dl_key, record in out.deadletters:
         await deadletter_topic.send(key=dl_key, value=orjson.dumps(record))
     for session_id, raws in out.reroute.items():
@@ -61,6 +111,7 @@ async def _send(out: Output, topic: str, partition: int, offset: int) -> None:
 @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode types receivers oddly
 async def _on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
     processor.partitions_changed()
+    gatherer.partitions_changed()
 
 
 @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly

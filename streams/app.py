@@ -59,6 +59,11 @@ def raw_topic(name: str, partitions: int) -> faust.TopicT:
 events_topic = raw_topic(topics.events, settings.events_partitions)
 diagnostics_topic = raw_topic(topics.diagnostics, settings.diagnostics_partitions)
 deadletter_topic = raw_topic(topics.deadletter, settings.aux_partitions)
+weights_topic = raw_topic(topics.weights, settings.aux_partitions)
+#: internal: one session outcome's step per observation, keyed by observation_id
+steps_topic = raw_topic(topics.observation_steps, settings.events_partitions)
+#: internal: drafts and verdicts of failed sessions, keyed by session_id
+verdicts_topic = raw_topic(topics.session_verdicts, settings.events_partitions)
 
 #: Per-session state: session_id -> compact JSON (streams.processor.SessionState).
 sessions = app.Table(
@@ -66,5 +71,24 @@ sessions = app.Table(
     default=None,
     key_type=str,  # JSON-encoded in the changelog
     value_type=bytes,  # raw: the value is already compact JSON
+    partitions=settings.events_partitions,
+)
+
+#: Per-observation state, owned by the partition of `steps_topic` the id hashes to:
+#: observation_id -> compact JSON (streams.diagnosis.ObservationState).
+observations = app.Table(
+    "observations",
+    default=None,
+    key_type=str,
+    value_type=bytes,
+    partitions=settings.events_partitions,
+)
+
+#: Failed sessions waiting for their observations' verdicts (streams.observations.Gatherer).
+gathers = app.Table(
+    "gathers",
+    default=None,
+    key_type=str,
+    value_type=bytes,
     partitions=settings.events_partitions,
 )

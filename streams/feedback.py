@@ -67,7 +67,12 @@ class Feedback:
 
 
 def judge_observation(content: str, response: frozenset[str]) -> Feedback:
-    kws = keywords(content)
+    """The verdict on one observation's ``content`` given the response's words."""
+    return judge_keywords(keywords(content), response)
+
+
+def judge_keywords(kws: frozenset[str], response: frozenset[str]) -> Feedback:
+    """The verdict given an observation's keywords (what the turn join keeps in state)."""
     if not kws:
         return Feedback(IGNORED, 0.0, 0, 0)
     matched = len(kws & response)

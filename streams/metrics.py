@@ -23,6 +23,28 @@ HELP: dict[str, str] = {
         "not satisfy'. Overcounts genuine query refinement; a long window overcounts, a short "
         "one undercounts."
     ),
+    "agentmemory.retrieval_feedback_total": (
+        "Injected observations judged per evaluated turn, by signal (used or ignored): the "
+        "response shares more than 30% of the observation's long words. A keyword proxy: "
+        "overcounts 'used' when the agent repeats words without relying on the memory, "
+        "undercounts it when the agent paraphrases; short observations without keywords "
+        "always count as ignored."
+    ),
+    "memdiag.unmatched_turn_total": (
+        "Injections or responses (by half) whose partner did not arrive within "
+        "MEMDIAG_TURN_TTL_SECONDS of event time, so their observations were never judged. A "
+        "TTL shorter than real turns overcounts; an injection for a turn already judged "
+        "counts as an unmatched injection."
+    ),
+    "agentmemory.session_outcome_total": (
+        "Session outcomes, by outcome and failure category (empty for accepted). Each "
+        "outcome event counts once; a session reported with two outcomes counts twice."
+    ),
+    "agentmemory.misleading_observation_total": (
+        "Observations that became misleading (in 3 or more failed sessions and no accepted "
+        "one), counted once, when that happens. Undercounts memories that mislead in "
+        "sessions that also succeed sometimes; a fresh state (new app id) counts again."
+    ),
     "memdiag.dead_letter_total": (
         "Input events sent to the dead-letter topic, by reason. A redelivered bad message "
         "may be counted again; the dead_letters table holds each bad input once."

@@ -30,13 +30,27 @@ import orjson
 from memdiag.settings import Settings
 from schemas import SESSION_KINDS
 from schemas.decode import Accepted, Decoder, Rejected
-from schemas.models import Search, SessionEvent, format_ts
+from schemas.models import (
+    Injection,
+    Response,
+    Search,
+    SessionEvent,
+    SessionOutcome,
+    format_ts,
+)
+from streams.diagnosis import ACCEPTED
 from streams.followup import SearchHistory, Verdict, is_evaluated
+from streams.session import SessionAggregate, draft_diagnostic
+from streams.turns import Joined, Turns
 
 # Counter names (CONTRACT section 4). Attributes are a sorted tuple of (name, value).
 SEARCH_CALLS = "agentmemory.smart_search.calls_total"
 FOLLOWUPS = "agentmemory.smart_search.followup_within_window_total"
 DEAD_LETTERS = "memdiag.dead_letter_total"
+FEEDBACK = "agentmemory.retrieval_feedback_total"
+UNMATCHED_TURNS = "memdiag.unmatched_turn_total"
+SESSION_OUTCOMES = "agentmemory.session_outcome_total"
+MISLEADING = "agentmemory.misleading_observation_total"
 
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -67,37 +81,115 @@ class Output:
     deadletters: list[tuple[bytes | None, dict[str, Any]]] = field(default_factory=list)
     reroute: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     counts: Counter[CounterKey] = field(default_factory=Counter)
+    #: internal, keyed by observation id: a session outcome's step for each observation
+    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: internal, keyed by session id: drafts and verdicts to gather into a diagnostic
+    verdicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: keyed by observation id: weight updates for the memory system (``weights`` topic)
+    weights: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def diagnostic(self, key: str, record: dict[str, Any]) -> None:
         self.diagnostics.setdefault(key, []).append(record)
 
 
 class SessionState:
-    """Everything the worker keeps per session, and its compact serialised form."""
+    """Everything the worker keeps per session, and its compact serialised form.
 
-    __slots__ = ("partition", "newest_ts_us", "searches")
+    ``closed`` is the session's last outcome (event id and the diagnostic it produced), kept
+    so a redelivered outcome re-emits the same diagnostic and steps instead of nothing.
+    """
 
-    def __init__(self, partition: int, newest_ts_us: int, searches: SearchHistory):
+    __slots__ = ("partition", "newest_ts_us", "searches", "turns", "agg", "closed")
+
+    def __init__(
+        self,
+        partition: int,
+        newest_ts_us: int,
+        searches: SearchHistory,
+        turns: Turns,
+        agg: SessionAggregate,
+        closed: list[Any] | None,
+    ):
         self.partition = partition
         self.newest_ts_us = newest_ts_us
         self.searches = searches
+        self.turns = turns
+        self.agg = agg
+        self.closed = closed
 
     @classmethod
     def new(cls, partition: int) -> SessionState:
-        return cls(partition, 0, SearchHistory())
+        return cls(partition, 0, SearchHistory(), Turns(), SessionAggregate(), None)
 
     @classmethod
     def loads(cls, raw: bytes) -> SessionState:
         d = orjson.loads(raw)
-        return cls(d["p"], d["t"], SearchHistory.from_state(d.get("s")))
+        return cls(
+            d["p"],
+            d["t"],
+            SearchHistory.from_state(d.get("s")),
+            Turns.from_state(d.get("u")),
+            SessionAggregate.from_state(d.get("a")),
+            d.get("c"),
+        )
 
     def dumps(self) -> bytes:
-        return orjson.dumps(
-            {"p": self.partition, "t": self.newest_ts_us, "s": self.searches.to_state()}
-        )
+        d: dict[str, Any] = {"p": self.partition, "t": self.newest_ts_us}
+        if len(self.searches):
+            d["s"] = self.searches.to_state()
+        if len(self.turns):
+            d["u"] = self.turns.to_state()
+        d["a"] = self.agg.to_state()
+        if self.closed is not None:
+            d["c"] = self.closed
+        return orjson.dumps(d)
+
+    def life_ends(self, retention_us: int, turn_ttl_us: int) -> int:
+        """Event time after which the whole session is forgotten."""
+        return self.newest_ts_us + (turn_ttl_us if self.closed is not None else retention_us)
+
+    def deadline(self, retention_us: int, turn_ttl_us: int) -> int:
+        """Event time at which something of this session expires (the sweep's clock).
+
+        An open session lives ``retention`` past its newest event; a session that has had
+        its outcome only ``turn_ttl`` (late halves of its last turns may still arrive).
+        """
+        deadline = self.life_ends(retention_us, turn_ttl_us)
+        turns = self.turns.next_expiry(turn_ttl_us)
+        return deadline if turns is None else min(deadline, turns)
 
 
 StateStore = MutableMapping[str, bytes]
+
+
+class ExpiryIndex:
+    """Per partition: key -> event time at which it expires, and the partition's event-time
+    clock (its newest ``ts``). Rebuilt from the store after a rebalance; the sweep visits
+    it at most once per :data:`SWEEP_EVERY_US` of event time."""
+
+    def __init__(self) -> None:
+        self.deadlines: dict[int, dict[str, int]] = {}
+        self.watermark: dict[int, int] = {}
+        self._last_sweep: dict[int, int] = {}
+
+    def clear(self) -> None:
+        self.deadlines.clear()
+        self._last_sweep.clear()
+
+    def advance(self, partition: int, ts_us: int) -> None:
+        if ts_us > self.watermark.get(partition, 0):
+            self.watermark[partition] = ts_us
+
+    def due(self, partition: int) -> list[str]:
+        """Keys of ``partition`` whose deadline has passed, if a sweep is due."""
+        watermark = self.watermark.get(partition)
+        index = self.deadlines.get(partition)
+        if watermark is None or index is None:
+            return []
+        if watermark - self._last_sweep.get(partition, 0) < SWEEP_EVERY_US:
+            return []
+        self._last_sweep[partition] = watermark
+        return [key for key, deadline in index.items() if deadline <= watermark]
 
 
 class Processor:
@@ -109,12 +201,9 @@ class Processor:
         self._decoder = Decoder(SESSION_KINDS, settings.topics.events, settings.max_event_bytes)
         self._window_us = settings.followup_window_us
         self._retention_us = settings.retention_us
+        self._turn_ttl_us = settings.turn_ttl_us
         self._store_text = settings.store_text
-        # partition -> {session_id: newest event time}: what the sweeper looks at. Rebuilt
-        # from the store the first time a partition is seen after an assignment.
-        self._index: dict[int, dict[str, int]] = {}
-        self._watermark: dict[int, int] = {}
-        self._last_sweep: dict[int, int] = {}
+        self._expiry = ExpiryIndex()
 
     # -- the hot path -------------------------------------------------------------------
 
@@ -123,13 +212,19 @@ class Processor:
         decoded = self._decoder.decode(msg.value)
         for rejected in decoded.rejected:
             self._dead_letter(msg, rejected, out)
-        if not decoded.accepted:
-            return out
+        if decoded.accepted:
+            self._apply(msg, decoded.accepted, store, out)
+        self._sweep(msg.partition, store, out)
+        return out
+
+    def _apply(
+        self, msg: InMessage, accepted_events: list[Accepted], store: StateStore, out: Output
+    ) -> None:
         by_session: dict[str, list[Accepted]] = {}
-        for acc in decoded.accepted:
+        for acc in accepted_events:
             by_session.setdefault(acc.event.session_id, []).append(acc)  # type: ignore[union-attr]
         index = self._partition_index(msg.partition, store)
-        watermark = self._watermark.get(msg.partition, 0)
+        horizon = self._expiry.watermark.get(msg.partition, 0)
         published_at = format_ts((msg.timestamp_ms or 0) * 1000)
         for session_id, accepted in by_session.items():
             if self._partition_of(session_id) != msg.partition:
@@ -141,22 +236,29 @@ class Processor:
                 if raw_state is not None
                 else SessionState.new(msg.partition)
             )
+            self._expire_turns(state, horizon, out)
             for acc in accepted:
                 event: SessionEvent = acc.event  # type: ignore[assignment]
                 if event.ts_us > state.newest_ts_us:
                     state.newest_ts_us = event.ts_us
                 if isinstance(event, Search):
                     self._search(event, state, out, published_at)
+                elif isinstance(event, Injection):
+                    self._injection(event, state, out)
+                elif isinstance(event, Response):
+                    self._response(event, state, out)
+                elif isinstance(event, SessionOutcome):
+                    self._outcome(event, state, out)
             store[session_id] = state.dumps()
-            index[session_id] = state.newest_ts_us
-            watermark = max(watermark, state.newest_ts_us)
-        self._watermark[msg.partition] = watermark
-        return out
+            index[session_id] = state.deadline(self._retention_us, self._turn_ttl_us)
+            self._expiry.advance(msg.partition, state.newest_ts_us)
 
     def _search(self, event: Search, state: SessionState, out: Output, published_at: str) -> None:
         out.counts[(SEARCH_CALLS, (("source", event.source),))] += 1
         verdict: Verdict | None = None
         correction: Verdict | None = None
+        if event.source == "agent":
+            state.agg.agent_search(event.event_id)
         if is_evaluated(event.source, event.result_ids):
             verdicts = state.searches.observe(
                 event.event_id,
@@ -168,6 +270,7 @@ class Processor:
             )
             verdict = verdicts[0]
             correction = verdicts[1] if len(verdicts) > 1 else None
+            state.agg.followup(verdict.event_id, verdict.is_followup)
         scope = event.scope
         record: dict[str, Any] = {
             "kind": "search",
@@ -192,6 +295,7 @@ class Processor:
             out.counts[(FOLLOWUPS, ())] += 1
         if correction is not None:
             # A late search changed its successor's predecessor: the sink updates that row.
+            state.agg.followup(correction.event_id, correction.is_followup)
             out.diagnostic(
                 scope.session_id,
                 {
@@ -206,16 +310,104 @@ class Processor:
             if correction.is_followup:
                 out.counts[(FOLLOWUPS, ())] += 1
 
+    def _injection(self, event: Injection, state: SessionState, out: Output) -> None:
+        observations = [(o.id, o.content) for o in event.observations]
+        first = state.agg.first_time(event.event_id)
+        if first:
+            state.agg.injection(
+                [o.id for o in event.observations],
+                event.graph_entity_ids,
+                [(e.source_id, e.target_id, e.relationship) for e in event.graph_edge_keys],
+            )
+        joined = state.turns.add_injection(event.event_id, event.ts_us, event.turn_id, observations)
+        if joined.late_observations and first:
+            out.counts[(UNMATCHED_TURNS, (("half", "injection"),))] += 1
+        self._feedback(event, joined, first, state, out)
+
+    def _response(self, event: Response, state: SessionState, out: Output) -> None:
+        first = state.agg.first_time(event.event_id)
+        joined = state.turns.add_response(event.event_id, event.ts_us, event.turn_id, event.text)
+        self._feedback(event, joined, first, state, out)
+
+    def _feedback(
+        self,
+        event: Injection | Response,
+        joined: Joined,
+        first: bool,
+        state: SessionState,
+        out: Output,
+    ) -> None:
+        """Send the turn's verdicts; fold them into the session (and count them) only the
+        first time: a redelivered or replayed half re-sends the same records."""
+        scope = event.scope
+        for fb in joined.feedback:
+            out.diagnostic(
+                scope.session_id,
+                {
+                    "kind": "retrieval_feedback",
+                    "session_id": scope.session_id,
+                    "turn_id": fb.turn_id,
+                    "observation_id": fb.observation_id,
+                    "signal": fb.feedback.signal,
+                    "match_ratio": fb.feedback.match_ratio,
+                    "keyword_count": fb.feedback.keyword_count,
+                    "matched_count": fb.feedback.matched_count,
+                    "ts": format_ts(fb.ts_us),
+                    "agent_id": scope.agent_id,
+                    "org_id": scope.org_id,
+                    "project_id": scope.project_id,
+                },
+            )
+            if joined.fresh and first:
+                state.agg.feedback(fb.observation_id, fb.feedback.signal == "used")
+                out.counts[(FEEDBACK, (("signal", fb.feedback.signal),))] += 1
+
+    def _outcome(self, event: SessionOutcome, state: SessionState, out: Output) -> None:
+        if not state.agg.first_time(event.event_id):
+            # Redelivered: re-send what it produced (the sink and the observation owners
+            # recognise it), so a crash between the state write and the sends loses nothing.
+            if state.closed is not None and state.closed[0] == event.event_id:
+                self._emit_outcome(state.closed[1], event.ts_us, out)
+            return
+        draft = draft_diagnostic(state.agg, event)
+        state.closed = [event.event_id, draft]
+        attrs = (("failure_category", draft["failure_category"] or ""), ("outcome", event.outcome))
+        out.counts[(SESSION_OUTCOMES, attrs)] += 1
+        self._emit_outcome(draft, event.ts_us, out)
+
+    def _emit_outcome(self, draft: dict[str, Any], ts_us: int, out: Output) -> None:
+        """The diagnostic itself, or (for a failed session with observations) the draft to
+        gather and one step per observation for its owner."""
+        session_id = draft["session_id"]
+        observation_ids = draft["injected_observation_ids"]
+        for obs_id in observation_ids:
+            out.steps.setdefault(obs_id, []).append(
+                {
+                    "observation_id": obs_id,
+                    "session_id": session_id,
+                    "outcome_event_id": draft["event_id"],
+                    "outcome": draft["outcome"],
+                    "ts_us": ts_us,
+                }
+            )
+        if draft["outcome"] == ACCEPTED or not observation_ids:
+            # nothing of it can be misleading after an accepted session counts
+            out.diagnostic(session_id, draft)
+        else:
+            out.verdicts.setdefault(session_id, []).append(
+                {
+                    "kind": "draft",
+                    "session_id": session_id,
+                    "outcome_event_id": draft["event_id"],
+                    "ts_us": ts_us,
+                    "draft": draft,
+                }
+            )
+
     def failed(self, msg: InMessage, exc: BaseException) -> Output:
         """The output for a message whose processing raised: it is dead-lettered whole
         (``processing_error``), so the worker goes on and the message does not vanish."""
-        out = Output()
-        detail = (
-            f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
-            "processed. This is a memdiag bug: report it with this payload"
-        )
-        self._dead_letter(msg, Rejected(0, PROCESSING_ERROR, detail, msg.value or b""), out)
-        return out
+        return failed_output(msg, exc, self.settings)
 
     def _dead_letter(self, msg: InMessage, rejected: Rejected, out: Output) -> None:
         out.deadletters.append((msg.key, dead_letter_record(msg, rejected, self.settings)))
@@ -223,13 +415,16 @@ class Processor:
 
     # -- state housekeeping -------------------------------------------------------------
 
+    def _expire_turns(self, state: SessionState, horizon_us: int, out: Output) -> None:
+        for _, half in state.turns.expire(horizon_us, self._turn_ttl_us):
+            out.counts[(UNMATCHED_TURNS, (("half", half),))] += 1
+
     def partitions_changed(self) -> None:
         """Forget the sweep index: after a rebalance it is rebuilt from the store."""
-        self._index.clear()
-        self._last_sweep.clear()
+        self._expiry.clear()
 
     def _partition_index(self, partition: int, store: StateStore) -> dict[str, int]:
-        index = self._index.get(partition)
+        index = self._expiry.deadlines.get(partition)
         if index is None:
             index = {}
             for session_id, raw in list(store.items()):
@@ -238,26 +433,44 @@ class Processor:
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     continue
                 if state.partition == partition:
-                    index[session_id] = state.newest_ts_us
-            self._index[partition] = index
+                    index[session_id] = state.deadline(self._retention_us, self._turn_ttl_us)
+            self._expiry.deadlines[partition] = index
         return index
 
-    def expired(self, partition: int) -> list[str]:
-        """Sessions of ``partition`` idle past the retention, in event time; at most once a
-        minute of event time. The caller deletes them (from the agent, so the tombstones go
-        to this partition's changelog)."""
-        watermark = self._watermark.get(partition)
-        index = self._index.get(partition)
-        if watermark is None or index is None:
-            return []
-        if watermark - self._last_sweep.get(partition, 0) < SWEEP_EVERY_US:
-            return []
-        self._last_sweep[partition] = watermark
-        horizon = watermark - self._retention_us
-        gone = [sid for sid, newest in index.items() if newest < horizon]
-        for sid in gone:
-            del index[sid]
-        return gone
+    def _sweep(self, partition: int, store: StateStore, out: Output) -> None:
+        """Expire what is due on ``partition``, in event time: unmatched turn halves
+        (counted), and whole sessions idle past their life. Runs inside the agent, so the
+        writes and tombstones go to this partition's changelog."""
+        due = self._expiry.due(partition)
+        if not due:
+            return
+        index = self._expiry.deadlines[partition]
+        watermark = self._expiry.watermark[partition]
+        for session_id in due:
+            raw = store.get(session_id)
+            if raw is None:
+                index.pop(session_id, None)
+                continue
+            state = SessionState.loads(raw)
+            self._expire_turns(state, watermark, out)
+            if state.life_ends(self._retention_us, self._turn_ttl_us) <= watermark:
+                del store[session_id]
+                index.pop(session_id, None)
+            else:
+                store[session_id] = state.dumps()
+                index[session_id] = state.deadline(self._retention_us, self._turn_ttl_us)
+
+
+def failed_output(msg: InMessage, exc: BaseException, settings: Settings) -> Output:
+    out = Output()
+    detail = (
+        f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
+        "processed. This is a memdiag bug: report it with this payload"
+    )
+    rejected = Rejected(0, PROCESSING_ERROR, detail, msg.value or b"")
+    out.deadletters.append((msg.key, dead_letter_record(msg, rejected, settings)))
+    out.counts[(DEAD_LETTERS, (("reason", PROCESSING_ERROR),))] += 1
+    return out
 
 
 def dead_letter_id(topic: str, payload: bytes, prefix: str) -> str:

@@ -42,3 +42,118 @@ SELECT
          ELSE (count(*) FILTER (WHERE is_followup))::DOUBLE
               / count(*) FILTER (WHERE source = 'agent') END AS rate
 FROM searches;
+
+-- One row per (session, turn, injected observation): the used/ignored verdict.
+CREATE TABLE IF NOT EXISTS retrieval_feedback (
+    session_id     VARCHAR NOT NULL,
+    turn_id        VARCHAR NOT NULL,
+    observation_id VARCHAR NOT NULL,
+    signal         VARCHAR NOT NULL,      -- used | ignored
+    match_ratio    DOUBLE NOT NULL,       -- matched_count / keyword_count (0 without keywords)
+    keyword_count  INTEGER NOT NULL,      -- distinct normalised words > 4 chars of the content
+    matched_count  INTEGER NOT NULL,      -- of those, also words of the response
+    ts             TIMESTAMPTZ NOT NULL,  -- event time of the join: the later of the two halves
+    agent_id       VARCHAR,
+    org_id         VARCHAR,
+    project_id     VARCHAR,
+    ingested_at    TIMESTAMPTZ,
+    PRIMARY KEY (session_id, turn_id, observation_id)
+);
+
+-- One row per session: the diagnostic of its (last) outcome. Id lists are VARCHAR[];
+-- an edge key is 'source_id|target_id|relationship'.
+CREATE TABLE IF NOT EXISTS session_diagnostics (
+    session_id                 VARCHAR PRIMARY KEY,
+    outcome                    VARCHAR NOT NULL,   -- accepted | rejected | rework
+    failure_category           VARCHAR,            -- NULL for accepted sessions
+    failure_context            VARCHAR,            -- the outcome's failure_context, as JSON text
+    injected_observation_ids   VARCHAR[] NOT NULL, -- distinct, first-seen order
+    injected_graph_entity_ids  VARCHAR[] NOT NULL,
+    injected_graph_edge_keys   VARCHAR[] NOT NULL,
+    tool_call_summary          STRUCT(tool VARCHAR, file VARCHAR, success BOOLEAN)[], -- NULL if accepted
+    files_modified             VARCHAR[],                                             -- NULL if accepted
+    errors_encountered         STRUCT(message VARCHAR, tool VARCHAR, recoverable BOOLEAN)[], -- NULL if accepted
+    helpful_observation_ids    VARCHAR[] NOT NULL,
+    misleading_observation_ids VARCHAR[] NOT NULL, -- misleading once this session is counted
+    ignored_observation_ids    VARCHAR[] NOT NULL, -- ignored in every evaluated turn (>= 1)
+    search_count               INTEGER NOT NULL,   -- agent searches of the session
+    followup_count             INTEGER NOT NULL,
+    ts                         TIMESTAMPTZ NOT NULL, -- event time of the outcome
+    agent_id                   VARCHAR,
+    org_id                     VARCHAR,
+    project_id                 VARCHAR,
+    event_id                   VARCHAR NOT NULL,   -- the session_outcome event
+    ingested_at                TIMESTAMPTZ
+);
+
+-- The current weight of each observation (the memory system gets the same on `weights`).
+CREATE TABLE IF NOT EXISTS observation_weights (
+    observation_id    VARCHAR PRIMARY KEY,
+    weight            DOUBLE NOT NULL,
+    updated_at        TIMESTAMPTZ NOT NULL, -- event time of the outcome of the last step
+    step              BIGINT NOT NULL,      -- steps taken; a row only moves forward
+    failed_sessions   INTEGER NOT NULL,
+    accepted_sessions INTEGER NOT NULL,
+    misleading        BOOLEAN NOT NULL
+);
+
+-- Every EMA step: one per (observation, session outcome).
+CREATE TABLE IF NOT EXISTS observation_weight_history (
+    observation_id   VARCHAR NOT NULL,
+    session_id       VARCHAR NOT NULL,
+    outcome          VARCHAR NOT NULL,
+    alpha            DOUBLE NOT NULL,
+    previous_weight  DOUBLE NOT NULL,
+    new_weight       DOUBLE NOT NULL,
+    aggressive       BOOLEAN NOT NULL,   -- alpha doubled: misleading after this session
+    ts               TIMESTAMPTZ NOT NULL,
+    outcome_event_id VARCHAR NOT NULL,
+    step             BIGINT NOT NULL,
+    misleading       BOOLEAN NOT NULL,
+    PRIMARY KEY (observation_id, session_id, outcome_event_id)
+);
+
+CREATE OR REPLACE VIEW observation_feedback_stats AS
+SELECT observation_id,
+       count(*) FILTER (WHERE signal = 'used') AS used,
+       count(*) FILTER (WHERE signal = 'ignored') AS ignored
+FROM retrieval_feedback
+GROUP BY observation_id;
+
+-- Failed sessions per category, every category listed (zeros included).
+CREATE OR REPLACE MACRO failure_category_distribution(org_id := NULL, project_id := NULL, since := NULL) AS TABLE
+WITH categories(failure_category, ord) AS (
+    VALUES ('test_failure', 1), ('style', 2), ('regression', 3), ('incomplete', 4),
+           ('wrong_approach', 5), ('other', 6), ('unknown', 7)
+),
+failed AS (
+    SELECT CASE WHEN d.failure_category IN ('test_failure', 'style', 'regression',
+                     'incomplete', 'wrong_approach', 'other')
+                THEN d.failure_category ELSE 'unknown' END AS failure_category
+    FROM session_diagnostics d
+    WHERE d.outcome IN ('rejected', 'rework')
+      AND (org_id IS NULL OR d.org_id = org_id)
+      AND (project_id IS NULL OR d.project_id = project_id)
+      AND (since IS NULL OR d.ts >= CAST(since AS TIMESTAMPTZ))
+),
+counted AS (SELECT failure_category, count(*) AS sessions FROM failed GROUP BY ALL)
+SELECT c.failure_category, coalesce(n.sessions, 0)::BIGINT AS sessions
+FROM categories c LEFT JOIN counted n USING (failure_category)
+ORDER BY c.ord;
+
+-- Observations seen in >= 3 failed sessions and no accepted one (over the sessions selected).
+CREATE OR REPLACE MACRO misleading_observations(org_id := NULL, since := NULL) AS TABLE
+WITH injected AS (
+    SELECT unnest(d.injected_observation_ids) AS observation_id,
+           d.outcome <> 'accepted' AS failed
+    FROM session_diagnostics d
+    WHERE (org_id IS NULL OR d.org_id = org_id)
+      AND (since IS NULL OR d.ts >= CAST(since AS TIMESTAMPTZ))
+)
+SELECT observation_id,
+       count(*) FILTER (WHERE failed) AS fail_count,
+       count(*) FILTER (WHERE NOT failed) AS success_count
+FROM injected
+GROUP BY observation_id
+HAVING count(*) FILTER (WHERE failed) >= 3 AND count(*) FILTER (WHERE NOT failed) = 0
+ORDER BY fail_count DESC, observation_id;

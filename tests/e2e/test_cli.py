@@ -102,3 +102,28 @@ def test_bad_configuration_is_refused_at_start(small_file: Path, tmp_path: Path)
     )
     assert result.returncode == 2
     assert "MEMDIAG_RECENT_SEARCH_RETENTION_HOURS" in result.stderr
+
+
+def test_query_commands_answer_from_the_run(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[1] / "data" / "contract_example.jsonl"
+    db = tmp_path / "q.duckdb"
+    assert memdiag("run", "--input", str(example), "--db", str(db), "--quiet").returncode == 0
+    stats = memdiag("query", "observation-stats", "obs_7", "--db", str(db), "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["used"] == 1
+    history = json.loads(
+        memdiag("query", "observation-history", "obs_9", "--db", str(db), "--json").stdout
+    )
+    assert [(h["session_id"], h["signal"]) for h in history] == [("ses_abc", "ignored")]
+    dist = json.loads(
+        memdiag(
+            "query", "failure-distribution", "--org", "org_123", "--db", str(db), "--json"
+        ).stdout
+    )
+    assert {d["failure_category"]: d["sessions"] for d in dist}["test_failure"] == 1
+    misleading = memdiag("query", "misleading", "--since", "2026-11-01", "--db", str(db), "--json")
+    assert misleading.returncode == 0 and json.loads(misleading.stdout) == []
+    table = memdiag("query", "failure-distribution", "--db", str(db))
+    assert "test_failure" in table.stdout and "unknown" in table.stdout
+    bad = memdiag("query", "misleading", "--since", "last tuesday", "--db", str(db))
+    assert bad.returncode == 2 and "duration back from now" in bad.stderr

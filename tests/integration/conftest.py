@@ -14,15 +14,16 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from memdiag import procs
 from memdiag.kafka import ensure_topics, wait_drained
-from memdiag.runner import Child, sink_inputs, spawn_child, worker_inputs
+from memdiag.runner import Child, sink_inputs, spawn_child, wait_worker
 from memdiag.settings import Settings
 
 
@@ -106,7 +107,7 @@ class Pipeline:
                 child.check_alive()
 
         s = self.settings
-        lag = asyncio.run(wait_drained(s, s.app_id, worker_inputs(s), timeout, on_poll=watch))
+        lag = asyncio.run(wait_worker(s, timeout, on_poll=watch))
         assert lag.drained, f"worker behind by {lag.behind}:\n{self.children['worker'].tail()}"
         lag = asyncio.run(wait_drained(s, s.sink_group, sink_inputs(s), timeout, on_poll=watch))
         assert lag.drained, f"sink behind by {lag.behind}:\n{self.children['sink'].tail()}"
@@ -121,8 +122,45 @@ class Pipeline:
             con.close()
 
     def snapshot(self) -> dict[str, list[tuple]]:
-        tables = ["searches", "dead_letters"]
-        return {t: self.query(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}  # noqa: S608
+        """Every table, without the wall-clock ``ingested_at`` column."""
+        tables = {
+            "searches": "*",
+            "dead_letters": "*",
+            "retrieval_feedback": "* EXCLUDE (ingested_at)",
+            "session_diagnostics": "* EXCLUDE (ingested_at)",
+            "observation_weights": "*",
+            "observation_weight_history": "*",
+        }
+        return {
+            t: self.query(f"SELECT {cols} FROM {t} ORDER BY ALL")  # noqa: S608
+            for t, cols in tables.items()
+        }
+
+    def consume(self, topic: str) -> list[tuple[bytes | None, Any]]:
+        """Every message on ``topic`` so far (call after :meth:`drain`), as (key, JSON)."""
+
+        async def go() -> list[tuple[bytes | None, Any]]:
+            c = AIOKafkaConsumer(
+                bootstrap_servers=self.settings.bootstrap_servers, enable_auto_commit=False
+            )
+            await c.start()
+            try:
+                parts = c.partitions_for_topic(topic) or set()
+                if not parts:
+                    await c.force_metadata_update()  # type: ignore[attr-defined]
+                    parts = c.partitions_for_topic(topic) or set()
+                tps = [TopicPartition(topic, p) for p in sorted(parts)]
+                c.assign(tps)
+                await c.seek_to_beginning(*tps)
+                got: list[tuple[bytes | None, Any]] = []
+                while batches := await c.getmany(timeout_ms=1000):
+                    for msgs in batches.values():
+                        got.extend((m.key, orjson.loads(m.value)) for m in msgs)
+                return got
+            finally:
+                await c.stop()
+
+        return asyncio.run(go())
 
 
 @pytest.fixture

@@ -17,9 +17,27 @@ CONTRACT = Path(__file__).resolve().parents[3] / "shared" / "CONTRACT.md"
 TABLES = {
     "searches": "event_id, session_id, ts, source, result_count, is_followup, prev_event_id, "
     "gap_seconds, agent_id, org_id, project_id",
+    "retrieval_feedback": "session_id, turn_id, observation_id, signal, match_ratio, "
+    "keyword_count, matched_count, ts, org_id, project_id",
+    "session_diagnostics": "session_id, outcome, failure_category, failure_context, "
+    "injected_observation_ids, injected_graph_entity_ids, injected_graph_edge_keys, "
+    "tool_call_summary, files_modified, errors_encountered, helpful_observation_ids, "
+    "misleading_observation_ids, ignored_observation_ids, search_count, followup_count, ts, "
+    "agent_id, org_id, project_id",
+    "observation_weights": "observation_id, weight, updated_at",
+    "observation_weight_history": "observation_id, session_id, outcome, alpha, "
+    "previous_weight, new_weight, aggressive, ts",
     "dead_letters": 'topic, partition, "offset", reason, detail, payload, ts',
 }
-VIEWS = {"followup_rate": "agent_searches, followups, rate"}
+VIEWS = {
+    "followup_rate": "agent_searches, followups, rate",
+    "observation_feedback_stats": "observation_id, used, ignored",
+}
+#: table macro -> (call with the contract's defaults, its columns)
+MACROS = {
+    "failure_category_distribution": "failure_category, sessions",
+    "misleading_observations": "observation_id, fail_count, success_count",
+}
 
 
 def _columns(spec: str) -> list[str]:
@@ -70,3 +88,71 @@ def test_commands_and_flags() -> None:
     assert parser.parse_args(["publish", "f.jsonl"]).file == "f.jsonl"
     for command in ("demo", "worker", "sink"):
         assert parser.parse_args([command]).command == command
+
+
+@pytest.mark.parametrize("macro", sorted(MACROS))
+def test_macros_have_exactly_the_contract_columns(
+    con: duckdb.DuckDBPyConnection, macro: str
+) -> None:
+    have = [d[0] for d in con.execute(f"SELECT * FROM {macro}()").description]  # noqa: S608
+    assert have == _columns(MACROS[macro])
+    text = CONTRACT.read_text() if CONTRACT.exists() else ""
+    if text:
+        assert re.search(rf"`{macro}\(", text), macro
+
+
+def test_macro_parameters_are_named_as_in_the_contract(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        "SELECT * FROM failure_category_distribution(org_id := 'o', project_id := 'p', "
+        "since := TIMESTAMPTZ '2026-11-01 00:00:00+00')"
+    ).fetchall()
+    con.execute(
+        "SELECT * FROM misleading_observations(org_id := 'o', since := '2026-11-01')"
+    ).fetchall()
+
+
+def test_id_lists_are_varchar_lists(con: duckdb.DuckDBPyConnection) -> None:
+    types = dict((r[0], r[1]) for r in con.execute("DESCRIBE session_diagnostics").fetchall())
+    for column in (
+        "injected_observation_ids",
+        "injected_graph_entity_ids",
+        "injected_graph_edge_keys",
+        "helpful_observation_ids",
+        "misleading_observation_ids",
+        "ignored_observation_ids",
+    ):
+        assert types[column] == "VARCHAR[]", column
+
+
+def test_query_commands() -> None:
+    parser = build_parser()
+    a = parser.parse_args(
+        [
+            "query",
+            "failure-distribution",
+            "--org",
+            "o",
+            "--project",
+            "p",
+            "--since",
+            "7d",
+            "--json",
+            "--db",
+            "d",
+        ]
+    )
+    assert (a.question, a.org, a.project, a.since, a.json, a.db) == (
+        "failure-distribution",
+        "o",
+        "p",
+        "7d",
+        True,
+        "d",
+    )
+    a = parser.parse_args(["query", "misleading", "--org", "o", "--since", "1d", "--limit", "5"])
+    assert (a.question, a.limit) == ("misleading", 5)
+    a = parser.parse_args(["query", "observation-stats", "obs_7", "--json"])
+    assert a.observation_id == "obs_7"
+    a = parser.parse_args(["query", "observation-history", "obs_7", "--limit", "3"])
+    assert (a.observation_id, a.limit) == ("obs_7", 3)
+    assert parser.parse_args(["query", "observation-history", "obs_7"]).limit == 100

@@ -151,9 +151,21 @@ def test_idle_sessions_are_swept_by_event_time() -> None:
     p = Processor(SETTINGS, everything_here)
     store: dict[str, bytes] = {}
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
+    assert set(store) == {"old"}
     p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new"), store)
-    assert p.expired(0) == ["old"]
-    assert p.expired(0) == []  # at most once per minute of event time
+    assert set(store) == {"new"}  # idle 24.5 h > the 24 h retention: swept
+
+
+def test_sweep_runs_at_most_once_per_minute_of_event_time() -> None:
+    p = Processor(SETTINGS, everything_here)
+    store: dict[str, bytes] = {}
+    p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="s0"), key=b"s0"), store)
+    p.process(msg(search("b", "2026-11-20T23:59:50Z", "q", ["o"], sid="s1"), key=b"s1"), store)
+    assert "s0" in store  # not yet idle 24 h when the sweep ran
+    p.process(msg(search("c", "2026-11-21T00:00:10Z", "q", ["o"], sid="s2"), key=b"s2"), store)
+    assert "s0" in store  # idle now, but less than a minute of event time since the sweep
+    p.process(msg(search("d", "2026-11-21T00:01:00Z", "q", ["o"], sid="s3"), key=b"s3"), store)
+    assert "s0" not in store
 
 
 def test_sweep_index_is_rebuilt_from_the_store_after_a_rebalance() -> None:
@@ -164,7 +176,8 @@ def test_sweep_index_is_rebuilt_from_the_store_after_a_rebalance() -> None:
     store["elsewhere"] = other
     p.partitions_changed()
     p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new"), store)
-    assert p.expired(0) == ["old"]
+    assert "old" not in store
+    assert store["elsewhere"] == other  # another partition's session is left to its owner
 
 
 def test_state_is_compact_json() -> None:

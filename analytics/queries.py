@@ -1,0 +1,81 @@
+"""The analyst's questions (``memdiag query ...``), answered from DuckDB.
+
+Each function takes an open connection and returns plain data (lists of dicts), so the
+command line prints it as a table or as JSON and tests check it directly. The SQL lives in
+``analytics/sql/``; values are bound as parameters, never formatted into the text.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from analytics.db import DatabaseError, sql
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(value: str | None, now: datetime | None = None) -> datetime | None:
+    """``--since``: an RFC 3339 / ISO date or date-time (UTC if no offset), or a duration
+    back from now (``90m``, ``24h``, ``7d``, ``2w``)."""
+    if value is None or value == "":
+        return None
+    match = _RELATIVE.match(value)
+    if match:
+        amount, unit = float(match.group(1)), match.group(2)
+        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--since {value!r}: give a date or date-time (2026-11-21, "
+            "2026-11-21T09:30:00Z) or a duration back from now (30m, 24h, 7d)"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+    try:
+        cur = con.execute(sql(name), params)
+    except duckdb.CatalogException as exc:
+        raise DatabaseError(
+            f"this DuckDB file lacks part of memdiag's schema ({exc}); it was written by "
+            "an older memdiag: start `memdiag sink` on it once to upgrade it"
+        ) from exc
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def observation_stats(con: duckdb.DuckDBPyConnection, observation_id: str) -> dict[str, Any]:
+    row = _rows(con, "observation_stats", observation_id=observation_id)[0]
+    judged = row["used"] + row["ignored"]
+    row["used_share"] = row["used"] / judged if judged else None
+    return row
+
+
+def observation_history(
+    con: duckdb.DuckDBPyConnection, observation_id: str, limit: int = 100
+) -> list[dict[str, Any]]:
+    return _rows(con, "observation_history", observation_id=observation_id, limit=limit)
+
+
+def failure_distribution(
+    con: duckdb.DuckDBPyConnection,
+    org: str | None = None,
+    project: str | None = None,
+    since: datetime | None = None,
+) -> list[dict[str, Any]]:
+    return _rows(con, "failure_distribution", org_id=org, project_id=project, since=since)
+
+
+def misleading(
+    con: duckdb.DuckDBPyConnection,
+    org: str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    return _rows(con, "misleading", org_id=org, since=since, limit=limit)
