@@ -11,8 +11,8 @@ import asyncio
 import json
 import signal
 import sys
-from importlib import resources
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
