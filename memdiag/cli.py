@@ -247,8 +247,8 @@ _HEADERS = {
 def _table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left")
     for c in columns:
-        justify = "right" if rows and _numeric(rows[0].get(c)) else "left"
-        table.add_column(_HEADERS.get(c, c), justify=justify, no_wrap=True)
+        numeric = bool(rows) and _numeric(rows[0].get(c))
+        table.add_column(_HEADERS.get(c, c), justify="right" if numeric else "left", no_wrap=True)
     for r in rows:
         table.add_row(*(_cell(r.get(c)) for c in columns))
     return table
