@@ -78,7 +78,7 @@ class Turns:
 
     def __init__(self, turns: dict[str, list[Any]] | None = None):
         # turn_id -> [state, ts_us, event_ids, payload]
-        #   i: payload = [[observation_id, [keyword, ...]], ...]
+        #   i: payload = [[observation_id, frozenset of keywords], ...] (a list in state)
         #   r: payload = [word, ...]
         #   d: payload = [[observation_id, used(0/1), keyword_count, matched_count], ...]
         self._turns: dict[str, list[Any]] = turns or {}
@@ -127,7 +127,7 @@ class Turns:
         if state == _PENDING_RESPONSE:
             words = frozenset(payload)
             judged = [
-                (obs_id, judge_keywords(frozenset(kws), words))
+                (obs_id, judge_keywords(kws, words))
                 for obs_id, kws in _distinct_keywords(observations, ())
             ]
             return self._join(turn_id, [event_id, *event_ids], judged, max(ts, ts_us))
@@ -186,11 +186,20 @@ class Turns:
         return gone
 
     def to_state(self) -> dict[str, list[Any]]:
-        return self._turns
+        state = {}
+        for turn_id, turn in self._turns.items():
+            if turn[0] == _PENDING_INJECTION:
+                turn = [*turn[:3], [[o, sorted(kws)] for o, kws in turn[3]]]
+            state[turn_id] = turn
+        return state
 
     @classmethod
     def from_state(cls, state: dict[str, list[Any]] | None) -> Turns:
-        return cls(state or {})
+        turns = state or {}
+        for turn in turns.values():
+            if turn[0] == _PENDING_INJECTION:
+                turn[3] = [[o, frozenset(kws)] for o, kws in turn[3]]
+        return cls(turns)
 
 
 def _distinct_keywords(
@@ -203,7 +212,7 @@ def _distinct_keywords(
         if obs_id in seen:
             continue
         seen.add(obs_id)
-        out.append([obs_id, sorted(keywords(content))])
+        out.append([obs_id, keywords(content)])  # a frozenset in memory; a list in state
     return out
 
 
