@@ -60,4 +60,11 @@ def connect(
 
 
 def init_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (or upgrade) memdiag's schema; idempotent."""
     con.execute(sql("schema"))
+    # A file from before observation_outcome_days: fill it once from the sessions.
+    empty = con.execute("SELECT count(*) = 0 FROM observation_outcome_days").fetchone()
+    if empty and empty[0]:
+        has_sessions = con.execute("SELECT count(*) > 0 FROM session_diagnostics").fetchone()
+        if has_sessions and has_sessions[0]:
+            con.execute(sql("rebuild_observation_outcome_days"))

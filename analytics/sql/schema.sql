@@ -141,19 +141,49 @@ SELECT c.failure_category, coalesce(n.sessions, 0)::BIGINT AS sessions
 FROM categories c LEFT JOIN counted n USING (failure_category)
 ORDER BY c.ord;
 
+-- Per (org, UTC day, observation): sessions that injected it, failed and accepted. Kept
+-- by the sink in the same transaction as session_diagnostics (see
+-- upsert_session_diagnostics.sql), so misleading_observations need not unnest every
+-- session's id list: 10 million sessions hold about 100 million (session, observation) pairs.
+CREATE TABLE IF NOT EXISTS observation_outcome_days (
+    org_id         VARCHAR NOT NULL,  -- '' for sessions without an org
+    day            DATE NOT NULL,     -- UTC day of the outcome
+    observation_id VARCHAR NOT NULL,
+    failed         BIGINT NOT NULL,
+    accepted       BIGINT NOT NULL,
+    PRIMARY KEY (org_id, day, observation_id)
+);
+
 -- Observations seen in >= 3 failed sessions and no accepted one (over the sessions selected).
+-- Whole UTC days come from observation_outcome_days; when `since` falls inside a day, the
+-- rest of that day is counted from session_diagnostics itself.
 CREATE OR REPLACE MACRO misleading_observations(org_id := NULL, since := NULL) AS TABLE
-WITH injected AS (
+WITH bound AS (
+    SELECT CAST(since AS TIMESTAMPTZ) AS since_ts,
+           CAST(CAST(since AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS DATE) AS since_day,
+           CAST(CAST(since AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS DATE)
+             + CASE WHEN CAST(CAST(since AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIME) = TIME '00:00:00'
+                    THEN 0 ELSE 1 END AS first_full_day
+),
+counted AS (
+    SELECT r.observation_id, r.failed, r.accepted
+    FROM observation_outcome_days r, bound b
+    WHERE (org_id IS NULL OR r.org_id = org_id)
+      AND (since IS NULL OR r.day >= b.first_full_day)
+    UNION ALL
     SELECT unnest(d.injected_observation_ids) AS observation_id,
-           d.outcome <> 'accepted' AS failed
-    FROM session_diagnostics d
-    WHERE (org_id IS NULL OR d.org_id = org_id)
-      AND (since IS NULL OR d.ts >= CAST(since AS TIMESTAMPTZ))
+           CASE WHEN d.outcome = 'accepted' THEN 0 ELSE 1 END AS failed,
+           CASE WHEN d.outcome = 'accepted' THEN 1 ELSE 0 END AS accepted
+    FROM session_diagnostics d, bound b
+    WHERE since IS NOT NULL AND b.first_full_day > b.since_day
+      AND d.ts >= b.since_ts
+      AND d.ts < CAST(b.first_full_day AS TIMESTAMP) AT TIME ZONE 'UTC'
+      AND (org_id IS NULL OR d.org_id = org_id)
 )
 SELECT observation_id,
-       count(*) FILTER (WHERE failed) AS fail_count,
-       count(*) FILTER (WHERE NOT failed) AS success_count
-FROM injected
+       sum(failed)::BIGINT AS fail_count,
+       sum(accepted)::BIGINT AS success_count
+FROM counted
 GROUP BY observation_id
-HAVING count(*) FILTER (WHERE failed) >= 3 AND count(*) FILTER (WHERE NOT failed) = 0
+HAVING sum(failed) >= 3 AND sum(accepted) = 0
 ORDER BY fail_count DESC, observation_id;

@@ -1,5 +1,17 @@
 -- One row per session: the diagnostic of its latest outcome (by event time; on a tie,
--- the one written last). A redelivery rewrites the same values.
+-- the one written last). A redelivery rewrites the same values. observation_outcome_days
+-- follows in the same transaction: minus each replaced row, plus each written one, so a
+-- redelivery adds nothing there either.
+CREATE OR REPLACE TEMP TABLE _sd_replaced AS
+SELECT d.org_id, d.ts, d.outcome, d.injected_observation_ids
+FROM session_diagnostics d JOIN batch b USING (session_id)
+WHERE CAST(b.ts AS TIMESTAMPTZ) >= d.ts;
+
+CREATE OR REPLACE TEMP TABLE _sd_written AS
+SELECT b.org_id, CAST(b.ts AS TIMESTAMPTZ) AS ts, b.outcome, b.injected_observation_ids
+FROM batch b LEFT JOIN session_diagnostics d USING (session_id)
+WHERE d.session_id IS NULL OR CAST(b.ts AS TIMESTAMPTZ) >= d.ts;
+
 INSERT INTO session_diagnostics (session_id, outcome, failure_category, failure_context,
                                  injected_observation_ids, injected_graph_entity_ids,
                                  injected_graph_edge_keys, tool_call_summary, files_modified,
@@ -36,3 +48,22 @@ ON CONFLICT (session_id) DO UPDATE SET
     project_id = EXCLUDED.project_id,
     event_id = EXCLUDED.event_id
 WHERE EXCLUDED.ts >= session_diagnostics.ts;
+
+INSERT INTO observation_outcome_days (org_id, day, observation_id, failed, accepted)
+SELECT org_id, day, observation_id, sum(failed), sum(accepted)
+FROM (
+    SELECT coalesce(org_id, '') AS org_id, CAST(ts AT TIME ZONE 'UTC' AS DATE) AS day,
+           unnest(injected_observation_ids) AS observation_id,
+           sign * CASE WHEN outcome = 'accepted' THEN 0 ELSE 1 END AS failed,
+           sign * CASE WHEN outcome = 'accepted' THEN 1 ELSE 0 END AS accepted
+    FROM (SELECT *, -1 AS sign FROM _sd_replaced UNION ALL SELECT *, 1 AS sign FROM _sd_written)
+)
+GROUP BY ALL
+HAVING sum(failed) <> 0 OR sum(accepted) <> 0
+ON CONFLICT (org_id, day, observation_id) DO UPDATE SET
+    failed = observation_outcome_days.failed + EXCLUDED.failed,
+    accepted = observation_outcome_days.accepted + EXCLUDED.accepted;
+
+DELETE FROM observation_outcome_days WHERE failed = 0 AND accepted = 0;
+DROP TABLE _sd_replaced;
+DROP TABLE _sd_written;

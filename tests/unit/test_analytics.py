@@ -11,9 +11,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analytics import queries
-from analytics.db import DatabaseError
+from analytics.db import DatabaseError, sql
 from analytics.sink import DuckDBSink
 from tests.unit.test_sessions import (
     Worker,
@@ -232,3 +234,92 @@ def test_an_old_file_gets_an_upgrade_hint(tmp_path: Path) -> None:
         pytest.raises(DatabaseError, match="upgrade"),
     ):
         queries.observation_history(con, "o")
+
+
+NAIVE_MISLEADING = """
+SELECT observation_id,
+       count(*) FILTER (WHERE outcome <> 'accepted') AS fail_count,
+       count(*) FILTER (WHERE outcome = 'accepted') AS success_count
+FROM (SELECT unnest(injected_observation_ids) AS observation_id, outcome, org_id, ts
+      FROM session_diagnostics)
+WHERE ($org IS NULL OR org_id = $org) AND ($since IS NULL OR ts >= $since)
+GROUP BY 1
+HAVING count(*) FILTER (WHERE outcome <> 'accepted') >= 3
+   AND count(*) FILTER (WHERE outcome = 'accepted') = 0
+ORDER BY fail_count DESC, observation_id
+"""
+
+
+def diagnostic(sid: str, outcome: str, obs: list[str], ts: str, org: str | None) -> dict:
+    return {
+        "kind": "session_diagnostic",
+        "event_id": f"{sid}-{ts}",
+        "session_id": sid,
+        "outcome": outcome,
+        "failure_category": None if outcome == "accepted" else "other",
+        "injected_observation_ids": obs,
+        "injected_graph_entity_ids": [],
+        "injected_graph_edge_keys": [],
+        "helpful_observation_ids": [],
+        "misleading_observation_ids": [],
+        "ignored_observation_ids": [],
+        "search_count": 0,
+        "followup_count": 0,
+        "ts": ts,
+        "org_id": org,
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([f"s{i}" for i in range(8)]),
+            st.sampled_from(["accepted", "rejected", "rework"]),
+            st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True, max_size=4),
+            st.sampled_from(
+                [
+                    "2026-11-20T23:30:00Z",
+                    "2026-11-21T00:00:00Z",
+                    "2026-11-21T12:00:00Z",
+                    "2026-11-22T06:00:00+02:00",
+                ]
+            ),
+            st.sampled_from([None, "o1", "o2"]),
+        ),
+        max_size=25,
+    ),
+    st.lists(st.integers(1, 6), max_size=4),
+    st.sampled_from(
+        [None, "2026-11-21T00:00:00Z", "2026-11-21T06:00:00Z", "2026-11-21T23:00:00+05:00"]
+    ),
+    st.sampled_from([None, "o1"]),
+)
+def test_the_daily_rollup_gives_what_a_full_scan_gives(writes, cuts, since, org) -> None:
+    """Replacements, replays, org filters and a `since` inside a day all agree with the
+    definition computed from session_diagnostics alone."""
+    import tempfile
+
+    records = [diagnostic(*w) for w in writes]
+    with tempfile.TemporaryDirectory() as d:
+        sink = DuckDBSink(Path(d) / "r.duckdb")
+        sink.init()
+        start = 0
+        for cut in [*cuts, len(records)]:  # several batches, some records written twice
+            sink.write(records[start : start + cut])
+            start = max(0, start + cut - 1)
+        with duckdb.connect(sink.path, read_only=True) as con:
+            fast = con.execute(
+                "SELECT * FROM misleading_observations(org_id := $org, since := $since)",
+                {"org": org, "since": since},
+            ).fetchall()
+            naive = con.execute(
+                NAIVE_MISLEADING, {"org": org, "since": since and datetime.fromisoformat(since)}
+            ).fetchall()
+            assert fast == naive
+            # and the rollup equals a rebuild from scratch
+            live = con.execute("SELECT * FROM observation_outcome_days ORDER BY ALL").fetchall()
+        with duckdb.connect(sink.path) as con:
+            con.execute(sql("rebuild_observation_outcome_days"))
+            rebuilt = con.execute("SELECT * FROM observation_outcome_days ORDER BY ALL").fetchall()
+        assert live == rebuilt
