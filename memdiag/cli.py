@@ -427,17 +427,18 @@ def build_parser() -> argparse.ArgumentParser:
     worker = add(
         "worker",
         "run the stream worker (long-running) against MEMDIAG_BROKER",
-        "The Faust worker: reads memdiag.events, keeps per-session state, derives the "
-        "diagnostics. Stop it with Ctrl-C or SIGTERM.",
+        "The Faust worker: reads memdiag.events, keeps per-session and per-observation "
+        "state, derives the diagnostics and the weight updates. Stop it with Ctrl-C or "
+        "SIGTERM.",
     )
     worker.set_defaults(func=cmd_worker)
 
     sink = add(
         "sink",
         "run the DuckDB sink (long-running) against MEMDIAG_BROKER",
-        "Consumes memdiag.diagnostics and memdiag.deadletter in batches and upserts them "
-        "into DuckDB. It holds the file only while it writes a batch, so analysts can open "
-        "it read-only in between.",
+        "Consumes memdiag.diagnostics, memdiag.weights and memdiag.deadletter in batches "
+        "and upserts them into DuckDB. It holds the file only while it writes a batch, so "
+        "analysts can open it read-only in between.",
     )
     sink.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
     sink.set_defaults(func=cmd_sink)

@@ -57,9 +57,6 @@ class Topics:
         session id, gathered into the final ``session_diagnostic``."""
         return f"{self.prefix}internal.session-verdicts"
 
-    def internal(self) -> tuple[str, ...]:
-        return (self.observation_steps, self.session_verdicts)
-
     def all(self) -> tuple[str, ...]:
         return (
             self.events,
