@@ -90,11 +90,23 @@ def judge(prev: Remembered | None, cur: Remembered, window_us: int, retention_us
 class SearchHistory:
     """A session's evaluated searches in event-time order, and the verdicts they imply."""
 
-    __slots__ = ("_entries", "_orders", "_ids", "_next_seq")
+    __slots__ = ("_entries", "_orders", "_ids", "_next_seq", "_rows", "evaluated", "followups")
 
-    def __init__(self, entries: Sequence[Remembered] = (), next_seq: int = 0):
+    def __init__(
+        self,
+        entries: Sequence[Remembered] = (),
+        next_seq: int = 0,
+        evaluated: int = 0,
+        followups: int = 0,
+    ):
+        #: evaluated searches ever observed (redeliveries not counted), and how many of
+        #: them are followups now (corrections included): they outlive the pruning
+        self.evaluated = evaluated
+        self.followups = followups
         self._entries: list[Remembered] = sorted(entries, key=lambda e: e.order)
         self._orders = [e.order for e in self._entries]
+        # each entry's serialised form, kept beside it: serialising is then one list copy
+        self._rows: list[list[Any]] = [_row(e) for e in self._entries]
         self._ids = {e.event_id for e in self._entries}
         self._next_seq = max(next_seq, max((e.seq + 1 for e in self._entries), default=0))
 
@@ -136,12 +148,16 @@ class SearchHistory:
             before = self._verdict(pos, window_us, retention_us)
         self._entries.insert(pos, entry)
         self._orders.insert(pos, entry.order)
+        self._rows.insert(pos, _row(entry))
         self._ids.add(event_id)
         verdicts = [self._verdict(pos, window_us, retention_us)]
+        self.evaluated += 1
+        self.followups += verdicts[0].is_followup
         if before is not None:
             after = self._verdict(pos + 1, window_us, retention_us)
             if after != before:
                 verdicts.append(after)
+                self.followups += after.is_followup - before.is_followup
         self._prune(retention_us)
         return verdicts
 
@@ -159,18 +175,23 @@ class SearchHistory:
                 self._ids.discard(gone.event_id)
             del self._entries[:keep_from]
             del self._orders[:keep_from]
+            del self._rows[:keep_from]
 
     # -- serialisation (compact; this goes to the changelog on every write) --------------
 
     def to_state(self) -> list[Any]:
-        return [
-            self._next_seq,
-            [[e.ts_us, e.seq, e.event_id, e.query_key, list(e.result_ids)] for e in self._entries],
-        ]
+        return [self._next_seq, self._rows, self.evaluated, self.followups]
 
     @classmethod
     def from_state(cls, state: list[Any] | None) -> SearchHistory:
+        """The inverse of :meth:`to_state`."""
         if not state:
             return cls()
-        next_seq, rows = state
-        return cls([Remembered(r[0], r[1], r[2], r[3], tuple(r[4])) for r in rows], next_seq)
+        next_seq, rows, *counts = state
+        return cls(
+            [Remembered(r[0], r[1], r[2], r[3], tuple(r[4])) for r in rows], next_seq, *counts
+        )
+
+
+def _row(e: Remembered) -> list[Any]:
+    return [e.ts_us, e.seq, e.event_id, e.query_key, list(e.result_ids)]

@@ -204,6 +204,14 @@ class Processor:
         self._turn_ttl_us = settings.turn_ttl_us
         self._store_text = settings.store_text
         self._expiry = ExpiryIndex()
+        # session_id -> (the bytes last written to the store, the state they encode).
+        # Decoding a long session's state on every event is the worker's biggest cost; the
+        # store hands back the very bytes object we wrote, so identity proves the cached
+        # state is current. After a rebalance or a recovery the bytes are new: decoded anew.
+        self._cache: dict[str, tuple[bytes, SessionState]] = {}
+
+    #: Most decoded session states kept in memory.
+    CACHE_SIZE = 50_000
 
     # -- the hot path -------------------------------------------------------------------
 
@@ -212,10 +220,29 @@ class Processor:
         decoded = self._decoder.decode(msg.value)
         for rejected in decoded.rejected:
             self._dead_letter(msg, rejected, out)
-        if decoded.accepted:
-            self._apply(msg, decoded.accepted, store, out)
-        self._sweep(msg.partition, store, out)
+        try:
+            if decoded.accepted:
+                self._apply(msg, decoded.accepted, store, out)
+            self._sweep(msg.partition, store, out)
+        except BaseException:
+            self._cache.clear()  # a state may have been changed and not written
+            raise
         return out
+
+    def _load(self, session_id: str, raw: bytes | None, partition: int) -> SessionState:
+        if raw is None:
+            return SessionState.new(partition)
+        cached = self._cache.get(session_id)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        return SessionState.loads(raw)
+
+    def _store(self, session_id: str, state: SessionState, store: StateStore) -> None:
+        raw = state.dumps()
+        store[session_id] = raw
+        if len(self._cache) >= self.CACHE_SIZE and session_id not in self._cache:
+            self._cache.pop(next(iter(self._cache)))  # the oldest entry
+        self._cache[session_id] = (raw, state)
 
     def _apply(
         self, msg: InMessage, accepted_events: list[Accepted], store: StateStore, out: Output
@@ -230,12 +257,7 @@ class Processor:
             if self._partition_of(session_id) != msg.partition:
                 out.reroute[session_id] = [a.raw for a in accepted]
                 continue
-            raw_state = store.get(session_id)
-            state = (
-                SessionState.loads(raw_state)
-                if raw_state is not None
-                else SessionState.new(msg.partition)
-            )
+            state = self._load(session_id, store.get(session_id), msg.partition)
             self._expire_turns(state, horizon, out)
             for acc in accepted:
                 event: SessionEvent = acc.event  # type: ignore[assignment]
@@ -249,7 +271,7 @@ class Processor:
                     self._response(event, state, out)
                 elif isinstance(event, SessionOutcome):
                     self._outcome(event, state, out)
-            store[session_id] = state.dumps()
+            self._store(session_id, state, store)
             index[session_id] = state.deadline(self._retention_us, self._turn_ttl_us)
             self._expiry.advance(msg.partition, state.newest_ts_us)
 
@@ -257,8 +279,8 @@ class Processor:
         out.counts[(SEARCH_CALLS, (("source", event.source),))] += 1
         verdict: Verdict | None = None
         correction: Verdict | None = None
-        if event.source == "agent":
-            state.agg.agent_search(event.event_id)
+        if event.source == "agent" and not event.result_ids:
+            state.agg.empty_search(event.event_id)
         if is_evaluated(event.source, event.result_ids):
             verdicts = state.searches.observe(
                 event.event_id,
@@ -270,7 +292,6 @@ class Processor:
             )
             verdict = verdicts[0]
             correction = verdicts[1] if len(verdicts) > 1 else None
-            state.agg.followup(verdict.event_id, verdict.is_followup)
         scope = event.scope
         record: dict[str, Any] = {
             "kind": "search",
@@ -295,7 +316,6 @@ class Processor:
             out.counts[(FOLLOWUPS, ())] += 1
         if correction is not None:
             # A late search changed its successor's predecessor: the sink updates that row.
-            state.agg.followup(correction.event_id, correction.is_followup)
             out.diagnostic(
                 scope.session_id,
                 {
@@ -369,7 +389,7 @@ class Processor:
             if state.closed is not None and state.closed[0] == event.event_id:
                 self._emit_outcome(state.closed[1], event.ts_us, out)
             return
-        draft = draft_diagnostic(state.agg, event)
+        draft = draft_diagnostic(state.agg, state.searches, event)
         state.closed = [event.event_id, draft]
         attrs = (("failure_category", draft["failure_category"] or ""), ("outcome", event.outcome))
         out.counts[(SESSION_OUTCOMES, attrs)] += 1
@@ -420,8 +440,9 @@ class Processor:
             out.counts[(UNMATCHED_TURNS, (("half", half),))] += 1
 
     def partitions_changed(self) -> None:
-        """Forget the sweep index: after a rebalance it is rebuilt from the store."""
+        """Forget the sweep index (rebuilt from the store) and the decoded states."""
         self._expiry.clear()
+        self._cache.clear()
 
     def _partition_index(self, partition: int, store: StateStore) -> dict[str, int]:
         index = self._expiry.deadlines.get(partition)
@@ -451,13 +472,14 @@ class Processor:
             if raw is None:
                 index.pop(session_id, None)
                 continue
-            state = SessionState.loads(raw)
+            state = self._load(session_id, raw, partition)
             self._expire_turns(state, watermark, out)
             if state.life_ends(self._retention_us, self._turn_ttl_us) <= watermark:
                 del store[session_id]
                 index.pop(session_id, None)
+                self._cache.pop(session_id, None)
             else:
-                store[session_id] = state.dumps()
+                self._store(session_id, state, store)
                 index[session_id] = state.deadline(self._retention_us, self._turn_ttl_us)
 
 

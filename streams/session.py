@@ -20,6 +20,7 @@ from typing import Any
 
 from schemas.models import SessionOutcome, format_ts
 from streams.diagnosis import ACCEPTED, failure_category
+from streams.followup import SearchHistory
 
 
 def digest(event_id: str) -> str:
@@ -27,15 +28,18 @@ def digest(event_id: str) -> str:
 
 
 class SessionAggregate:
-    __slots__ = ("observations", "entities", "edges", "searches", "followups", "seen")
+    """Search and followup counts are kept by the session's ``SearchHistory`` (which already
+    recognises a redelivered search); this keeps only the agent searches it does not see,
+    the ones that returned nothing."""
+
+    __slots__ = ("observations", "entities", "edges", "empty_searches", "seen")
 
     def __init__(
         self,
         observations: dict[str, list[int]] | None = None,
         entities: list[str] | None = None,
         edges: list[list[str]] | None = None,
-        searches: list[str] | None = None,
-        followups: list[str] | None = None,
+        empty_searches: list[str] | None = None,
         seen: list[str] | None = None,
     ):
         #: observation id -> [evaluated turns, turns judged used]; insertion = first seen
@@ -44,8 +48,8 @@ class SessionAggregate:
         self.edges: dict[tuple[str, str, str], None] = {
             (e[0], e[1], e[2]): None for e in (edges or ())
         }
-        self.searches: set[str] = set(searches or ())  # digests of agent search ids
-        self.followups: set[str] = set(followups or ())  # digests of followup search ids
+        #: digests of agent searches without results (not evaluated, not remembered)
+        self.empty_searches: set[str] = set(empty_searches or ())
         self.seen: set[str] = set(seen or ())  # digests of injection/response/outcome ids
 
     def first_time(self, event_id: str) -> bool:
@@ -72,15 +76,8 @@ class SessionAggregate:
         counts[0] += 1
         counts[1] += int(used)
 
-    def agent_search(self, event_id: str) -> None:
-        self.searches.add(digest(event_id))
-
-    def followup(self, event_id: str, is_followup: bool) -> None:
-        d = digest(event_id)
-        if is_followup:
-            self.followups.add(d)
-        else:
-            self.followups.discard(d)
+    def empty_search(self, event_id: str) -> None:
+        self.empty_searches.add(digest(event_id))
 
     def ignored_observation_ids(self) -> list[str]:
         """Injected observations judged ``ignored`` in every evaluated turn (at least one)."""
@@ -91,9 +88,8 @@ class SessionAggregate:
             self.observations,
             list(self.entities),
             [list(e) for e in self.edges],
-            sorted(self.searches),
-            sorted(self.followups),
-            sorted(self.seen),
+            list(self.empty_searches),
+            list(self.seen),
         ]
 
     @classmethod
@@ -103,7 +99,9 @@ class SessionAggregate:
         return cls(*state)
 
 
-def draft_diagnostic(agg: SessionAggregate, event: SessionOutcome) -> dict[str, Any]:
+def draft_diagnostic(
+    agg: SessionAggregate, searches: SearchHistory, event: SessionOutcome
+) -> dict[str, Any]:
     """The ``session_diagnostic`` record, ``misleading_observation_ids`` not yet known.
 
     ``accepted`` sessions get the light record: no tool calls, files or errors (NULL).
@@ -128,8 +126,8 @@ def draft_diagnostic(agg: SessionAggregate, event: SessionOutcome) -> dict[str, 
         "helpful_observation_ids": list(event.helpful_observation_ids),
         "misleading_observation_ids": [],
         "ignored_observation_ids": agg.ignored_observation_ids(),
-        "search_count": len(agg.searches),
-        "followup_count": len(agg.followups),
+        "search_count": searches.evaluated + len(agg.empty_searches),
+        "followup_count": searches.followups,
         "ts": format_ts(event.ts_us),
         "agent_id": scope.agent_id,
         "org_id": scope.org_id,

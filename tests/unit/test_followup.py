@@ -197,3 +197,21 @@ def test_state_keeps_no_query_text() -> None:
 def test_query_key_equals_iff_normalised_queries_equal(a: str, b: str) -> None:
     assume(a != b)
     assert (query_key(a) == query_key(b)) == (normalise_query(a) == normalise_query(b))
+
+
+@given(searches, st.randoms(use_true_random=False), st.booleans())
+def test_counts_equal_the_final_verdicts_in_any_order(s: list, rnd, redeliver: bool) -> None:
+    """The session diagnostic's search and followup counts come from these counters."""
+    events = [(f"e{i}", ts, q, r) for i, (ts, q, r) in enumerate(s)]
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    if redeliver:
+        shuffled += shuffled[: len(shuffled) // 2]
+    h = SearchHistory()
+    rows: dict[str, bool] = {}
+    for eid, ts, q, r in shuffled:
+        for v in h.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION):
+            rows[v.event_id] = v.is_followup
+        h = SearchHistory.from_state(h.to_state())  # and through the state, every time
+    assert h.evaluated == len(events)
+    assert h.followups == sum(rows.values())
