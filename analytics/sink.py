@@ -139,6 +139,23 @@ _OBSERVATION_WEIGHT = pa.schema(
         ("ts", pa.string()),
     ]
 )
+_JUDGEMENT = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("question_id", pa.string()),
+        ("condition", pa.string()),
+        ("repeat_index", pa.int32()),
+        ("judge_correct", pa.bool_()),
+        ("failure_mode", pa.string()),
+        ("gold_evidence_ids", _IDS),
+        ("retrieved_context_ids", _IDS),
+        ("gold_retrieved", pa.int32()),
+        ("latency_ms", pa.float64()),
+        ("tokens", pa.int64()),
+        ("event_id", pa.string()),
+        ("ts", pa.string()),
+    ]
+)
 _DEAD_LETTER = pa.schema(
     [
         ("dead_letter_id", pa.string()),
@@ -173,6 +190,9 @@ SPECS: dict[str, TableSpec] = {
         "upsert_observation_weights",
         ("observation_id", "session_id", "outcome_event_id"),
         _OBSERVATION_WEIGHT,
+    ),
+    "judgement": TableSpec(
+        "upsert_judgements", ("run_id", "question_id", "condition", "repeat_index"), _JUDGEMENT
     ),
     "dead_letter": TableSpec("insert_dead_letters", ("dead_letter_id",), _DEAD_LETTER),
 }

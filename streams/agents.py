@@ -1,13 +1,16 @@
 """The worker's agents: decode, call the logic, send. Nothing else lives here.
 
-Three stages, each an agent with its own table:
+Three stages for sessions, each an agent with its own namespace of the one state table
+(their source topics are co-partitioned, so one worker owns partition p of all three and of
+the table's changelog), and one for benchmarks:
 
-- ``process_events``: ``events`` -> per-session state (``sessions``): searches, the turn
+- ``process_events``: ``events`` -> per-session state (``s:``): searches, the turn
   join, the session aggregate; emits diagnostics, and on an outcome the steps and drafts.
-- ``own_observations``: internal steps, keyed by observation -> ``observations``: counts
+- ``own_observations``: internal steps, keyed by observation -> ``o:``: counts
   and weights; emits weight updates and verdicts.
-- ``gather_sessions``: internal drafts and verdicts, keyed by session -> ``gathers``:
+- ``gather_sessions``: internal drafts and verdicts, keyed by session -> ``g:``:
   emits the failed sessions' ``session_diagnostic``.
+- ``attribute_judgements``: ``judgements`` -> a ``judgement`` diagnostic each (stateless).
 """
 
 from __future__ import annotations
@@ -27,17 +30,24 @@ from streams.app import (
     deadletter_topic,
     diagnostics_topic,
     events_topic,
-    gathers,
-    observations,
-    sessions,
+    judgements_topic,
     settings,
+    state,
     steps_topic,
     verdicts_topic,
     weights_topic,
 )
+from streams.judgements import JudgementProcessor
 from streams.metrics import Counters
 from streams.observations import Gatherer, ObservationOwner
-from streams.processor import InMessage, Output, Processor, StateStore, failed_output
+from streams.processor import (
+    InMessage,
+    Output,
+    PrefixedStore,
+    Processor,
+    StateStore,
+    failed_output,
+)
 
 log = logging.getLogger("memdiag.worker")
 
@@ -51,7 +61,11 @@ def partition_of(session_id: str) -> int:
 processor = Processor(settings, partition_of)
 owner = ObservationOwner(settings)
 gatherer = Gatherer(settings)
+judge = JudgementProcessor(settings)
 counters = Counters()
+sessions = PrefixedStore(state, "s:")
+observations = PrefixedStore(state, "o:")
+gathers = PrefixedStore(state, "g:")
 
 
 async def _run(
@@ -82,6 +96,11 @@ async def own_observations(stream: StreamT) -> None:
 @app.agent(verdicts_topic, concurrency=1)
 async def gather_sessions(stream: StreamT) -> None:
     await _run(stream, gatherer.process, gathers)
+
+
+@app.agent(judgements_topic, concurrency=1)
+async def attribute_judgements(stream: StreamT) -> None:
+    await _run(stream, judge.process, {})  # stateless: each record is the event's function
 
 
 async def _send(out: Output, topic: str, partition: int, offset: int) -> None:

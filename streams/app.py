@@ -57,6 +57,7 @@ def raw_topic(name: str, partitions: int) -> faust.TopicT:
 
 
 events_topic = raw_topic(topics.events, settings.events_partitions)
+judgements_topic = raw_topic(topics.judgements, settings.judgements_partitions)
 diagnostics_topic = raw_topic(topics.diagnostics, settings.diagnostics_partitions)
 deadletter_topic = raw_topic(topics.deadletter, settings.aux_partitions)
 weights_topic = raw_topic(topics.weights, settings.aux_partitions)
@@ -65,30 +66,14 @@ steps_topic = raw_topic(topics.observation_steps, settings.events_partitions)
 #: internal: drafts and verdicts of failed sessions, keyed by session_id
 verdicts_topic = raw_topic(topics.session_verdicts, settings.events_partitions)
 
-#: Per-session state: session_id -> compact JSON (streams.processor.SessionState).
-sessions = app.Table(
-    "sessions",
+#: The worker's state, one table for its three stateful stages (streams.agents gives each
+#: its namespace): sessions ("s:" + session_id -> streams.processor.SessionState),
+#: observations ("o:" + observation_id -> streams.diagnosis.ObservationState) and gathers
+#: ("g:" + session_id -> streams.observations.Gatherer). Compact JSON values.
+state = app.Table(
+    "state",
     default=None,
     key_type=str,  # JSON-encoded in the changelog
     value_type=bytes,  # raw: the value is already compact JSON
-    partitions=settings.events_partitions,
-)
-
-#: Per-observation state, owned by the partition of `steps_topic` the id hashes to:
-#: observation_id -> compact JSON (streams.diagnosis.ObservationState).
-observations = app.Table(
-    "observations",
-    default=None,
-    key_type=str,
-    value_type=bytes,
-    partitions=settings.events_partitions,
-)
-
-#: Failed sessions waiting for their observations' verdicts (streams.observations.Gatherer).
-gathers = app.Table(
-    "gathers",
-    default=None,
-    key_type=str,
-    value_type=bytes,
     partitions=settings.events_partitions,
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +160,40 @@ class SessionState:
 
 
 StateStore = MutableMapping[str, bytes]
+
+
+class PrefixedStore(MutableMapping[str, bytes]):
+    """One namespace of a shared state store: keys are stored as ``prefix + key``.
+
+    The worker's three stateful stages share one Faust table (and so one changelog): each
+    extra table costs the worker a third of its end-to-end throughput on Tansu, and their
+    source topics are co-partitioned anyway, so one table holds all three, apart by prefix.
+    """
+
+    __slots__ = ("_store", "_prefix")
+
+    def __init__(self, store: MutableMapping[str, bytes], prefix: str):
+        self._store = store
+        self._prefix = prefix
+
+    def __getitem__(self, key: str) -> bytes:
+        return self._store[self._prefix + key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._store.get(self._prefix + key, default)
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        self._store[self._prefix + key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._store[self._prefix + key]
+
+    def __iter__(self) -> Iterator[str]:
+        n = len(self._prefix)
+        return (k[n:] for k in list(self._store) if k.startswith(self._prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class ExpiryIndex:

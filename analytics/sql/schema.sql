@@ -86,6 +86,25 @@ CREATE TABLE IF NOT EXISTS session_diagnostics (
     ingested_at                TIMESTAMPTZ
 );
 
+-- One row per judged answer of a benchmark run (the latest judgement of each, by event time).
+CREATE TABLE IF NOT EXISTS judgements (
+    run_id                VARCHAR NOT NULL,
+    question_id           VARCHAR NOT NULL,
+    condition             VARCHAR NOT NULL,   -- '' when the judgement names none
+    repeat_index          INTEGER NOT NULL,
+    judge_correct         BOOLEAN NOT NULL,
+    failure_mode          VARCHAR,            -- reader_failure | retrieval_failure | unattributed; NULL if correct
+    gold_evidence_ids     VARCHAR[] NOT NULL,
+    retrieved_context_ids VARCHAR[] NOT NULL,
+    ts                    TIMESTAMPTZ NOT NULL,
+    gold_retrieved        INTEGER NOT NULL,   -- gold ids that were in the context
+    latency_ms            DOUBLE,
+    tokens                BIGINT,
+    event_id              VARCHAR NOT NULL,
+    ingested_at           TIMESTAMPTZ,
+    PRIMARY KEY (run_id, question_id, condition, repeat_index)
+);
+
 -- The current weight of each observation (the memory system gets the same on `weights`).
 CREATE TABLE IF NOT EXISTS observation_weights (
     observation_id    VARCHAR PRIMARY KEY,

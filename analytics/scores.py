@@ -1,0 +1,281 @@
+"""The benchmark scores file (``memdiag report scores``) and the paired comparison
+(``memdiag compare``), both read from the ``judgements`` table.
+
+Repeats are folded per question: a question judged ``n`` times counts as one question, with
+each outcome weighted ``1/n``. So ``correct`` is the expected number of questions answered
+correctly (fractional when repeats disagree), ``accuracy = correct / questions``, and the
+failure modes add up with ``correct`` to ``questions``. The spread of the repeats is shown
+beside it (accuracy per repeat index, and how many questions' repeats disagree).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from analytics.stats import cluster_bootstrap_ci, describe_deltas, mcnemar_exact
+from memdiag import __version__
+from streams.judgements import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
+
+SCORES_SCHEMA = "https://memdiag.dev/schemas/scores.schema.json"
+CORRECT = "correct"
+#: The states a paired judgement moves between, in the transition table's order.
+STATES = (CORRECT, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    condition: str
+    question_id: str
+    repeat_index: int
+    correct: bool
+    failure_mode: str | None
+    ts: datetime
+    latency_ms: float | None
+    tokens: int | None
+
+    @property
+    def state(self) -> str:
+        return CORRECT if self.correct else (self.failure_mode or UNATTRIBUTED)
+
+
+class UnknownRun(LookupError):
+    """No judgement of that run (or condition): the message lists what there is."""
+
+
+def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
+    rows = con.execute(
+        "SELECT condition, question_id, repeat_index, judge_correct, failure_mode, ts, "
+        "latency_ms, tokens FROM judgements WHERE run_id = $run "
+        "ORDER BY condition, question_id, repeat_index",
+        {"run": run_id},
+    ).fetchall()
+    if not rows:
+        known = [
+            r[0]
+            for r in con.execute(
+                "SELECT run_id FROM judgements GROUP BY 1 ORDER BY max(ts) DESC LIMIT 10"
+            ).fetchall()
+        ]
+        hint = f"; runs in this file: {', '.join(known)}" if known else "; it has no judgements"
+        raise UnknownRun(f"no judgements for run {run_id!r}{hint}")
+    return [Judged(*r) for r in rows]
+
+
+def _fold(judged: list[Judged]) -> dict[str, Any]:
+    by_question: dict[str, list[Judged]] = defaultdict(list)
+    for j in judged:
+        by_question[j.question_id].append(j)
+    per_question = []
+    totals = dict.fromkeys((CORRECT, *FAILURE_MODES), 0.0)
+    by_repeat: dict[int, list[bool]] = defaultdict(list)
+    unstable = 0
+    for qid, js in sorted(by_question.items()):
+        n = len(js)
+        counts = dict.fromkeys((CORRECT, *FAILURE_MODES), 0)
+        for j in js:
+            counts[j.state] += 1
+            by_repeat[j.repeat_index].append(j.correct)
+        for k, v in counts.items():
+            totals[k] += v / n
+        unstable += 0 < counts[CORRECT] < n
+        per_question.append(
+            {"question_id": qid, "repeats": n, **counts, "accuracy": counts[CORRECT] / n}
+        )
+    questions = len(by_question)
+    repeat_accuracy = {str(r): sum(v) / len(v) for r, v in sorted(by_repeat.items())}
+    accs = list(repeat_accuracy.values())
+    latencies = [j.latency_ms for j in judged if j.latency_ms is not None]
+    tokens = [j.tokens for j in judged if j.tokens is not None]
+    return {
+        "questions": questions,
+        "judgements": len(judged),
+        "repeats": {
+            "min": min(len(v) for v in by_question.values()),
+            "max": max(len(v) for v in by_question.values()),
+        },
+        "correct": round(totals[CORRECT], 6),
+        "accuracy": round(totals[CORRECT] / questions, 6),
+        "reader_failure_with_evidence": round(totals[READER_FAILURE], 6),
+        "retrieval_failure": round(totals[RETRIEVAL_FAILURE], 6),
+        "unattributed": round(totals[UNATTRIBUTED], 6),
+        "spread": {
+            "accuracy_by_repeat": repeat_accuracy,
+            "min": min(accs),
+            "max": max(accs),
+            "stdev": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "questions_with_disagreeing_repeats": unstable,
+        },
+        "latency_ms": (
+            {
+                "mean": statistics.fmean(latencies),
+                "p50": float(np.percentile(latencies, 50)),
+                "p95": float(np.percentile(latencies, 95)),
+            }
+            if latencies
+            else None
+        ),
+        "tokens": {"mean": statistics.fmean(tokens), "total": sum(tokens)} if tokens else None,
+        "per_question": per_question,
+    }
+
+
+def scores(con: duckdb.DuckDBPyConnection, run_id: str, db_path: str = "") -> dict[str, Any]:
+    """The scores file of one run: per condition, then provenance."""
+    judged = load(con, run_id)
+    by_condition: dict[str, list[Judged]] = defaultdict(list)
+    for j in judged:
+        by_condition[j.condition].append(j)
+    return {
+        "$schema": SCORES_SCHEMA,
+        "run_id": run_id,
+        "conditions": [{"condition": c, **_fold(js)} for c, js in sorted(by_condition.items())],
+        "provenance": {
+            "judgements": len(judged),
+            "first_event_ts": min(j.ts for j in judged).astimezone(UTC).isoformat(),
+            "last_event_ts": max(j.ts for j in judged).astimezone(UTC).isoformat(),
+            "memdiag_version": __version__,
+            "source": db_path,
+            "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    }
+
+
+# -- paired comparison --------------------------------------------------------------------
+
+
+def _side(judged: list[Judged], run_id: str, condition: str | None) -> list[Judged]:
+    conditions = sorted({j.condition for j in judged})
+    if condition is None:
+        if len(conditions) > 1:
+            raise UnknownRun(
+                f"run {run_id!r} has several conditions ({', '.join(map(repr, conditions))}): "
+                "choose one with --baseline-condition / --candidate-condition"
+            )
+        return judged
+    chosen = [j for j in judged if j.condition == condition]
+    if not chosen:
+        raise UnknownRun(
+            f"run {run_id!r} has no condition {condition!r}; it has "
+            f"{', '.join(map(repr, conditions))}"
+        )
+    return chosen
+
+
+def compare(
+    con: duckdb.DuckDBPyConnection,
+    baseline: str,
+    candidate: str,
+    baseline_condition: str | None = None,
+    candidate_condition: str | None = None,
+    resamples: int = 10_000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Pair the two runs' judgements by (question_id, repeat_index) and compare them."""
+    base = {
+        (j.question_id, j.repeat_index): j
+        for j in _side(load(con, baseline), baseline, baseline_condition)
+    }
+    cand = {
+        (j.question_id, j.repeat_index): j
+        for j in _side(load(con, candidate), candidate, candidate_condition)
+    }
+    keys = sorted(base.keys() & cand.keys())
+    if not keys:
+        raise UnknownRun(
+            f"runs {baseline!r} and {candidate!r} share no (question_id, repeat_index): "
+            "nothing to pair"
+        )
+    b = sum(base[k].correct and not cand[k].correct for k in keys)  # right -> wrong
+    c = sum(not base[k].correct and cand[k].correct for k in keys)  # wrong -> right
+    base_acc = sum(base[k].correct for k in keys) / len(keys)
+    cand_acc = sum(cand[k].correct for k in keys) / len(keys)
+    delta = cand_acc - base_acc
+
+    per_q: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for k in keys:
+        row = per_q[k[0]]
+        row[0] += base[k].correct
+        row[1] += cand[k].correct
+        row[2] += 1
+    arr = np.array(list(per_q.values()), dtype=np.float64)
+    interval = cluster_bootstrap_ci(arr[:, 0], arr[:, 1], arr[:, 2], resamples, seed)
+
+    states = [s for s in STATES if s != UNATTRIBUTED] + (
+        [UNATTRIBUTED] if any(UNATTRIBUTED in (base[k].state, cand[k].state) for k in keys) else []
+    )
+    table = {s: dict.fromkeys(states, 0) for s in states}
+    for k in keys:
+        table[base[k].state][cand[k].state] += 1
+
+    def deltas(attr: str) -> dict[str, float | int] | None:
+        values = [
+            float(getattr(cand[k], attr)) - float(getattr(base[k], attr))
+            for k in keys
+            if getattr(cand[k], attr) is not None and getattr(base[k], attr) is not None
+        ]
+        return describe_deltas(values)
+
+    p = mcnemar_exact(b, c)
+    significant = p < alpha and not (interval.low <= 0 <= interval.high)
+    moved = {
+        "reader_failure": sum(row[READER_FAILURE] for row in table.values())
+        - sum(table[READER_FAILURE].values()),
+        "retrieval_failure": sum(row[RETRIEVAL_FAILURE] for row in table.values())
+        - sum(table[RETRIEVAL_FAILURE].values()),
+    }
+    return {
+        "baseline": {"run_id": baseline, "condition": baseline_condition, "accuracy": base_acc},
+        "candidate": {"run_id": candidate, "condition": candidate_condition, "accuracy": cand_acc},
+        "pairs": len(keys),
+        "questions": len(per_q),
+        "delta": delta,
+        "mcnemar": {"right_to_wrong": b, "wrong_to_right": c, "p_value": p},
+        "bootstrap_ci": {
+            "low": interval.low,
+            "high": interval.high,
+            "level": interval.level,
+            "resamples": interval.resamples,
+            "seed": interval.seed,
+            "unit": "question (its repeats resampled together)",
+        },
+        "transitions": {"states": states, "baseline_to_candidate": table},
+        "failure_mode_change": moved,
+        "latency_ms_delta": deltas("latency_ms"),
+        "tokens_delta": deltas("tokens"),
+        "unpaired": {
+            "baseline_only": [
+                {"question_id": q, "repeat_index": r} for q, r in sorted(base.keys() - cand.keys())
+            ],
+            "candidate_only": [
+                {"question_id": q, "repeat_index": r} for q, r in sorted(cand.keys() - base.keys())
+            ],
+        },
+        "verdict": _verdict(delta, p, significant, moved, alpha),
+    }
+
+
+def _verdict(delta: float, p: float, significant: bool, moved: dict[str, int], alpha: float) -> str:
+    if significant:
+        head = f"candidate is {'better' if delta > 0 else 'worse'}"
+    else:
+        head = (
+            f"no significant difference (McNemar p = {p:.3g} >= {alpha:g} or the interval spans 0)"
+        )
+    notes = []
+    r, t = moved["reader_failure"], moved["retrieval_failure"]
+    if r > 0 > t:
+        notes.append(
+            f"{-t} fewer retrieval failures but {r} more reader failures: part of the gain is "
+            "evidence the reader now has and still gets wrong"
+        )
+    elif t > 0 > r:
+        notes.append(f"{-r} fewer reader failures but {t} more retrieval failures")
+    return head + ("; " + "; ".join(notes) if notes else "")

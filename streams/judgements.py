@@ -1,0 +1,89 @@
+"""Benchmark judgements (CONTRACT section 3, "Benchmark judgement").
+
+In a benchmark harness the truth is known, so every wrong answer is attributed:
+
+- ``reader_failure``: all the gold evidence was in the retrieved context and the answer was
+  still wrong (improve the reader, not retrieval);
+- ``retrieval_failure``: some gold evidence never reached the context;
+- ``unattributed``: the question has no gold evidence to check against.
+
+:func:`failure_mode` is the rule, pure. :class:`JudgementProcessor` is the worker's logic
+for ``memdiag.judgements``: validate, attribute, emit one ``judgement`` diagnostic keyed by
+``run_id``. It keeps no state: the record is a function of the event alone, and the sink
+upserts it on ``(run_id, question_id, condition, repeat_index)``, so a redelivery or a
+replay changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from memdiag.settings import Settings
+from schemas import JUDGEMENT_KINDS
+from schemas.decode import Decoder
+from schemas.models import Judgement, format_ts
+from streams.processor import InMessage, Output, dead_letter_record
+
+READER_FAILURE = "reader_failure"
+RETRIEVAL_FAILURE = "retrieval_failure"
+UNATTRIBUTED = "unattributed"
+FAILURE_MODES = (READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED)
+
+READER_FAILURES = "agentmemory.reader_failure_with_evidence_total"
+RETRIEVAL_FAILURES = "agentmemory.retrieval_failure_total"
+
+
+def failure_mode(
+    judge_correct: bool, gold_evidence_ids: Collection[str], retrieved_context_ids: Collection[str]
+) -> str | None:
+    """None when correct; otherwise which side failed."""
+    if judge_correct:
+        return None
+    if not gold_evidence_ids:
+        return UNATTRIBUTED
+    if set(gold_evidence_ids) <= set(retrieved_context_ids):
+        return READER_FAILURE
+    return RETRIEVAL_FAILURE
+
+
+class JudgementProcessor:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._decoder = Decoder(
+            JUDGEMENT_KINDS, settings.topics.judgements, settings.max_event_bytes
+        )
+
+    def process(self, msg: InMessage, store: Any = None) -> Output:
+        out = Output()
+        decoded = self._decoder.decode(msg.value)
+        for rejected in decoded.rejected:
+            out.deadletters.append((msg.key, dead_letter_record(msg, rejected, self.settings)))
+            out.counts[("memdiag.dead_letter_total", (("reason", rejected.reason),))] += 1
+        for acc in decoded.accepted:
+            j: Judgement = acc.event  # type: ignore[assignment]
+            mode = failure_mode(j.judge_correct, j.gold_evidence_ids, j.retrieved_context_ids)
+            out.diagnostic(
+                j.run_id,
+                {
+                    "kind": "judgement",
+                    "event_id": j.event_id,
+                    "run_id": j.run_id,
+                    "question_id": j.question_id,
+                    "condition": j.condition,
+                    "repeat_index": j.repeat_index,
+                    "judge_correct": j.judge_correct,
+                    "failure_mode": mode,
+                    "gold_evidence_ids": list(j.gold_evidence_ids),
+                    "retrieved_context_ids": list(j.retrieved_context_ids),
+                    "gold_retrieved": len(set(j.gold_evidence_ids) & set(j.retrieved_context_ids)),
+                    "latency_ms": j.latency_ms,
+                    "tokens": j.tokens,
+                    "ts": format_ts(j.ts_us),
+                },
+            )
+            if mode == READER_FAILURE:
+                out.counts[(READER_FAILURES, (("run_id", j.run_id),))] += 1
+            elif mode == RETRIEVAL_FAILURE:
+                out.counts[(RETRIEVAL_FAILURES, (("run_id", j.run_id),))] += 1
+        return out

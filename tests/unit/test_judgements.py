@@ -1,0 +1,320 @@
+"""Benchmark mode: the failure-mode rule, the worker's judgement records, the statistics,
+scores.json and the paired comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import binomtest
+
+from analytics import scores as sc
+from analytics.sink import DuckDBSink
+from analytics.stats import cluster_bootstrap_ci, mcnemar_exact
+from memdiag.settings import Settings
+from schemas import load_schema
+from streams.judgements import (
+    READER_FAILURES,
+    RETRIEVAL_FAILURES,
+    JudgementProcessor,
+    failure_mode,
+)
+from streams.processor import InMessage
+
+# -- the rule -----------------------------------------------------------------------------
+
+
+def test_correct_has_no_failure_mode() -> None:
+    assert failure_mode(True, [], []) is None
+    assert failure_mode(True, ["g"], []) is None
+
+
+def test_gold_empty_is_unattributed() -> None:
+    assert failure_mode(False, [], ["a", "b"]) == "unattributed"
+
+
+def test_gold_equal_to_retrieved_is_a_reader_failure() -> None:
+    assert failure_mode(False, ["a", "b"], ["b", "a"]) == "reader_failure"
+    assert failure_mode(False, ["a"], ["a", "x", "y"]) == "reader_failure"  # subset
+
+
+def test_gold_partly_retrieved_is_a_retrieval_failure() -> None:
+    assert failure_mode(False, ["a", "b"], ["a"]) == "retrieval_failure"
+    assert failure_mode(False, ["a"], []) == "retrieval_failure"
+
+
+@given(st.booleans(), st.sets(st.sampled_from("abcde")), st.sets(st.sampled_from("abcde")))
+def test_the_rule_is_total_and_matches_the_contract(correct, gold, retrieved) -> None:
+    mode = failure_mode(correct, sorted(gold), sorted(retrieved))
+    if correct:
+        assert mode is None
+    elif not gold:
+        assert mode == "unattributed"
+    else:
+        assert mode == ("reader_failure" if gold <= retrieved else "retrieval_failure")
+
+
+# -- the worker ---------------------------------------------------------------------------
+
+EXAMPLE = {
+    "kind": "judgement",
+    "event_id": "ev-0007",
+    "ts": "2026-11-21T10:00:00.000Z",
+    "run_id": "longmem-2026-11-21-full",
+    "question_id": "q042",
+    "condition": "full-memory",
+    "repeat_index": 0,
+    "judge_correct": False,
+    "gold_evidence_ids": ["obs_7"],
+    "retrieved_context_ids": ["obs_7", "obs_9"],
+    "latency_ms": 2140,
+    "tokens": 1830,
+}
+
+
+def msg(value: object, key: bytes = b"run") -> InMessage:
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return InMessage("memdiag.judgements", 0, 1, key, raw, 1_795_000_000_000)
+
+
+def test_the_contract_example_is_a_reader_failure() -> None:
+    out = JudgementProcessor(Settings()).process(msg(EXAMPLE))
+    [record] = out.diagnostics["longmem-2026-11-21-full"]
+    assert record["failure_mode"] == "reader_failure" and record["gold_retrieved"] == 1
+    assert out.counts[(READER_FAILURES, (("run_id", "longmem-2026-11-21-full"),))] == 1
+
+
+def test_defaults_and_bad_judgements() -> None:
+    minimal = {k: v for k, v in EXAMPLE.items() if k not in ("condition", "repeat_index")}
+    minimal["gold_evidence_ids"] = ["obs_1"]
+    bad = {**EXAMPLE, "event_id": "bad", "judge_correct": "no"}
+    out = JudgementProcessor(Settings()).process(msg([minimal, bad]))
+    [record] = out.diagnostics["longmem-2026-11-21-full"]
+    assert (record["condition"], record["repeat_index"]) == ("", 0)
+    assert record["failure_mode"] == "retrieval_failure"
+    assert out.counts[(RETRIEVAL_FAILURES, (("run_id", "longmem-2026-11-21-full"),))] == 1
+    [(_, dead)] = out.deadletters
+    assert dead["reason"] == "wrong_type" and "judge_correct" in dead["detail"]
+
+
+def test_a_session_event_on_the_judgements_topic_is_dead_lettered() -> None:
+    out = JudgementProcessor(Settings()).process(
+        msg(
+            {
+                "kind": "search",
+                "event_id": "e",
+                "ts": EXAMPLE["ts"],
+                "session_id": "s",
+                "query": "q",
+                "result_ids": [],
+            }
+        )
+    )
+    assert out.deadletters[0][1]["reason"] == "unknown_kind"
+
+
+# -- statistics ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "b,c", [(0, 0), (0, 5), (5, 0), (3, 7), (10, 10), (1, 30), (25, 40), (120, 95)]
+)
+def test_mcnemar_equals_scipy_binomtest(b: int, c: int) -> None:
+    expected = 1.0 if b + c == 0 else binomtest(min(b, c), b + c, 0.5).pvalue
+    assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mcnemar_known_value() -> None:
+    # 1 vs 9 discordant pairs: 2 * (C(10,0) + C(10,1)) / 2**10
+    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
+
+
+def test_bootstrap_is_seeded_and_covers_the_observed_delta() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 2, 300).astype(float)
+    cand = np.clip(base + (rng.random(300) < 0.15), 0, 1)
+    pairs = np.ones(300)
+    a = cluster_bootstrap_ci(base, cand, pairs, 2000, seed=7)
+    b = cluster_bootstrap_ci(base, cand, pairs, 2000, seed=7)
+    assert a == b
+    observed = (cand.sum() - base.sum()) / 300
+    assert a.low < observed < a.high and a.low > 0
+
+
+def test_bootstrap_of_identical_runs_is_zero() -> None:
+    x = np.array([1.0, 0.0, 2.0])
+    ci = cluster_bootstrap_ci(x, x, np.array([1.0, 1.0, 2.0]), 500)
+    assert (ci.low, ci.high) == (0.0, 0.0)
+
+
+# -- scores.json and compare, from DuckDB -------------------------------------------------
+
+
+def judgement(run, q, correct, gold=("g",), retrieved=("g",), repeat=0, condition="", **kw):
+    mode = failure_mode(correct, gold, retrieved)
+    return {
+        "kind": "judgement",
+        "event_id": f"{run}-{condition}-{q}-{repeat}",
+        "run_id": run,
+        "question_id": q,
+        "condition": condition,
+        "repeat_index": repeat,
+        "judge_correct": correct,
+        "failure_mode": mode,
+        "gold_evidence_ids": list(gold),
+        "retrieved_context_ids": list(retrieved),
+        "gold_retrieved": len(set(gold) & set(retrieved)),
+        "latency_ms": kw.get("latency_ms"),
+        "tokens": kw.get("tokens"),
+        "ts": kw.get("ts", "2026-11-21T10:00:00Z"),
+    }
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> DuckDBSink:
+    sink = DuckDBSink(tmp_path / "j.duckdb")
+    sink.init()
+    return sink
+
+
+def test_duplicate_judgement_redelivered_is_one_row(db: DuckDBSink) -> None:
+    j = judgement("r", "q1", False, retrieved=())
+    db.write([j])
+    db.write([j, j])
+    with duckdb.connect(db.path, read_only=True) as con:
+        assert con.execute(
+            "SELECT count(*), any_value(failure_mode) FROM judgements"
+        ).fetchone() == (
+            1,
+            "retrieval_failure",
+        )
+
+
+def test_scores_fold_repeats_and_split_failures(db: DuckDBSink) -> None:
+    db.write(
+        [
+            # q1: right in both repeats; q2: reader failure then right; q3: retrieval failure twice
+            judgement("r", "q1", True, repeat=0, latency_ms=100, tokens=10),
+            judgement("r", "q1", True, repeat=1, latency_ms=300, tokens=30),
+            judgement("r", "q2", False, repeat=0),
+            judgement("r", "q2", True, repeat=1),
+            judgement("r", "q3", False, retrieved=(), repeat=0),
+            judgement("r", "q3", False, retrieved=(), repeat=1, ts="2026-11-21T11:00:00Z"),
+            # q4: no gold
+            judgement("r", "q4", False, gold=(), repeat=0),
+            judgement("r", "q4", False, gold=(), repeat=1),
+            # another condition in the same run
+            judgement("r", "q1", False, condition="no-memory", retrieved=()),
+        ]
+    )
+    with duckdb.connect(db.path, read_only=True) as con:
+        report = sc.scores(con, "r", db.path)
+    jsonschema.validate(report, load_schema("scores"))
+    conds = {c["condition"]: c for c in report["conditions"]}
+    assert list(conds) == ["", "no-memory"]
+    full = conds[""]
+    assert (full["questions"], full["judgements"]) == (4, 8)
+    assert full["correct"] == 1.5 and full["accuracy"] == 0.375
+    assert full["reader_failure_with_evidence"] == 0.5
+    assert full["retrieval_failure"] == 1.0 and full["unattributed"] == 1.0
+    assert (
+        full["correct"]
+        + full["reader_failure_with_evidence"]
+        + full["retrieval_failure"]
+        + full["unattributed"]
+        == 4
+    )
+    assert full["spread"]["accuracy_by_repeat"] == {"0": 0.25, "1": 0.5}
+    assert full["spread"]["questions_with_disagreeing_repeats"] == 1
+    assert full["latency_ms"]["mean"] == 200 and full["tokens"]["total"] == 40
+    assert (
+        conds["no-memory"]["retrieval_failure"] == 1.0 and conds["no-memory"]["latency_ms"] is None
+    )
+    prov = report["provenance"]
+    assert prov["judgements"] == 9
+    assert prov["first_event_ts"].startswith("2026-11-21T10:00:00")
+    assert prov["last_event_ts"].startswith("2026-11-21T11:00:00")
+
+
+def test_unknown_run_lists_the_known_ones(db: DuckDBSink) -> None:
+    db.write([judgement("run-a", "q", True)])
+    with (
+        duckdb.connect(db.path, read_only=True) as con,
+        pytest.raises(sc.UnknownRun, match="run-a"),
+    ):
+        sc.scores(con, "run-b")
+
+
+def test_compare_pairs_by_question_and_repeat(db: DuckDBSink) -> None:
+    rows = []
+    # 40 questions x 2 repeats. The candidate fixes retrieval on q0-q14 (right now), but on
+    # q15-q19 the evidence it now retrieves is misread (retrieval -> reader failure).
+    for q in range(40):
+        for rep in range(2):
+            qid = f"q{q:02d}"
+            if q < 20:
+                rows.append(
+                    judgement(
+                        "base", qid, False, retrieved=(), repeat=rep, latency_ms=100, tokens=50
+                    )
+                )
+                if q < 15:
+                    rows.append(judgement("cand", qid, True, repeat=rep, latency_ms=120, tokens=70))
+                else:
+                    rows.append(
+                        judgement("cand", qid, False, repeat=rep, latency_ms=120, tokens=70)
+                    )
+            else:
+                rows.append(judgement("base", qid, True, repeat=rep))
+                rows.append(judgement("cand", qid, True, repeat=rep))
+    rows.append(judgement("base", "only-in-base", True))
+    rows.append(judgement("cand", "q00", True, repeat=5))  # a repeat the baseline lacks
+    db.write(rows)
+    with duckdb.connect(db.path, read_only=True) as con:
+        r = sc.compare(con, "base", "cand", resamples=2000)
+    assert r["pairs"] == 80 and r["questions"] == 40
+    assert r["baseline"]["accuracy"] == 0.5 and r["candidate"]["accuracy"] == pytest.approx(70 / 80)
+    assert r["mcnemar"]["right_to_wrong"] == 0 and r["mcnemar"]["wrong_to_right"] == 30
+    assert r["mcnemar"]["p_value"] == pytest.approx(binomtest(0, 30, 0.5).pvalue)
+    assert 0 < r["bootstrap_ci"]["low"] < r["delta"] < r["bootstrap_ci"]["high"]
+    t = r["transitions"]["baseline_to_candidate"]
+    assert t["retrieval_failure"] == {"correct": 30, "reader_failure": 10, "retrieval_failure": 0}
+    assert t["correct"]["correct"] == 40
+    assert r["failure_mode_change"] == {"reader_failure": 10, "retrieval_failure": -40}
+    assert r["latency_ms_delta"] == {"pairs": 40, "mean": 20.0, "median": 20.0}
+    assert r["tokens_delta"]["mean"] == 20.0
+    assert r["unpaired"]["baseline_only"] == [{"question_id": "only-in-base", "repeat_index": 0}]
+    assert r["unpaired"]["candidate_only"] == [{"question_id": "q00", "repeat_index": 5}]
+    assert r["verdict"].startswith("candidate is better")
+    assert "10 more reader failures" in r["verdict"]
+
+
+def test_compare_needs_a_condition_when_a_run_has_several(db: DuckDBSink) -> None:
+    db.write(
+        [
+            judgement("r", "q1", True, condition="full"),
+            judgement("r", "q1", False, condition="none", retrieved=()),
+        ]
+    )
+    with duckdb.connect(db.path, read_only=True) as con:
+        with pytest.raises(sc.UnknownRun, match="several conditions"):
+            sc.compare(con, "r", "r")
+        r = sc.compare(con, "r", "r", "none", "full", resamples=200)
+    assert r["delta"] == 1.0 and r["mcnemar"]["wrong_to_right"] == 1
+    assert r["verdict"].startswith("no significant difference")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=60))
+def test_mcnemar_counts_are_the_discordant_pairs(pairs) -> None:
+    b = sum(x and not y for x, y in pairs)
+    c = sum(y and not x for x, y in pairs)
+    assert mcnemar_exact(b, c) == pytest.approx(
+        binomtest(min(b, c), b + c).pvalue if b + c else 1.0
+    )
