@@ -144,6 +144,12 @@ def _print_run_report(r: dict[str, Any]) -> None:
         if top:
             table.add_row("failures by category", ", ".join(f"{k} {v}" for k, v in top))
         table.add_row("misleading memories", f"{r['misleading_observations']:,}")
+    for run in r["benchmark_runs"]:
+        table.add_row(
+            f"run {run['run_id']}",
+            f"accuracy {run['accuracy']:.1%} of {run['judgements']:,}; reader failures "
+            f"{run['reader_failures']}, retrieval failures {run['retrieval_failures']}",
+        )
     dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
     table.add_row("dead letters", f"{r['dead_letters']:,}" + (f"  ({dead})" if dead else ""))
     table.add_row("time", f"{r['seconds']:.1f}s")
@@ -153,6 +159,12 @@ def _print_run_report(r: dict[str, Any]) -> None:
         "counts genuine query refinement.[/dim]"
     )
     out.print(f'[dim]query it: duckdb -readonly {r["db"]} "SELECT * FROM followup_rate"[/dim]')  # noqa: S608 - a hint printed for the user, not executed
+    runs = [run["run_id"] for run in r["benchmark_runs"]]
+    if len(runs) >= 2:
+        out.print(
+            f"[dim]compare runs: memdiag compare --baseline {runs[0]} --candidate {runs[1]} "
+            f"--db {r['db']}[/dim]"
+        )
 
 
 def sample_path() -> Path:
@@ -379,6 +391,143 @@ def _print_observation_stats(r: dict[str, Any]) -> None:
         )
 
 
+# -- benchmark: report scores, compare ------------------------------------------------
+
+
+def cmd_report_scores(args: argparse.Namespace) -> int:
+    from analytics import scores as sc
+
+    con = _open_db(args)
+    try:
+        report = sc.scores(con, args.run_id, _settings(args).duckdb_path)
+    except sc.UnknownRun as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    finally:
+        con.close()
+    text = json.dumps(report, indent=2, default=_json_default) + "\n"
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    if args.json:
+        sys.stdout.write(text)
+        return 0
+    table = Table(title=f"scores — run {args.run_id}", title_justify="left")
+    for col in (
+        "condition",
+        "questions",
+        "accuracy",
+        "correct",
+        "reader fail",
+        "retrieval fail",
+        "unattributed",
+        "repeat spread",
+    ):
+        table.add_column(col, justify="left" if col == "condition" else "right", no_wrap=True)
+    for c in report["conditions"]:
+        spread = c["spread"]
+        table.add_row(
+            c["condition"] or "(none)",
+            f"{c['questions']:,}",
+            f"{c['accuracy']:.1%}",
+            f"{c['correct']:g}",
+            f"{c['reader_failure_with_evidence']:g}",
+            f"{c['retrieval_failure']:g}",
+            f"{c['unattributed']:g}",
+            "—" if spread["min"] == spread["max"] else f"{spread['min']:.1%}–{spread['max']:.1%}",
+        )
+    out.print(table)
+    prov = report["provenance"]
+    out.print(
+        f"[dim]{prov['judgements']:,} judgements, {prov['first_event_ts']} to "
+        f"{prov['last_event_ts']}; reader fail = the gold evidence was in the context and the "
+        "answer was still wrong[/dim]"
+    )
+    if args.out:
+        out.print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from analytics import scores as sc
+
+    con = _open_db(args)
+    try:
+        r = sc.compare(
+            con,
+            args.baseline,
+            args.candidate,
+            args.baseline_condition,
+            args.candidate_condition,
+            resamples=args.resamples,
+            seed=args.seed,
+        )
+    except sc.UnknownRun as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    finally:
+        con.close()
+    if args.json:
+        _print_json(r)
+        return 0
+    _print_comparison(r)
+    return 0
+
+
+def _side_name(side: dict[str, Any]) -> str:
+    return side["run_id"] + (f" [{side['condition']}]" if side["condition"] else "")
+
+
+def _print_comparison(r: dict[str, Any]) -> None:
+    b, c = r["baseline"], r["candidate"]
+    ci = r["bootstrap_ci"]
+    m = r["mcnemar"]
+    out.print(f"[bold]{r['verdict']}[/bold]")
+    summary = Table(show_header=False, box=None, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("baseline", f"{_side_name(b)}: accuracy {b['accuracy']:.1%}")
+    summary.add_row("candidate", f"{_side_name(c)}: accuracy {c['accuracy']:.1%}")
+    summary.add_row(
+        "delta",
+        f"{r['delta'] * 100:+.1f} pts, {ci['level']:.0%} CI {ci['low'] * 100:+.1f} to "
+        f"{ci['high'] * 100:+.1f} (paired bootstrap over questions, {ci['resamples']:,} "
+        f"resamples, seed {ci['seed']})",
+    )
+    summary.add_row(
+        "McNemar",
+        f"exact p = {m['p_value']:.3g} ({m['right_to_wrong']} right→wrong, "
+        f"{m['wrong_to_right']} wrong→right; {r['pairs']:,} pairs over {r['questions']:,} "
+        "questions)",
+    )
+    for label, key, unit in (
+        ("latency", "latency_ms_delta", " ms"),
+        ("tokens", "tokens_delta", ""),
+    ):
+        d = r[key]
+        if d:
+            summary.add_row(
+                label, f"{d['mean']:+,.1f}{unit} mean, {d['median']:+,.1f}{unit} median per pair"
+            )
+    out.print(summary)
+    states = r["transitions"]["states"]
+    table = Table(
+        title="where the answers moved (rows: baseline, columns: candidate)", title_justify="left"
+    )
+    table.add_column("baseline ↓ / candidate →")
+    for s in states:
+        table.add_column(s, justify="right")
+    for s in states:
+        row = r["transitions"]["baseline_to_candidate"][s]
+        table.add_row(s, *(f"[bold]{row[t]}[/bold]" if s == t else str(row[t]) for t in states))
+    out.print(table)
+    un = r["unpaired"]
+    for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
+        if items:
+            shown = ", ".join(f"{i['question_id']}#{i['repeat_index']}" for i in items[:10])
+            more = f" and {len(items) - 10} more (--json lists all)" if len(items) > 10 else ""
+            out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -494,6 +643,51 @@ def build_parser() -> argparse.ArgumentParser:
     q = question("observation-history", "one observation's verdicts, most recent first")
     q.add_argument("observation_id", metavar="OBS_ID")
     q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    report = add(
+        "report",
+        "write a report from DuckDB (see `memdiag report -h`)",
+        "Reports read from the DuckDB file.",
+    )
+    reports = report.add_subparsers(dest="report", metavar="REPORT", required=True)
+    scores = reports.add_parser(
+        "scores",
+        help="one benchmark run's scores.json: accuracy, reader vs retrieval failures",
+        description=(
+            "Per condition of the run: questions, correct, accuracy, and the wrong answers "
+            "split into reader failures (the gold evidence was in the context), retrieval "
+            "failures (it was not) and unattributed (no gold evidence). Repeats of a question "
+            "are folded (each weighs 1/n) and their spread shown. The file's JSON Schema is "
+            "schemas/scores.schema.json."
+        ),
+    )
+    scores.add_argument("--run-id", required=True, metavar="RUN", help="the benchmark run")
+    scores.add_argument("--out", metavar="FILE", help="write scores.json here")
+    scores.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    scores.add_argument("--json", action="store_true", help="print the scores JSON to stdout")
+    scores.set_defaults(func=cmd_report_scores)
+
+    compare = add(
+        "compare",
+        "compare two benchmark runs question by question: is the candidate better?",
+        "Pairs the judgements of two runs by (question_id, repeat_index) and reports both\n"
+        "accuracies and the delta, the exact McNemar p-value of the discordant pairs, a\n"
+        "paired bootstrap confidence interval of the delta (resampling questions with their\n"
+        "repeats; seeded), where the answers moved between correct, reader failure and\n"
+        "retrieval failure, latency and token deltas, and every unpaired question.\n"
+        "Two conditions of one run compare with --baseline-condition/--candidate-condition.",
+    )
+    compare.add_argument("--baseline", required=True, metavar="RUN_A")
+    compare.add_argument("--candidate", required=True, metavar="RUN_B")
+    compare.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
+    compare.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    compare.add_argument(
+        "--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)"
+    )
+    compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    compare.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.set_defaults(func=cmd_compare)
+
     return parser
 
 

@@ -201,6 +201,12 @@ def summary(db_path: str) -> dict[str, Any]:
         )
         categories = con.execute("SELECT * FROM failure_category_distribution()").fetchall()
         misleading = con.execute("SELECT count(*) FROM misleading_observations()").fetchone()
+        runs = con.execute(
+            "SELECT run_id, count(*), avg(judge_correct::INTEGER), "
+            "count(*) FILTER (WHERE failure_mode = 'reader_failure'), "
+            "count(*) FILTER (WHERE failure_mode = 'retrieval_failure') "
+            "FROM judgements GROUP BY run_id ORDER BY min(ts), run_id"
+        ).fetchall()
     finally:
         con.close()
     if searches is None or rate is None:  # aggregates always return a row
@@ -216,4 +222,14 @@ def summary(db_path: str) -> dict[str, Any]:
         "sessions_by_outcome": outcomes,
         "failure_categories": dict(categories),
         "misleading_observations": misleading[0] if misleading else 0,
+        "benchmark_runs": [
+            {
+                "run_id": run,
+                "judgements": n,
+                "accuracy": acc,
+                "reader_failures": reader,
+                "retrieval_failures": retrieval,
+            }
+            for run, n, acc, reader, retrieval in runs
+        ],
     }

@@ -5,8 +5,10 @@
 Same arguments, same bytes (a test checks the bundled file against a fresh run). Each
 session searches its memory (refinements within the followup window, retries of the same
 query, late searches, searches whose results overlap, viewer searches, empty results), gets
-memories injected, answers, and ends accepted, rejected or reworked. A few deliberately bad
-lines show the dead-letter path.
+memories injected, answers, and ends accepted, rejected or reworked; some inject a stale
+memory that makes them fail, some never search. Two benchmark runs (a baseline and a
+candidate with a better reranker) judge the same 150 questions twice each. A few
+deliberately bad lines show the dead-letter path.
 """
 
 from __future__ import annotations
@@ -295,9 +297,59 @@ BAD_LINES = [
 ]
 
 
+def judgements(seed: int, questions: int = 150, repeats: int = 2) -> list[dict]:
+    """Two benchmark runs over the same questions: a baseline, and a candidate whose
+    reranker retrieves the gold evidence more often. Some of what it now retrieves the
+    reader still gets wrong: part of its gain is retrieval failures turned reader failures.
+    """
+    r = random.Random(seed + 2)
+    out: list[dict] = []
+    t = BASE + timedelta(hours=3)
+    for q in range(questions):
+        qid = f"q{q:03d}"
+        gold = [] if q % 25 == 0 else [f"obs_ev_{q:03d}_{k}" for k in range(r.choice([1, 1, 2]))]
+        hard = r.random() < 0.25  # the reader struggles with this one whatever it gets
+        for run, recall, extra_ms, extra_tokens in (
+            ("longmem-baseline", 0.68, 0, 0),
+            ("longmem-rerank", 0.86, 140, 220),
+        ):
+            for rep in range(repeats):
+                rr = random.Random(f"{seed}-{run}-{qid}-{rep}")
+                found = [g for g in gold if rr.random() < recall]
+                noise = [f"obs_noise_{rr.randrange(5000):04d}" for _ in range(rr.randint(3, 6))]
+                retrieved = found + noise
+                rr.shuffle(retrieved)
+                has_all = bool(gold) and len(found) == len(gold)
+                if not gold:
+                    correct = rr.random() < 0.5
+                elif has_all:
+                    correct = rr.random() < (0.45 if hard else 0.9)
+                else:
+                    correct = rr.random() < 0.08  # a lucky guess
+                t += timedelta(seconds=r.uniform(0.5, 3))
+                out.append(
+                    {
+                        "kind": "judgement",
+                        "event_id": f"jd-{run}-{qid}-{rep}",
+                        "ts": ts(t),
+                        "run_id": run,
+                        "question_id": qid,
+                        "condition": "full-memory",
+                        "repeat_index": rep,
+                        "judge_correct": correct,
+                        "gold_evidence_ids": gold,
+                        "retrieved_context_ids": retrieved,
+                        "latency_ms": round(rr.gauss(1800 + extra_ms, 250)),
+                        "tokens": round(rr.gauss(1600 + extra_tokens, 120)),
+                    }
+                )
+    return out
+
+
 def make(sessions: int, seed: int) -> list[str]:
     sample = Sample(seed)
     events = [e for i in range(sessions) for e in sample.session(i)]
+    events += judgements(seed)
     events.sort(key=lambda e: e["ts"])  # sessions interleave, as on a live stream (stable sort)
     lines = [json.dumps(e, separators=(",", ":")) for e in events]
     r = random.Random(seed + 1)

@@ -127,3 +127,64 @@ def test_query_commands_answer_from_the_run(tmp_path: Path) -> None:
     assert "test_failure" in table.stdout and "unknown" in table.stdout
     bad = memdiag("query", "misleading", "--since", "last tuesday", "--db", str(db))
     assert bad.returncode == 2 and "duration back from now" in bad.stderr
+
+
+def test_scores_and_compare_on_the_bundled_sample(tmp_path: Path) -> None:
+    """The demo's two benchmark runs: scores.json valid against its schema, and a paired
+    comparison that says the candidate is better and where the failures moved."""
+    import jsonschema
+
+    from schemas import load_schema
+
+    db = tmp_path / "demo.duckdb"
+    demo = memdiag("demo", "--db", str(db), "--json", "--quiet", timeout=180)
+    assert demo.returncode == 0, demo.stderr
+    report = json.loads(demo.stdout)
+    assert [r["run_id"] for r in report["benchmark_runs"]] == ["longmem-baseline", "longmem-rerank"]
+
+    out = tmp_path / "scores.json"
+    scores = memdiag(
+        "report", "scores", "--run-id", "longmem-rerank", "--out", str(out), "--db", str(db)
+    )
+    assert scores.returncode == 0, scores.stderr
+    assert "reader fail" in scores.stdout and out.exists()
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema("scores"))
+    cond = doc["conditions"][0]
+    assert cond["questions"] == 150 and cond["judgements"] == 300
+    total = (
+        cond["correct"]
+        + cond["reader_failure_with_evidence"]
+        + cond["retrieval_failure"]
+        + cond["unattributed"]
+    )
+    assert total == pytest.approx(150)
+
+    cmp = memdiag(
+        "compare",
+        "--baseline",
+        "longmem-baseline",
+        "--candidate",
+        "longmem-rerank",
+        "--db",
+        str(db),
+        "--json",
+    )
+    assert cmp.returncode == 0, cmp.stderr
+    r = json.loads(cmp.stdout)
+    assert r["delta"] > 0 and r["mcnemar"]["p_value"] < 0.05 and r["bootstrap_ci"]["low"] > 0
+    assert r["verdict"].startswith("candidate is better")
+    assert r["failure_mode_change"]["retrieval_failure"] < 0
+    text = memdiag(
+        "compare",
+        "--baseline",
+        "longmem-baseline",
+        "--candidate",
+        "longmem-rerank",
+        "--db",
+        str(db),
+    )
+    assert "McNemar" in text.stdout and "where the answers moved" in text.stdout
+
+    missing = memdiag("report", "scores", "--run-id", "nope", "--db", str(db))
+    assert missing.returncode == 1 and "longmem-rerank" in missing.stderr

@@ -130,6 +130,7 @@ class Pipeline:
             "session_diagnostics": "* EXCLUDE (ingested_at)",
             "observation_weights": "*",
             "observation_weight_history": "*",
+            "judgements": "* EXCLUDE (ingested_at)",
         }
         return {
             t: self.query(f"SELECT {cols} FROM {t} ORDER BY ALL")  # noqa: S608

@@ -27,6 +27,8 @@ TABLES = {
     "observation_weights": "observation_id, weight, updated_at",
     "observation_weight_history": "observation_id, session_id, outcome, alpha, "
     "previous_weight, new_weight, aggressive, ts",
+    "judgements": "run_id, question_id, condition, repeat_index, judge_correct, failure_mode, "
+    "gold_evidence_ids, retrieved_context_ids, ts",
     "dead_letters": 'topic, partition, "offset", reason, detail, payload, ts',
 }
 VIEWS = {
@@ -156,3 +158,19 @@ def test_query_commands() -> None:
     a = parser.parse_args(["query", "observation-history", "obs_7", "--limit", "3"])
     assert (a.observation_id, a.limit) == ("obs_7", 3)
     assert parser.parse_args(["query", "observation-history", "obs_7"]).limit == 100
+
+
+def test_benchmark_commands() -> None:
+    parser = build_parser()
+    a = parser.parse_args(["report", "scores", "--run-id", "R", "--out", "scores.json"])
+    assert (a.report, a.run_id, a.out) == ("scores", "R", "scores.json")
+    a = parser.parse_args(["compare", "--baseline", "A", "--candidate", "B", "--json"])
+    assert (a.baseline, a.candidate, a.json, a.resamples) == ("A", "B", True, 10_000)
+
+
+def test_the_scores_file_schema_is_valid() -> None:
+    from jsonschema import Draft202012Validator
+
+    from schemas import load_schema
+
+    Draft202012Validator.check_schema(load_schema("scores"))
