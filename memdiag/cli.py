@@ -528,6 +528,57 @@ def _print_comparison(r: dict[str, Any]) -> None:
             out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
 
 
+# -- alert ------------------------------------------------------------------------------
+
+
+def cmd_alert(args: argparse.Namespace) -> int:
+    from memdiag.alert import RuleError, parse_rule, parse_rules_file
+    from memdiag.alerting import watch
+
+    try:
+        rules = [parse_rule(r) for r in args.rule or []]
+        if args.rules:
+            rules += parse_rules_file(Path(args.rules).read_text("utf-8"))
+    except (RuleError, OSError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    if not rules:
+        err.print(
+            "[red]error:[/red] no rule: pass --rule 'followup_rate > 0.3 for 5m' or --rules FILE"
+        )
+        return 2
+    settings = _settings(args)
+    _say(args)(
+        f"watching {settings.topics.counters} on {settings.broker} with {len(rules)} rule(s)"
+        + (f", posting to {args.webhook}" if args.webhook else "")
+    )
+
+    def show(alert: Any) -> None:
+        d = alert.as_dict()
+        if args.json:
+            sys.stdout.write(json.dumps(d) + "\n")
+            sys.stdout.flush()
+            return
+        colour = "red" if d["state"] == "firing" else "green"
+        value = "no data" if d["value"] is None else f"{d['value']:.4g}"
+        out.print(
+            f"[{colour}]{d['state'].upper():8}[/{colour}] {d['rule']}  value {value} "
+            f"(window {d['window_minutes']}m ending {d['at']})"
+        )
+
+    asyncio.run(
+        watch(
+            settings,
+            rules,
+            show,
+            webhook=args.webhook,
+            from_beginning=args.from_beginning,
+            stop_after_idle=args.stop_after_idle,
+        )
+    )
+    return 0
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -688,6 +739,36 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.set_defaults(func=cmd_compare)
 
+    alert = add(
+        "alert",
+        "watch the counter topic and say when alert rules fire and resolve",
+        "Reads the per-minute rollups on memdiag.counters (MEMDIAG_BROKER) and prints, or\n"
+        "POSTs as JSON to --webhook, each time a rule starts or stops holding.\n\n"
+        "A rule:  EXPR OP NUMBER [for DURATION]   (the window, 5m by default, in event time)\n"
+        "  EXPR:  followup_rate | ignored_share | reader_failures | retrieval_failures |\n"
+        "         misleading | dead_letters | count(S) | rate(S) | ratio(S1, S2)\n"
+        "  S:     a counter, e.g. memdiag.dead_letter_total{reason=not_json}\n"
+        "e.g.     memdiag alert --rule 'followup_rate > 0.3 for 5m'\n"
+        "A rules file has one rule a line, optionally named (NAME: RULE); # comments.",
+    )
+    alert.add_argument("--rule", action="append", metavar="RULE", help="a rule (repeatable)")
+    alert.add_argument("--rules", metavar="FILE", help="a file of rules")
+    alert.add_argument("--webhook", metavar="URL", help="POST each alert as JSON here")
+    alert.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="read the topic from its start (default: from now on)",
+    )
+    alert.add_argument(
+        "--stop-after-idle",
+        type=float,
+        metavar="SECONDS",
+        help="exit once no counter message came for this long (default: run until stopped)",
+    )
+    alert.add_argument("--json", action="store_true", help="print alerts as JSON lines")
+    alert.add_argument("--quiet", action="store_true", help="no progress output")
+    alert.set_defaults(func=cmd_alert)
+
     return parser
 
 
@@ -710,7 +791,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("run", "demo", "publish"):
+    if args.command in ("run", "demo", "publish", "alert"):
         signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.func(args) or 0)

@@ -44,7 +44,7 @@ def worker_stages(settings: Settings) -> list[list[str]]:
     """The worker's input topics, stage by stage: each stage feeds the next, so once a
     stage has committed everything, all it will ever send to the next one has been sent."""
     t = settings.topics
-    return [[t.events, t.judgements], [t.observation_steps], [t.session_verdicts]]
+    return [[t.events, t.judgements], [t.observation_steps], [t.session_verdicts], [t.counters]]
 
 
 async def wait_worker(

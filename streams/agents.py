@@ -11,6 +11,8 @@ the table's changelog), and one for benchmarks:
 - ``gather_sessions``: internal drafts and verdicts, keyed by session -> ``g:``:
   emits the failed sessions' ``session_diagnostic``.
 - ``attribute_judgements``: ``judgements`` -> a ``judgement`` diagnostic each (stateless).
+- ``roll_up_counters``: the increments on ``counters`` -> a per-minute rollup of each
+  (``rollups`` table), back on ``counters``.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ from faust.types import EventT
 
 from streams.app import (
     app,
+    counters_topic,
     deadletter_topic,
     diagnostics_topic,
     events_topic,
     judgements_topic,
+    rollups,
     settings,
     state,
     steps_topic,
     verdicts_topic,
     weights_topic,
 )
+from streams.counters import Rollups, increments
 from streams.judgements import JudgementProcessor
 from streams.metrics import Counters
 from streams.observations import Gatherer, ObservationOwner
@@ -62,6 +67,7 @@ processor = Processor(settings, partition_of)
 owner = ObservationOwner(settings)
 gatherer = Gatherer(settings)
 judge = JudgementProcessor(settings)
+rollup = Rollups()
 counters = Counters()
 sessions = PrefixedStore(state, "s:")
 observations = PrefixedStore(state, "o:")
@@ -80,6 +86,8 @@ async def _run(
         except Exception as exc:  # noqa: BLE001 - never let one message stop the agent
             log.exception("failed on %s/%d/%d; dead-lettered", m.topic, m.partition, m.offset)
             out = failed_output(msg, exc, settings)
+        if not out.ts_us:
+            out.ts_us = msg.timestamp_ms * 1000 if msg.timestamp_ms else 0
         await _send(out, m.topic, m.partition, m.offset)
 
 
@@ -101,6 +109,11 @@ async def gather_sessions(stream: StreamT) -> None:
 @app.agent(judgements_topic, concurrency=1)
 async def attribute_judgements(stream: StreamT) -> None:
     await _run(stream, judge.process, {})  # stateless: each record is the event's function
+
+
+@app.agent(counters_topic, concurrency=1)
+async def roll_up_counters(stream: StreamT) -> None:
+    await _run(stream, rollup.process, rollups)
 
 
 async def _send(out: Output, topic: str, partition: int, offset: int) -> None:
@@ -125,6 +138,10 @@ async def _send(out: Output, topic: str, partition: int, offset: int) -> None:
         )
     if out.counts:
         counters.add_all(out.counts)
+        for name, record in increments(out.counts, out.ts_us):
+            await counters_topic.send(key=name.encode("utf-8"), value=orjson.dumps(record))
+    for name, record in out.counter_messages:
+        await counters_topic.send(key=name.encode("utf-8"), value=orjson.dumps(record))
 
 
 @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode types receivers oddly

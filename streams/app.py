@@ -60,6 +60,7 @@ events_topic = raw_topic(topics.events, settings.events_partitions)
 judgements_topic = raw_topic(topics.judgements, settings.judgements_partitions)
 diagnostics_topic = raw_topic(topics.diagnostics, settings.diagnostics_partitions)
 deadletter_topic = raw_topic(topics.deadletter, settings.aux_partitions)
+counters_topic = raw_topic(topics.counters, settings.aux_partitions)
 weights_topic = raw_topic(topics.weights, settings.aux_partitions)
 #: internal: one session outcome's step per observation, keyed by observation_id
 steps_topic = raw_topic(topics.observation_steps, settings.events_partitions)
@@ -76,4 +77,13 @@ state = app.Table(
     key_type=str,  # JSON-encoded in the changelog
     value_type=bytes,  # raw: the value is already compact JSON
     partitions=settings.events_partitions,
+)
+
+#: Counter rollups: counter name and attributes -> {minute: total} (streams.counters).
+rollups = app.Table(
+    "rollups",
+    default=None,
+    key_type=str,
+    value_type=bytes,
+    partitions=settings.aux_partitions,
 )

@@ -82,6 +82,7 @@ class JudgementProcessor:
                     "ts": format_ts(j.ts_us),
                 },
             )
+            out.ts_us = max(out.ts_us, j.ts_us)
             if mode == READER_FAILURE:
                 out.counts[(READER_FAILURES, (("run_id", j.run_id),))] += 1
             elif mode == RETRIEVAL_FAILURE:

@@ -45,6 +45,16 @@ HELP: dict[str, str] = {
         "one), counted once, when that happens. Undercounts memories that mislead in "
         "sessions that also succeed sometimes; a fresh state (new app id) counts again."
     ),
+    "agentmemory.reader_failure_with_evidence_total": (
+        "Wrong benchmark answers whose gold evidence was all in the retrieved context (the "
+        "reader failed), by run. Undercounts reader failures on questions without gold "
+        "evidence (unattributed); a re-judged or redelivered answer may be counted again."
+    ),
+    "agentmemory.retrieval_failure_total": (
+        "Wrong benchmark answers with some gold evidence missing from the context (retrieval "
+        "failed), by run. Overcounts when the gold list names more evidence than the answer "
+        "needs; a re-judged or redelivered answer may be counted again."
+    ),
     "memdiag.dead_letter_total": (
         "Input events sent to the dead-letter topic, by reason. A redelivered bad message "
         "may be counted again; the dead_letters table holds each bad input once."
@@ -52,6 +62,37 @@ HELP: dict[str, str] = {
 }
 
 UNITS = {name: "{event}" for name in HELP}
+
+#: The attributes each counter may carry; anything else is dropped by a View.
+ATTRIBUTES: dict[str, frozenset[str]] = {
+    "agentmemory.smart_search.calls_total": frozenset({"source"}),
+    "agentmemory.smart_search.followup_within_window_total": frozenset(),
+    "agentmemory.retrieval_feedback_total": frozenset({"signal"}),
+    "memdiag.unmatched_turn_total": frozenset({"half"}),
+    "agentmemory.session_outcome_total": frozenset({"outcome", "failure_category"}),
+    "agentmemory.misleading_observation_total": frozenset(),
+    "agentmemory.reader_failure_with_evidence_total": frozenset({"run_id"}),
+    "agentmemory.retrieval_failure_total": frozenset({"run_id"}),
+    "memdiag.dead_letter_total": frozenset({"reason"}),
+}
+
+#: Most distinct attribute sets a counter exports per collection; ``run_id`` is the only
+#: open-ended attribute, and a long-lived worker sees an unbounded number of runs.
+CARDINALITY_LIMIT = 200
+
+
+def views() -> list[Any]:
+    """SDK Views: an attribute allowlist and a cardinality cap per counter (entry points)."""
+    from opentelemetry.sdk.metrics.view import View
+
+    return [
+        View(
+            instrument_name=name,
+            attribute_keys=set(keys),
+            aggregation_cardinality_limit=CARDINALITY_LIMIT,
+        )
+        for name, keys in ATTRIBUTES.items()
+    ]
 
 
 class Counters:

@@ -108,6 +108,7 @@ class ObservationOwner:
                 if fresh and step.became_misleading:
                     out.counts[(MISLEADING, ())] += 1
             store[obs_id] = orjson.dumps(state.to_state())
+            out.ts_us = max(out.ts_us, max(r["ts_us"] for r in recs))
         return out
 
 
@@ -152,6 +153,7 @@ class Gatherer:
             store[session_id] = orjson.dumps(entry)
             index[session_id] = _deadline(entry, self._ttl_us)
             self._expiry.advance(msg.partition, rec["ts_us"])
+            out.ts_us = max(out.ts_us, rec["ts_us"])
         self._sweep(msg.partition, store, out)
         return out
 

@@ -87,6 +87,10 @@ class Output:
     verdicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: keyed by observation id: weight updates for the memory system (``weights`` topic)
     weights: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: keyed by counter name: messages for the ``counters`` topic besides the increments
+    counter_messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: event time of the message (its newest event), for the counter increments; 0: unknown
+    ts_us: int = 0
 
     def diagnostic(self, key: str, record: dict[str, Any]) -> None:
         self.diagnostics.setdefault(key, []).append(record)
@@ -308,6 +312,7 @@ class Processor:
             self._store(session_id, state, store)
             index[session_id] = state.deadline(self._retention_us, self._turn_ttl_us)
             self._expiry.advance(msg.partition, state.newest_ts_us)
+        out.ts_us = max((a.event.ts_us for a in accepted_events), default=0)
 
     def _search(self, event: Search, state: SessionState, out: Output, published_at: str) -> None:
         out.counts[(SEARCH_CALLS, (("source", event.source),))] += 1

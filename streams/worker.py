@@ -27,7 +27,12 @@ def main(settings: Settings) -> None:
     from streams.compat import patch_faust_highwaters
     from streams.telemetry import install_meter_provider
 
-    install_meter_provider("memdiag-worker")
+    _, exporting = install_meter_provider("memdiag-worker")
+    if exporting:
+        # Faust's own metrics (messages, commits, send latency...) beside memdiag's
+        from faust.sensors.otel import OpenTelemetryMonitor
+
+        app_module.app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
     patch_faust_highwaters(settings.bootstrap_servers)
 
     @app_module.app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly

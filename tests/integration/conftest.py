@@ -101,6 +101,14 @@ class Pipeline:
 
         asyncio.run(go())
 
+    def drain_worker(self, timeout: float = 60.0) -> None:
+        def watch(_lag: object) -> None:
+            for child in self.children.values():
+                child.check_alive()
+
+        lag = asyncio.run(wait_worker(self.settings, timeout, on_poll=watch))
+        assert lag.drained, f"worker behind by {lag.behind}:\n{self.children['worker'].tail()}"
+
     def drain(self, timeout: float = 60.0) -> None:
         def watch(_lag: object) -> None:
             for child in self.children.values():

@@ -1,0 +1,250 @@
+"""Alert rules over the counter topic's rollups: parsing and evaluation, pure.
+
+A rule reads ``EXPR OP NUMBER [for DURATION]``:
+
+    followup_rate > 0.3 for 5m
+    rate(memdiag.dead_letter_total{reason=not_json}) > 0.5 for 10m
+    ratio(retrieval_feedback_total{signal=ignored}, retrieval_feedback_total) >= 0.8
+    count(misleading_observation_total) > 0 for 1h
+
+``EXPR`` is an alias (see :data:`ALIASES`), ``count(S)`` (the sum over the window),
+``rate(S)`` (per second over the window) or ``ratio(S1, S2)`` (sum of S1 over sum of S2; no
+value while S2 is 0). A series ``S`` is a counter name (``agentmemory.`` and
+``agentmemory.smart_search.`` may be left out) with optional ``{attr=value, ...}``
+filters; without filters it sums every attribute set. ``for DURATION`` is the window
+(``5m`` by default), in event time: it ends at the newest minute any rollup has reached.
+A rule fires when the condition starts to hold and resolves when it stops.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.counters import MINUTE_US
+from streams.metrics import HELP
+
+OPS = {
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+ALIASES = {
+    "followup_rate": "ratio(agentmemory.smart_search.followup_within_window_total, "
+    "agentmemory.smart_search.calls_total{source=agent})",
+    "ignored_share": "ratio(agentmemory.retrieval_feedback_total{signal=ignored}, "
+    "agentmemory.retrieval_feedback_total)",
+    "reader_failures": "count(agentmemory.reader_failure_with_evidence_total)",
+    "retrieval_failures": "count(agentmemory.retrieval_failure_total)",
+    "misleading": "count(agentmemory.misleading_observation_total)",
+    "dead_letters": "count(memdiag.dead_letter_total)",
+}
+_RULE = re.compile(
+    r"^\s*(?P<expr>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<num>-?\d+(?:\.\d+)?)"
+    r"(?:\s+for\s+(?P<dur>\d+)\s*(?P<unit>[smh]))?\s*$"
+)
+_CALL = re.compile(r"^(?P<fn>rate|count|ratio)\s*\((?P<args>.*)\)$")
+_SERIES = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\s*(?:\{(?P<filters>[^}]*)\})?$")
+_UNIT_US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
+
+
+class RuleError(ValueError):
+    """A rule that does not parse; the message says what is expected."""
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    filters: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, name: str, attributes: dict[str, str]) -> bool:
+        return name == self.name and all(attributes.get(k) == v for k, v in self.filters)
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    fn: str  # count | rate | ratio
+    series: tuple[Series, ...]
+    op: str
+    threshold: float
+    window_us: int
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.label or self.text
+
+
+def _series(text: str) -> Series:
+    m = _SERIES.match(text.strip())
+    if not m:
+        raise RuleError(f"{text!r} is not a counter: write NAME or NAME{{attr=value}}")
+    name = _resolve(m.group("name"))
+    filters = []
+    for part in (m.group("filters") or "").split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise RuleError(f"filter {part.strip()!r} in {text!r}: write attr=value")
+        k, v = part.split("=", 1)
+        filters.append((k.strip(), v.strip().strip("\"'")))
+    return Series(name, tuple(filters))
+
+
+def _resolve(name: str) -> str:
+    for candidate in (
+        name,
+        f"agentmemory.{name}",
+        f"agentmemory.smart_search.{name}",
+        f"memdiag.{name}",
+    ):
+        if candidate in HELP:
+            return candidate
+    known = ", ".join(sorted(HELP))
+    raise RuleError(f"unknown counter {name!r}; the counters are: {known}")
+
+
+def parse_rule(text: str, label: str = "") -> Rule:
+    m = _RULE.match(text)
+    if not m:
+        raise RuleError(
+            f"cannot read rule {text!r}: write EXPR OP NUMBER [for DURATION], e.g. "
+            "'followup_rate > 0.3 for 5m'"
+        )
+    expr = ALIASES.get(m.group("expr").strip(), m.group("expr").strip())
+    call = _CALL.match(expr)
+    if not call:
+        aliases = ", ".join(ALIASES)
+        raise RuleError(
+            f"{m.group('expr')!r} is neither an alias ({aliases}) nor count(...), rate(...) "
+            "or ratio(..., ...)"
+        )
+    fn = call.group("fn")
+    args = _split_args(call.group("args"))
+    if len(args) != (2 if fn == "ratio" else 1):
+        raise RuleError(f"{fn}() takes {'two series' if fn == 'ratio' else 'one series'}")
+    window = 5 * 60_000_000
+    if m.group("dur"):
+        window = int(m.group("dur")) * _UNIT_US[m.group("unit")]
+    if window < MINUTE_US:
+        raise RuleError("the window is at least 1m: rollups are per minute")
+    return Rule(
+        text.strip(),
+        fn,
+        tuple(_series(a) for a in args),
+        m.group("op"),
+        float(m.group("num")),
+        window,
+        label,
+    )
+
+
+def _split_args(text: str) -> list[str]:
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        args.append(cur)
+    return args
+
+
+def parse_rules_file(text: str) -> list[Rule]:
+    """One rule a line, optionally ``NAME: RULE``; ``#`` starts a comment."""
+    rules = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        label = ""
+        head, sep, rest = line.partition(":")
+        if sep and re.fullmatch(r"[\w .-]+", head) and not _RULE.match(head):
+            label, line = head.strip(), rest.strip()
+        try:
+            rules.append(parse_rule(line, label))
+        except RuleError as exc:
+            raise RuleError(f"line {n}: {exc}") from None
+    return rules
+
+
+@dataclass
+class Alert:
+    rule: Rule
+    state: str  # firing | resolved
+    value: float | None
+    at_us: int  # the minute of event time the window ended at
+
+    def as_dict(self) -> dict[str, Any]:
+        from schemas.models import format_ts
+
+        return {
+            "rule": self.rule.title,
+            "expr": self.rule.text,
+            "state": self.state,
+            "value": self.value,
+            "threshold": self.rule.threshold,
+            "window_minutes": self.rule.window_us // MINUTE_US,
+            "at": format_ts(self.at_us),
+        }
+
+
+@dataclass
+class Evaluator:
+    """Keeps the latest rollup per (counter, attributes, minute) and the rules' states."""
+
+    rules: list[Rule]
+    totals: dict[tuple[str, tuple[tuple[str, str], ...], int], int] = field(default_factory=dict)
+    now_us: int = 0
+    firing: dict[str, bool] = field(default_factory=dict)
+
+    def add(self, rollup: dict[str, Any], minute_us: int) -> None:
+        attrs = tuple(sorted((rollup.get("attributes") or {}).items()))
+        self.totals[(rollup["name"], attrs, minute_us)] = int(rollup["value"])
+        self.now_us = max(self.now_us, minute_us)
+
+    def value(self, rule: Rule) -> float | None:
+        start = self.now_us - rule.window_us  # minutes in (start, now]
+        sums = []
+        for series in rule.series:
+            sums.append(
+                sum(
+                    v
+                    for (name, attrs, minute), v in self.totals.items()
+                    if start < minute <= self.now_us and series.matches(name, dict(attrs))
+                )
+            )
+        if rule.fn == "count":
+            return float(sums[0])
+        if rule.fn == "rate":
+            return sums[0] / (rule.window_us / 1_000_000)
+        return sums[0] / sums[1] if sums[1] else None
+
+    def evaluate(self) -> list[Alert]:
+        alerts = []
+        for rule in self.rules:
+            value = self.value(rule)
+            holds = value is not None and OPS[rule.op](value, rule.threshold)
+            was = self.firing.get(rule.text, False)
+            if holds != was:
+                self.firing[rule.text] = holds
+                alerts.append(Alert(rule, "firing" if holds else "resolved", value, self.now_us))
+        self._forget()
+        return alerts
+
+    def _forget(self) -> None:
+        longest = max((r.window_us for r in self.rules), default=0)
+        horizon = self.now_us - longest - MINUTE_US
+        for key in [k for k in self.totals if k[2] < horizon]:
+            del self.totals[key]

@@ -1,0 +1,94 @@
+"""The counter topic (CONTRACT section 4): every increment, and a rollup per minute.
+
+Two shapes on ``memdiag.counters``, both keyed by the counter name (JSON Schema:
+``schemas/counter.schema.json``):
+
+- ``increment``: what one processed message added to one counter (one attribute set),
+  with the event time of that message: ``{"type": "increment", "name", "value",
+  "attributes", "ts"}``.
+- ``rollup``: the running total of one counter (one attribute set) in one minute of
+  event time, re-sent with each increment that lands in it: ``{"type": "rollup", "name",
+  "attributes", "minute", "value", "ts"}``. An alerting system keeps the last rollup per
+  (name, attributes, minute) and reads rates without keeping any state of its own.
+
+Increments are per message, not per event: a batch of 500 searches sends one increment of
+500. Counters may overcount on redelivery (their help texts say so); DuckDB does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from schemas.models import format_ts
+from streams.processor import CounterKey, InMessage, Output, StateStore
+
+MINUTE_US = 60 * 1_000_000
+#: Minutes of event time a rollup is kept open for late increments.
+KEEP_MINUTES = 60
+
+
+def increments(counts: Mapping[CounterKey, int], ts_us: int) -> list[tuple[str, dict[str, Any]]]:
+    """(key, record) for each counter a message touched."""
+    ts = format_ts(ts_us)
+    return [
+        (
+            name,
+            {
+                "type": "increment",
+                "name": name,
+                "value": value,
+                "attributes": dict(attrs),
+                "ts": ts,
+            },
+        )
+        for (name, attrs), value in counts.items()
+        if value
+    ]
+
+
+def minute_of(ts_us: int) -> int:
+    return ts_us - ts_us % MINUTE_US
+
+
+class Rollups:
+    """Per counter and attribute set: totals per minute of event time (the one owner of
+    each counter name is the partition of ``counters`` the name hashes to)."""
+
+    def process(self, msg: InMessage, store: StateStore) -> Output:
+        out = Output()
+        doc = orjson.loads(msg.value or b"null")
+        if not isinstance(doc, dict) or doc.get("type") != "increment":
+            return out  # a rollup (ours), or a foreign message: nothing to add up
+        from schemas.decode import parse_ts
+
+        name = doc["name"]
+        attributes = doc.get("attributes") or {}
+        ts_us = parse_ts(doc["ts"])
+        if ts_us is None:
+            return out
+        key = name + "\0" + orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
+        raw = store.get(key)
+        minutes: dict[str, int] = orjson.loads(raw) if raw is not None else {}
+        minute = minute_of(ts_us)
+        total = minutes.get(str(minute), 0) + int(doc["value"])
+        minutes[str(minute)] = total
+        newest = max(int(m) for m in minutes)
+        minutes = {m: v for m, v in minutes.items() if int(m) > newest - KEEP_MINUTES * MINUTE_US}
+        store[key] = orjson.dumps(minutes)
+        out.counter_messages.append(
+            (
+                name,
+                {
+                    "type": "rollup",
+                    "name": name,
+                    "attributes": attributes,
+                    "minute": format_ts(minute),
+                    "value": total,
+                    "ts": doc["ts"],
+                },
+            )
+        )
+        return out

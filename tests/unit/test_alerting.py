@@ -1,0 +1,213 @@
+"""Counters: OpenTelemetry (isolated provider), the counter topic's shapes, rollups, and
+the alert rules that read them."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import orjson
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from memdiag.alert import Evaluator, RuleError, parse_rule, parse_rules_file
+from memdiag.settings import Settings
+from schemas import load_schema
+from schemas.decode import parse_ts
+from streams.counters import MINUTE_US, Rollups, increments
+from streams.metrics import ATTRIBUTES, HELP, Counters, views
+from streams.processor import FOLLOWUPS, SEARCH_CALLS, InMessage, Processor
+
+CONTRACT_COUNTERS = {
+    "agentmemory.smart_search.calls_total",
+    "agentmemory.smart_search.followup_within_window_total",
+    "agentmemory.retrieval_feedback_total",
+    "agentmemory.session_outcome_total",
+    "agentmemory.misleading_observation_total",
+    "agentmemory.reader_failure_with_evidence_total",
+    "agentmemory.retrieval_failure_total",
+    "memdiag.dead_letter_total",
+}
+
+
+def test_every_contract_counter_has_a_help_text_that_says_how_it_miscounts() -> None:
+    assert CONTRACT_COUNTERS <= set(HELP)
+    assert set(ATTRIBUTES) == set(HELP)
+    for name, text in HELP.items():
+        assert "count" in text and len(text) > 80, name
+    assert (
+        "overcounts genuine query refinement" in HELP[FOLLOWUPS].lower()
+        or "Overcounts genuine" in HELP[FOLLOWUPS]
+    )
+    assert (
+        "long window overcounts" in HELP[FOLLOWUPS] and "short one undercounts" in HELP[FOLLOWUPS]
+    )
+
+
+def spike(n: int, start_s: int = 0, followups: bool = True) -> list[dict]:
+    """n agent searches 2 s apart; each a followup of the previous when ``followups``."""
+    out = []
+    for i in range(n):
+        t = start_s + 2 * i
+        out.append(
+            {
+                "kind": "search",
+                "event_id": f"e{start_s}-{i}",
+                "ts": f"2026-11-21T09:{t // 60:02d}:{t % 60:02d}Z",
+                "session_id": "s1",
+                "query": f"q{i}" if followups else "same",
+                "result_ids": [f"o{i}" if followups else "o"],
+            }
+        )
+    return out
+
+
+def test_a_followup_spike_shows_on_the_opentelemetry_exporter() -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], views=views())
+    counters = Counters(provider.get_meter("memdiag"))
+    p = Processor(Settings(), lambda _: 0)
+    out = p.process(InMessage("memdiag.events", 0, 0, b"s1", json.dumps(spike(10)).encode(), 0), {})
+    counters.add_all(out.counts)
+    points = {
+        m.name: [(dict(dp.attributes), dp.value) for dp in m.data.data_points]
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points[FOLLOWUPS] == [({}, 9)]
+    assert points[SEARCH_CALLS] == [({"source": "agent"}, 10)]
+    provider.shutdown()
+
+
+def test_views_drop_foreign_attributes_and_cap_cardinality() -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], views=views())
+    counter = provider.get_meter("t").create_counter(
+        "agentmemory.reader_failure_with_evidence_total"
+    )
+    for i in range(500):
+        counter.add(1, {"run_id": f"run-{i}", "secret": "x"})
+    [metric] = [
+        m
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    ]
+    attrs = [dict(dp.attributes) for dp in metric.data.data_points]
+    assert all("secret" not in a for a in attrs)
+    assert len(attrs) <= 201  # the cap, plus one overflow point
+    assert sum(dp.value for dp in metric.data.data_points) == 500
+    provider.shutdown()
+
+
+def test_increments_and_rollups_follow_their_schema() -> None:
+    schema = load_schema("counter")
+    records = increments(
+        {(FOLLOWUPS, ()): 3, (SEARCH_CALLS, (("source", "agent"),)): 5}, 1_795_000_000_000_000
+    )
+    rollups = Rollups()
+    store: dict[str, bytes] = {}
+    for key, record in records:
+        jsonschema.validate(record, schema)
+        assert key == record["name"]
+        out = rollups.process(
+            InMessage("memdiag.counters", 0, 0, key.encode(), orjson.dumps(record), 0), store
+        )
+        [(rkey, rollup)] = out.counter_messages
+        jsonschema.validate(rollup, schema)
+        assert rollup["value"] == record["value"] and rkey == record["name"]
+
+
+def test_rollups_add_up_per_minute_of_event_time_and_ignore_their_own_output() -> None:
+    r = Rollups()
+    store: dict[str, bytes] = {}
+
+    def inc(value: int, ts: str) -> dict:
+        rec = {"type": "increment", "name": FOLLOWUPS, "value": value, "attributes": {}, "ts": ts}
+        [(_, rollup)] = r.process(
+            InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0), store
+        ).counter_messages
+        return rollup
+
+    assert inc(2, "2026-11-21T09:30:05Z")["value"] == 2
+    assert inc(3, "2026-11-21T09:30:59.999Z")["value"] == 5
+    later = inc(1, "2026-11-21T09:31:00Z")
+    assert (later["minute"], later["value"]) == ("2026-11-21T09:31:00.000000Z", 1)
+    assert inc(4, "2026-11-21T09:30:30Z")["value"] == 9  # a late increment for an open minute
+    rollup_msg = orjson.dumps({**later, "type": "rollup"})
+    assert r.process(InMessage("c", 0, 0, b"k", rollup_msg, 0), store).counter_messages == []
+
+
+def test_rule_parsing() -> None:
+    r = parse_rule("followup_rate > 0.3 for 5m")
+    assert (r.fn, r.op, r.threshold, r.window_us) == ("ratio", ">", 0.3, 5 * MINUTE_US)
+    assert r.series[1].filters == (("source", "agent"),)
+    r = parse_rule("rate(dead_letter_total{reason=not_json}) >= 2")
+    assert r.series[0].name == "memdiag.dead_letter_total" and r.window_us == 5 * MINUTE_US
+    r = parse_rule(
+        "ratio(retrieval_feedback_total{signal=ignored}, retrieval_feedback_total) > 0.8 for 1h"
+    )
+    assert r.window_us == 60 * MINUTE_US
+    for bad, message in [
+        ("followup_rate", "EXPR OP NUMBER"),
+        ("nonsense > 1", "neither an alias"),
+        ("count(nope_total) > 1", "unknown counter"),
+        ("ratio(calls_total) > 1", "two series"),
+        ("count(calls_total) > 1 for 30s", "at least 1m"),
+    ]:
+        with pytest.raises(RuleError, match=message):
+            parse_rule(bad)
+
+
+def test_rules_file() -> None:
+    rules = parse_rules_file(
+        "# on-call rules\nfollowups: followup_rate > 0.3 for 5m\n\ncount(misleading_observation_total) > 0  # any\n"
+    )
+    assert [r.title for r in rules] == ["followups", "count(misleading_observation_total) > 0"]
+    with pytest.raises(RuleError, match="line 2"):
+        parse_rules_file("dead_letters > 1\nbroken")
+
+
+def rollup(name: str, minute: int, value: int, **attrs: str) -> tuple[dict, int]:
+    m = parse_ts("2026-11-21T09:00:00Z") + minute * MINUTE_US
+    return {"type": "rollup", "name": name, "attributes": attrs, "value": value}, m
+
+
+def test_a_rule_fires_and_resolves_in_event_time() -> None:
+    ev = Evaluator([parse_rule("followup_rate > 0.3 for 5m")])
+    calls, fups = "agentmemory.smart_search.calls_total", FOLLOWUPS
+    states = []
+    for minute in range(20):
+        spike_minute = 5 <= minute < 8
+        ev.add(*rollup(calls, minute, 10, source="agent"))
+        ev.add(*rollup(calls, minute, 50, source="viewer"))  # viewer searches never count
+        if spike_minute:
+            ev.add(*rollup(fups, minute, 9))
+        elif minute % 2:
+            ev.add(*rollup(fups, minute, 1))
+        states += [(a.state, minute, round(a.value or 0, 3)) for a in ev.evaluate()]
+    # fires when the spike enters the 5-minute window, resolves once enough of it left
+    assert states == [("firing", 6, 0.38), ("resolved", 11, 0.22)]
+
+
+def test_ratio_without_denominator_does_not_fire() -> None:
+    ev = Evaluator([parse_rule("followup_rate > 0.3")])
+    ev.add(*rollup(FOLLOWUPS, 0, 5))
+    assert ev.evaluate() == []
+    assert ev.value(ev.rules[0]) is None
+
+
+def test_count_and_rate() -> None:
+    ev = Evaluator(
+        [
+            parse_rule("count(dead_letter_total) >= 3 for 2m"),
+            parse_rule("rate(dead_letter_total) > 0.02 for 2m"),
+        ]
+    )
+    ev.add(*rollup("memdiag.dead_letter_total", 0, 2, reason="not_json"))
+    ev.add(*rollup("memdiag.dead_letter_total", 1, 1, reason="bad_ts"))
+    ev.add(*rollup("memdiag.dead_letter_total", 1, 2, reason="bad_ts"))  # the later rollup wins
+    assert [round(ev.value(r), 4) for r in ev.rules] == [4.0, round(4 / 120, 4)]
+    assert [a.state for a in ev.evaluate()] == ["firing", "firing"]
