@@ -18,11 +18,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install memdiag with everything it needs.
 
-demo: $(STAMP) ## Run the whole pipeline on the bundled sample (embedded broker) and print the report.
+demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): status screen and HTML report.
 	$(BIN)/memdiag demo
 
-test: $(STAMP) ## Run the whole suite: unit, integration (embedded broker), end to end.
+test: $(STAMP) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
 	$(BIN)/pytest
+
+browser: ## Debian's headless Chromium, for the test that looks at the HTML report (root: installed if missing).
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium is not installed (needs root): the report rendering test will be skipped"
 
 unit: $(STAMP) ## Run the unit tests only (no broker).
 	$(BIN)/pytest tests/unit
@@ -41,4 +46,4 @@ sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install demo test unit lint bench sample clean
+.PHONY: help install demo test browser unit lint bench sample clean

@@ -172,11 +172,38 @@ def sample_path() -> Path:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """`run` on the bundled sample, then the status screen and the HTML report."""
+    from analytics.db import connect
+    from analytics.status import status
+
     args.input = str(sample_path())
     if not args.db:
         args.db = "memdiag-demo.duckdb"
     _say(args)(f"demo: the bundled sample ({args.input}) into {args.db}")
-    return cmd_run(args)
+    if args.json:
+        return cmd_run(args)
+    with _FileProgress(args, "publishing") as progress:
+        from memdiag.runner import run_pipeline
+
+        result = run_pipeline(Path(args.input), _settings(args), _say(args), progress, args.timeout)
+    con = connect(result.db_path, read_only=True)
+    try:
+        figures = status(con)
+    finally:
+        con.close()
+    out.print(
+        f"[bold]{result.publish.events:,} events[/bold] through broker, worker and sink into "
+        f"{result.db_path} in {result.seconds:.1f}s"
+    )
+    print_status(figures, result.db_path)
+    report = write_html_report(result.db_path, Path(args.report))
+    out.print(f"\n[bold]report:[/bold] {report}")
+    out.print(
+        f"[dim]next: memdiag query misleading --db {args.db} · memdiag compare --baseline "
+        f"longmem-baseline --candidate longmem-rerank --db {args.db} · memdiag report scores "
+        f"--run-id longmem-rerank --db {args.db}[/dim]"
+    )
+    return 0
 
 
 # -- long-running processes ------------------------------------------------------------
@@ -447,6 +474,28 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report_html(args: argparse.Namespace) -> int:
+    path = write_html_report(_settings(args).duckdb_path, Path(args.out))
+    if args.json:
+        _print_json({"report": str(path)})
+    else:
+        out.print(f"report: {path}")
+    return 0
+
+
+def write_html_report(db: str, target: Path) -> Path:
+    from analytics.db import connect
+    from analytics.report import render
+
+    con = connect(db, read_only=True)
+    try:
+        page = render(con, db)
+    finally:
+        con.close()
+    target.write_text(page, encoding="utf-8")
+    return target.resolve()
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from analytics import scores as sc
 
@@ -526,6 +575,121 @@ def _print_comparison(r: dict[str, Any]) -> None:
             shown = ", ".join(f"{i['question_id']}#{i['repeat_index']}" for i in items[:10])
             more = f" and {len(items) - 10} more (--json lists all)" if len(items) > 10 else ""
             out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
+
+
+# -- status -----------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from analytics.status import status
+
+    con = _open_db(args)
+    try:
+        st = status(con, top=args.top, runs=args.runs)
+    finally:
+        con.close()
+    if args.json:
+        _print_json(st)
+    else:
+        print_status(st, _settings(args).duckdb_path)
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _ago(when: datetime | None) -> str:
+    if when is None:
+        return "never"
+    seconds = (datetime.now(UTC) - when.astimezone(UTC)).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{max(seconds, 0):.0f}s ago"
+
+
+def print_status(st: dict[str, Any], db: str) -> None:
+    from rich.columns import Columns
+    from rich.panel import Panel
+
+    fu, fb = st["followup"], st["feedback"]
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row(
+        "followup rate",
+        f"{_pct(fu['rate'])} of {fu['agent_searches']:,} agent searches "
+        f"[dim]({fu['caveat']})[/dim]",
+    )
+    head.add_row(
+        "memories used",
+        f"{_pct(fb['used_share'])} of {fb['used'] + fb['ignored']:,} injected-and-answered "
+        f"({fb['observations']:,} observations) [dim]({fb['caveat']})[/dim]",
+    )
+    sessions = st["sessions"]
+    total = sum(sessions.values())
+    failed = total - sessions.get("accepted", 0)
+    head.add_row(
+        "sessions",
+        f"{total:,}: "
+        + ", ".join(f"{k} {v:,}" for k, v in sessions.items())
+        + (f"  ({failed / total:.0%} failed)" if total else ""),
+    )
+    fresh = st["freshness"]
+    newest = fresh["newest_event"]
+    head.add_row(
+        "freshness",
+        f"newest event {newest.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S') if newest else '—'}"
+        f" UTC; last written {_ago(fresh['last_written'])}",
+    )
+    out.print(Panel(head, title=f"memdiag status — {db}", title_align="left"))
+
+    cats = Table(title="failed sessions by category", title_justify="left", box=None)
+    cats.add_column("category")
+    cats.add_column("sessions", justify="right")
+    cats.add_column("", no_wrap=True)
+    most = max((c["sessions"] for c in st["failure_categories"]), default=0) or 1
+    for c in st["failure_categories"]:
+        cats.add_row(
+            c["failure_category"], f"{c['sessions']:,}", "█" * round(12 * c["sessions"] / most)
+        )
+
+    mis = Table(
+        title=f"misleading memories: {st['misleading']['count']}", title_justify="left", box=None
+    )
+    mis.add_column("observation")
+    mis.add_column("failed", justify="right")
+    mis.add_column("weight", justify="right")
+    for m in st["misleading"]["top"]:
+        mis.add_row(m["observation_id"], str(m["fail_count"]), _cell(m["weight"]))
+    out.print(Columns([cats, mis], padding=(0, 4)))
+
+    runs = Table(title="benchmark runs (most recent first)", title_justify="left", box=None)
+    for col in ("run", "accuracy", "reader fail", "retrieval fail", "unattributed", "judgements"):
+        runs.add_column(col, justify="left" if col == "run" else "right")
+    for r in st["runs"]:
+        runs.add_row(
+            r["run_id"],
+            _pct(r["accuracy"]),
+            str(r["reader_failures"]),
+            str(r["retrieval_failures"]),
+            str(r["unattributed"]),
+            f"{r['judgements']:,}",
+        )
+    dead = Table(title="dead letters", title_justify="left", box=None)
+    dead.add_column("reason")
+    dead.add_column("count", justify="right")
+    for d in st["dead_letters"]:
+        dead.add_row(d["reason"], f"{d['dead_letters']:,}")
+    if not st["dead_letters"]:
+        dead.add_row("none", "0")
+    out.print(
+        Columns(
+            [runs if st["runs"] else Table(title="no benchmark runs", box=None), dead],
+            padding=(0, 4),
+        )
+    )
 
 
 # -- alert ------------------------------------------------------------------------------
@@ -622,6 +786,9 @@ def build_parser() -> argparse.ArgumentParser:
         "retries, viewer searches, empty results and a few bad lines).",
     )
     _common_run(demo)
+    demo.add_argument(
+        "--report", default="memdiag-demo.html", metavar="FILE", help="the HTML report's path"
+    )
     demo.set_defaults(func=cmd_demo, db=None)
 
     worker = add(
@@ -716,6 +883,19 @@ def build_parser() -> argparse.ArgumentParser:
     scores.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
     scores.add_argument("--json", action="store_true", help="print the scores JSON to stdout")
     scores.set_defaults(func=cmd_report_scores)
+    page = reports.add_parser(
+        "html",
+        help="a self-contained HTML page with the status figures as charts",
+        description=(
+            "One page, no scripts, no network: failed sessions by category, the followup rate "
+            "over time, used/ignored per memory, misleading memories, and reader vs retrieval "
+            "failures per benchmark run (charts inlined as SVG)."
+        ),
+    )
+    page.add_argument("--out", default="report.html", metavar="FILE", help="default report.html")
+    page.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    page.add_argument("--json", action="store_true", help="print the report's path as JSON")
+    page.set_defaults(func=cmd_report_html)
 
     compare = add(
         "compare",
@@ -738,6 +918,22 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.set_defaults(func=cmd_compare)
+
+    status_p = add(
+        "status",
+        "one screen: followups, used/ignored, failures, misleading memories, runs, dead letters",
+        "How memory is doing, read from DuckDB: the followup rate (with its caveat), the share\n"
+        "of injected memories used, failed sessions by category, the misleading memories,\n"
+        "reader vs retrieval failures of the recent benchmark runs, dead letters by reason,\n"
+        "and how fresh the data is (the newest event time in DuckDB).",
+    )
+    status_p.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    status_p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    status_p.add_argument(
+        "--top", type=int, default=5, help="misleading memories shown (default 5)"
+    )
+    status_p.add_argument("--runs", type=int, default=5, help="benchmark runs shown (default 5)")
+    status_p.set_defaults(func=cmd_status)
 
     alert = add(
         "alert",

@@ -137,10 +137,17 @@ def test_scores_and_compare_on_the_bundled_sample(tmp_path: Path) -> None:
     from schemas import load_schema
 
     db = tmp_path / "demo.duckdb"
-    demo = memdiag("demo", "--db", str(db), "--json", "--quiet", timeout=180)
+    page = tmp_path / "demo.html"
+    demo = memdiag("demo", "--db", str(db), "--report", str(page), "--quiet", timeout=180)
     assert demo.returncode == 0, demo.stderr
-    report = json.loads(demo.stdout)
-    assert [r["run_id"] for r in report["benchmark_runs"]] == ["longmem-baseline", "longmem-rerank"]
+    # the demo ends with the status screen and the report's path
+    assert "followup rate" in demo.stdout and "misleading memories" in demo.stdout
+    assert f"report: {page}" in demo.stdout.replace("\n", "") and page.exists()
+    st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)
+    assert [r["run_id"] for r in st["runs"]] == ["longmem-rerank", "longmem-baseline"]
+    assert st["misleading"]["count"] >= 3 and st["freshness"]["newest_event"].startswith(
+        "2026-11-21"
+    )
 
     out = tmp_path / "scores.json"
     scores = memdiag(

@@ -211,3 +211,35 @@ def test_count_and_rate() -> None:
     ev.add(*rollup("memdiag.dead_letter_total", 1, 2, reason="bad_ts"))  # the later rollup wins
     assert [round(ev.value(r), 4) for r in ev.rules] == [4.0, round(4 / 120, 4)]
     assert [a.state for a in ev.evaluate()] == ["firing", "firing"]
+
+
+def test_exporters_are_chosen_by_the_standard_variable(monkeypatch, caplog) -> None:
+    import socket
+
+    from streams import telemetry
+
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    assert telemetry._readers() == []
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console,bogus")
+    readers = telemetry._readers()
+    assert [type(r).__name__ for r in readers] == ["PeriodicExportingMetricReader"]
+    assert "bogus" in caplog.text
+    for r in readers:
+        r.shutdown()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    [reader] = telemetry._readers()
+    assert type(reader).__name__ == "PrometheusMetricReader"
+    provider = MeterProvider(metric_readers=[reader], views=views())
+    Counters(provider.get_meter("memdiag")).add_all({(FOLLOWUPS, ()): 4})
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:  # noqa: S310
+        body = r.read().decode()
+    assert "agentmemory_smart_search_followup_within_window_total" in body
+    assert " 4.0" in body
+    provider.shutdown()

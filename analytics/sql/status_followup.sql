@@ -1,0 +1,1 @@
+SELECT agent_searches, followups, rate FROM followup_rate;

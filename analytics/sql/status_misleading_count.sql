@@ -1,0 +1,1 @@
+SELECT count(*) AS observations FROM misleading_observations();

@@ -1,0 +1,69 @@
+"""How memory is doing, at a glance: the figures of ``memdiag status`` and of the HTML
+report, read from DuckDB in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from analytics.queries import _rows
+
+FOLLOWUP_CAVEAT = (
+    "a live proxy for 'the first results did not satisfy': it also counts genuine query "
+    "refinement; a longer AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS counts more, a shorter fewer"
+)
+USED_CAVEAT = (
+    "keyword overlap: a response that paraphrases a memory counts it ignored, one that "
+    "repeats its words without relying on it counts it used"
+)
+
+_FRESHNESS = """
+SELECT max(ts) AS newest_event, max(ingested_at) AS last_written FROM (
+    SELECT ts, ingested_at FROM searches
+    UNION ALL SELECT ts, ingested_at FROM retrieval_feedback
+    UNION ALL SELECT ts, ingested_at FROM session_diagnostics
+    UNION ALL SELECT ts, ingested_at FROM judgements
+)
+"""
+
+
+def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[str, Any]:
+    followup = _rows(con, "status_followup")[0]
+    feedback = _rows(con, "status_feedback")[0]
+    judged = feedback["used"] + feedback["ignored"]
+    outcomes = {r["outcome"]: r["sessions"] for r in _rows(con, "status_outcomes")}
+    distribution = _rows(con, "failure_distribution", org_id=None, project_id=None, since=None)
+    misleading = _rows(con, "misleading", org_id=None, since=None, limit=top)
+    recent_runs = _rows(con, "status_runs", limit=runs)
+    dead = _rows(con, "status_dead_letters")
+    fresh = con.execute(_FRESHNESS).fetchone() or (None, None)
+    return {
+        "followup": {**followup, "caveat": FOLLOWUP_CAVEAT},
+        "feedback": {
+            **feedback,
+            "used_share": feedback["used"] / judged if judged else None,
+            "caveat": USED_CAVEAT,
+        },
+        "sessions": outcomes,
+        "failure_categories": distribution,
+        "misleading": {
+            "count": _rows(con, "status_misleading_count")[0]["observations"],
+            "top": misleading,
+        },
+        "runs": recent_runs,
+        "dead_letters": dead,
+        "freshness": {"newest_event": fresh[0], "last_written": fresh[1]},
+    }
+
+
+def followup_over_time(con: duckdb.DuckDBPyConnection, buckets: int = 48) -> list[dict[str, Any]]:
+    """The followup rate per time bucket (event time), for the report's chart."""
+    return _rows(con, "followup_over_time", buckets=buckets)
+
+
+def feedback_per_observation(
+    con: duckdb.DuckDBPyConnection, limit: int = 20
+) -> list[dict[str, Any]]:
+    """Used and ignored counts of the most judged observations."""
+    return _rows(con, "feedback_per_observation", limit=limit)
