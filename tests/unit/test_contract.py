@@ -174,3 +174,22 @@ def test_the_scores_file_schema_is_valid() -> None:
     from schemas import load_schema
 
     Draft202012Validator.check_schema(load_schema("scores"))
+
+
+def test_status_and_alert_commands() -> None:
+    parser = build_parser()
+    a = parser.parse_args(["status", "--db", "d", "--json"])
+    assert (a.command, a.db, a.json) == ("status", "d", True)
+    a = parser.parse_args(["alert", "--rule", "followup_rate > 0.3 for 5m", "--rules", "f"])
+    assert (a.rule, a.rules) == (["followup_rate > 0.3 for 5m"], "f")
+    assert parser.parse_args(["report", "html", "--out", "r.html"]).out == "r.html"
+
+
+def test_every_contract_counter_is_defined() -> None:
+    from streams.metrics import HELP
+
+    text = CONTRACT.read_text() if CONTRACT.exists() else ""
+    names = set(re.findall(r"`((?:agentmemory|memdiag)\.[a-z_.]+)(?:\{[^}]*\})?`", text))
+    names = {n for n in names if n.endswith("_total")}
+    assert len(names) >= 8 or not text, names
+    assert names <= set(HELP), names - set(HELP)
