@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class Step:
     """One EMA step of one observation's weight, caused by one session's outcome."""
 
     observation_id: str
-    session_id: str
+    session_key: str  # what identifies the outcome (memdiag: session and outcome event id)
     outcome: str
     alpha: float
     previous_weight: float
@@ -121,14 +122,15 @@ def ema_step(
 class ObservationState:
     """Everything the owner of one observation keeps.
 
-    ``recent`` remembers the last :attr:`RECENT` steps whole, so a redelivered session
-    outcome (after a worker crash) re-emits its step instead of taking a second one. Only
-    a redelivery that arrives after more than ``RECENT`` other sessions of the same
-    observation would be counted twice; redeliveries come within seconds, and a replay of
-    whole sessions is stopped before it gets here (closed sessions remember their outcome).
+    ``recent`` remembers the last :attr:`RECENT` steps whole (the outcome's identity as an
+    8-byte digest), so a redelivered session outcome (after a worker crash) re-emits its
+    step instead of taking a second one. Only a redelivery that arrives after more than
+    ``RECENT`` other outcomes of the same observation would be counted twice: redeliveries
+    come within seconds, and a replay of whole sessions is stopped before it gets here
+    (sessions remember the events they applied). About 2 KB per observation.
     """
 
-    RECENT = 64
+    RECENT = 16
     __slots__ = ("failed", "accepted", "weight", "seq", "recent")
 
     def __init__(
@@ -162,9 +164,10 @@ class ObservationState:
 
         ``session_key`` identifies the outcome (memdiag passes session and outcome event id:
         a session reported with two outcomes takes two steps)."""
+        key = hashlib.blake2b(session_key.encode("utf-8"), digest_size=8).hexdigest()
         for row in self.recent:
-            if row[0] == session_key:
-                return _step_from_row(observation_id, row), False
+            if row[0] == key:
+                return _step_from_row(observation_id, session_key, row), False
         was_misleading = self.misleading
         accepted = outcome == ACCEPTED
         if accepted:
@@ -192,7 +195,7 @@ class ObservationState:
             ts_us,
         )
         self.weight = new_weight
-        self.recent.append(_step_row(step))
+        self.recent.append([key, *_step_row(step)[1:]])
         del self.recent[: -self.RECENT]
         return step, True
 
@@ -208,7 +211,7 @@ class ObservationState:
 
 def _step_row(s: Step) -> list[Any]:
     return [
-        s.session_id,
+        s.session_key,
         s.outcome,
         s.alpha,
         s.previous_weight,
@@ -223,11 +226,11 @@ def _step_row(s: Step) -> list[Any]:
     ]
 
 
-def _step_from_row(observation_id: str, row: list[Any]) -> Step:
-    sid, outcome, alpha, prev, new, aggr, mis, became, failed, accepted, seq, ts = row
+def _step_from_row(observation_id: str, session_key: str, row: list[Any]) -> Step:
+    _, outcome, alpha, prev, new, aggr, mis, became, failed, accepted, seq, ts = row
     return Step(
         observation_id,
-        sid,
+        session_key,
         outcome,
         alpha,
         prev,
