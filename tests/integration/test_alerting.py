@@ -55,10 +55,24 @@ class Hook(BaseHTTPRequestHandler):
 
 
 def test_a_followup_spike_fires_an_alert_that_then_resolves(pipeline: Pipeline) -> None:
-    pipeline.start("worker")
+    pipeline.start()
     events = traffic()
     pipeline.publish([(e["session_id"].encode(), e) for e in events])
-    pipeline.drain_worker()
+    pipeline.drain()
+
+    # in status: the rate, and the spike in the rate over time
+    from analytics.db import connect
+    from analytics.status import followup_over_time, status
+
+    con = connect(pipeline.settings.duckdb_path, read_only=True)
+    try:
+        st = status(con)
+        series = followup_over_time(con, buckets=20)
+    finally:
+        con.close()
+    assert (st["followup"]["agent_searches"], st["followup"]["followups"]) == (120, 15)
+    peaks = [p["bucket"].strftime("%H:%M") for p in series if p["rate"] > 0.5]
+    assert peaks and all("10:04" <= t <= "10:08" for t in peaks), peaks  # buckets of ~58 s
 
     rollups = [
         v
