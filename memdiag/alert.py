@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.models import format_ts
 from streams.counters import MINUTE_US
 from streams.metrics import HELP
 
@@ -187,8 +188,6 @@ class Alert:
     at_us: int  # the minute of event time the window ended at
 
     def as_dict(self) -> dict[str, Any]:
-        from schemas.models import format_ts
-
         return {
             "rule": self.rule.title,
             "expr": self.rule.text,

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from schemas.decode import parse_ts
 from schemas.models import format_ts
 from streams.processor import CounterKey, InMessage, Output, StateStore
 
@@ -62,8 +63,6 @@ class Rollups:
         doc = orjson.loads(msg.value or b"null")
         if not isinstance(doc, dict) or doc.get("type") != "increment":
             return out  # a rollup (ours), or a foreign message: nothing to add up
-        from schemas.decode import parse_ts
-
         name = doc["name"]
         attributes = doc.get("attributes") or {}
         ts_us = parse_ts(doc["ts"])
