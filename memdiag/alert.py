@@ -230,7 +230,7 @@ class Evaluator:
             return sums[0] / (rule.window_us / 1_000_000)
         return sums[0] / sums[1] if sums[1] else None
 
-    def evaluate(self) -> list[Alert]:
+    def evaluate(self, forget: bool = True) -> list[Alert]:
         alerts = []
         for rule in self.rules:
             value = self.value(rule)
@@ -239,6 +239,23 @@ class Evaluator:
             if holds != was:
                 self.firing[rule.text] = holds
                 alerts.append(Alert(rule, "firing" if holds else "resolved", value, self.now_us))
+        if forget:
+            self._forget()
+        return alerts
+
+    def replay(self) -> list[Alert]:
+        """Evaluate every minute from the earliest held to the newest, in order: the alerts
+        a backlog gives however its rollups interleaved (several partitions caught up at
+        once arrive out of event-time order)."""
+        if not self.totals:
+            return []
+        newest = self.now_us
+        minute = min(k[2] for k in self.totals)
+        alerts: list[Alert] = []
+        while minute <= newest:
+            self.now_us = minute
+            alerts += self.evaluate(forget=False)
+            minute += MINUTE_US
         self._forget()
         return alerts
 

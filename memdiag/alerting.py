@@ -6,6 +6,7 @@ import asyncio
 import logging
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -49,10 +50,21 @@ async def watch(
             parts = consumer.partitions_for_topic(topic) or {0}
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
+        backlog: list[Alert] = []
         if from_beginning:
+            # The backlog first, whole, then its alerts minute by minute in event time.
             await consumer.seek_to_beginning(*tps)
+            while batches := await consumer.getmany(timeout_ms=1000, max_records=50_000):
+                for records in batches.values():
+                    for m in records:
+                        doc = _rollup(m.value)
+                        if doc is not None:
+                            evaluator.add(*doc)
+            backlog = evaluator.replay()
         else:
             await consumer.seek_to_end(*tps)
+        for alert in backlog:
+            await _emit(alert, show, webhook)
         idle = 0.0
         while True:
             batches = await consumer.getmany(timeout_ms=500, max_records=5000)
@@ -66,12 +78,7 @@ async def watch(
                 idle = 0.0
                 alerts += evaluator.evaluate()
                 for alert in alerts:
-                    show(alert)
-                    if webhook:
-                        try:
-                            await asyncio.to_thread(post, webhook, alert)
-                        except OSError as exc:
-                            log.warning("webhook %s failed: %s", webhook, exc)
+                    await _emit(alert, show, webhook)
             else:
                 idle += 0.5
                 if stop_after_idle is not None and idle >= stop_after_idle:
@@ -80,18 +87,34 @@ async def watch(
         await consumer.stop()
 
 
-def _add(evaluator: Evaluator, raw: bytes | None) -> list[Alert]:
-    """Add one rollup. When it opens a new minute, the rules are evaluated first on the
-    minutes before it: reading a backlog then gives the alerts live reading would have."""
+async def _emit(alert: Alert, show: Callable[[Alert], None], webhook: str | None) -> None:
+    show(alert)
+    if webhook:
+        try:
+            await asyncio.to_thread(post, webhook, alert)
+        except OSError as exc:
+            log.warning("webhook %s failed: %s", webhook, exc)
+
+
+def _rollup(raw: bytes | None) -> tuple[dict[str, Any], int] | None:
     try:
         doc = orjson.loads(raw or b"null")
     except orjson.JSONDecodeError:
-        return []
+        return None
     if not isinstance(doc, dict) or doc.get("type") != "rollup":
-        return []
+        return None
     minute = parse_ts(str(doc.get("minute", "")))
     if minute is None or "name" not in doc or "value" not in doc:
+        return None
+    return doc, minute
+
+
+def _add(evaluator: Evaluator, raw: bytes | None) -> list[Alert]:
+    """Add one live rollup. When it opens a new minute, the rules are evaluated first on
+    the minutes before it."""
+    rollup = _rollup(raw)
+    if rollup is None:
         return []
-    alerts = evaluator.evaluate() if evaluator.now_us and minute > evaluator.now_us else []
-    evaluator.add(doc, minute)
+    alerts = evaluator.evaluate() if evaluator.now_us and rollup[1] > evaluator.now_us else []
+    evaluator.add(*rollup)
     return alerts

@@ -20,9 +20,8 @@ def traffic() -> list[dict]:
     """20 minutes, 6 agent searches a minute; minutes 5-7 are all followups (new query,
     new results, 5 s apart), the rest retries of one query (never followups).
 
-    One session: read from the beginning, the alert sees the minutes in event-time order.
-    (Rollups of several partitions caught up at once interleave; live, they arrive in
-    about event-time order.)"""
+    Sessions on several partitions: the worker catches them up interleaved, so the rollups
+    arrive out of event-time order; the alert still replays the backlog minute by minute."""
     events = []
     for minute in range(20):
         spike = 5 <= minute < 8
@@ -33,7 +32,7 @@ def traffic() -> list[dict]:
                     "kind": "search",
                     "event_id": f"m{minute}-{i}",
                     "ts": f"2026-11-21T10:{minute:02d}:{second:02d}Z",
-                    "session_id": "ses-1",  # one partition: the backlog is read in event time
+                    "session_id": f"ses-{minute % 4}",  # several partitions, interleaved
                     "query": f"q-{minute}-{i}" if spike else "the same question",
                     "result_ids": [f"o-{minute}-{i}"] if spike else ["o-same"],
                 }

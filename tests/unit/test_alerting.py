@@ -243,3 +243,25 @@ def test_exporters_are_chosen_by_the_standard_variable(monkeypatch, caplog) -> N
     assert "agentmemory_smart_search_followup_within_window_total" in body
     assert " 4.0" in body
     provider.shutdown()
+
+
+def test_a_backlog_in_any_order_replays_the_same_alerts() -> None:
+    import random
+
+    rule = "followup_rate > 0.3 for 5m"
+    calls = "agentmemory.smart_search.calls_total"
+    rollups = []
+    for minute in range(20):
+        rollups.append(rollup(calls, minute, 10, source="agent"))
+        rollups.append(rollup(FOLLOWUPS, minute, 9 if 5 <= minute < 8 else 1))
+    expected = None
+    for seed in range(5):
+        shuffled = list(rollups)
+        random.Random(seed).shuffle(shuffled)  # noqa: S311 - test data
+        ev = Evaluator([parse_rule(rule)])
+        for doc, minute in shuffled:
+            ev.add(doc, minute)
+        got = [(a.state, a.at_us) for a in ev.replay()]
+        assert got and [s for s, _ in got] == ["firing", "resolved"]
+        expected = expected or got
+        assert got == expected
