@@ -837,8 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def question(name: str, help: str) -> argparse.ArgumentParser:
         q = questions.add_parser(name, help=help, description=help)
-        q.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
-        q.add_argument("--json", action="store_true", help="print the result as JSON")
+        _db_and_json(q, "print the result as JSON")
         q.set_defaults(func=cmd_query)
         return q
 
@@ -880,8 +879,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scores.add_argument("--run-id", required=True, metavar="RUN", help="the benchmark run")
     scores.add_argument("--out", metavar="FILE", help="write scores.json here")
-    scores.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
-    scores.add_argument("--json", action="store_true", help="print the scores JSON to stdout")
+    _db_and_json(scores, "print the scores JSON to stdout")
     scores.set_defaults(func=cmd_report_scores)
     page = reports.add_parser(
         "html",
@@ -893,8 +891,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     page.add_argument("--out", default="report.html", metavar="FILE", help="default report.html")
-    page.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
-    page.add_argument("--json", action="store_true", help="print the report's path as JSON")
+    _db_and_json(page, "print the report's path as JSON")
     page.set_defaults(func=cmd_report_html)
 
     compare = add(
@@ -915,8 +912,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)"
     )
     compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    compare.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
-    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    _db_and_json(compare, "print the comparison as JSON")
     compare.set_defaults(func=cmd_compare)
 
     status_p = add(
@@ -927,8 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reader vs retrieval failures of the recent benchmark runs, dead letters by reason,\n"
         "and how fresh the data is (the newest event time in DuckDB).",
     )
-    status_p.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
-    status_p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    _db_and_json(status_p, "print the figures as JSON")
     status_p.add_argument(
         "--top", type=int, default=5, help="misleading memories shown (default 5)"
     )
@@ -968,9 +963,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _common_run(p: argparse.ArgumentParser) -> None:
+def _db_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
+    """The two options of every command that reads DuckDB and prints results."""
     p.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
+def _common_run(p: argparse.ArgumentParser) -> None:
+    _db_and_json(p, "print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument(
         "--timeout",

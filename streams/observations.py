@@ -169,11 +169,10 @@ class Gatherer:
         return index
 
     def _sweep(self, partition: int, store: StateStore, out: Output) -> None:
-        due = self._expiry.due(partition)
-        if not due:
+        sweep = self._expiry.sweep(partition)
+        if sweep is None:
             return
-        index = self._expiry.deadlines[partition]
-        watermark = self._expiry.watermark[partition]
+        due, index, watermark = sweep
         for session_id in due:
             raw = store.get(session_id)
             index.pop(session_id, None)

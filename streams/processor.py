@@ -218,6 +218,13 @@ class ExpiryIndex:
         if ts_us > self.watermark.get(partition, 0):
             self.watermark[partition] = ts_us
 
+    def sweep(self, partition: int) -> tuple[list[str], dict[str, int], int] | None:
+        """What a due sweep of ``partition`` visits: (keys, their index, the watermark)."""
+        due = self.due(partition)
+        if not due:
+            return None
+        return due, self.deadlines[partition], self.watermark[partition]
+
     def due(self, partition: int) -> list[str]:
         """Keys of ``partition`` whose deadline has passed, if a sweep is due."""
         watermark = self.watermark.get(partition)
@@ -501,11 +508,10 @@ class Processor:
         """Expire what is due on ``partition``, in event time: unmatched turn halves
         (counted), and whole sessions idle past their life. Runs inside the agent, so the
         writes and tombstones go to this partition's changelog."""
-        due = self._expiry.due(partition)
-        if not due:
+        sweep = self._expiry.sweep(partition)
+        if sweep is None:
             return
-        index = self._expiry.deadlines[partition]
-        watermark = self._expiry.watermark[partition]
+        due, index, watermark = sweep
         for session_id in due:
             raw = store.get(session_id)
             if raw is None:
