@@ -38,7 +38,8 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+def rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+    """``analytics/sql/NAME.sql`` with ``params`` bound; each row as a dict."""
     try:
         cur = con.execute(sql(name), params)
     except duckdb.CatalogException as exc:
@@ -51,7 +52,7 @@ def _rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict
 
 
 def observation_stats(con: duckdb.DuckDBPyConnection, observation_id: str) -> dict[str, Any]:
-    row = _rows(con, "observation_stats", observation_id=observation_id)[0]
+    row = rows(con, "observation_stats", observation_id=observation_id)[0]
     judged = row["used"] + row["ignored"]
     row["used_share"] = row["used"] / judged if judged else None
     return row
@@ -60,7 +61,7 @@ def observation_stats(con: duckdb.DuckDBPyConnection, observation_id: str) -> di
 def observation_history(
     con: duckdb.DuckDBPyConnection, observation_id: str, limit: int = 100
 ) -> list[dict[str, Any]]:
-    return _rows(con, "observation_history", observation_id=observation_id, limit=limit)
+    return rows(con, "observation_history", observation_id=observation_id, limit=limit)
 
 
 def failure_distribution(
@@ -69,7 +70,7 @@ def failure_distribution(
     project: str | None = None,
     since: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    return _rows(con, "failure_distribution", org_id=org, project_id=project, since=since)
+    return rows(con, "failure_distribution", org_id=org, project_id=project, since=since)
 
 
 def misleading(
@@ -78,4 +79,4 @@ def misleading(
     since: datetime | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    return _rows(con, "misleading", org_id=org, since=since, limit=limit)
+    return rows(con, "misleading", org_id=org, since=since, limit=limit)

@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from analytics.queries import _rows
+from analytics.queries import rows
 
 FOLLOWUP_CAVEAT = (
     "a live proxy for 'the first results did not satisfy': it also counts genuine query "
@@ -29,14 +29,14 @@ SELECT max(ts) AS newest_event, max(ingested_at) AS last_written FROM (
 
 
 def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[str, Any]:
-    followup = _rows(con, "status_followup")[0]
-    feedback = _rows(con, "status_feedback")[0]
+    followup = rows(con, "status_followup")[0]
+    feedback = rows(con, "status_feedback")[0]
     judged = feedback["used"] + feedback["ignored"]
-    outcomes = {r["outcome"]: r["sessions"] for r in _rows(con, "status_outcomes")}
-    distribution = _rows(con, "failure_distribution", org_id=None, project_id=None, since=None)
-    misleading = _rows(con, "misleading", org_id=None, since=None, limit=top)
-    recent_runs = _rows(con, "status_runs", limit=runs)
-    dead = _rows(con, "status_dead_letters")
+    outcomes = {r["outcome"]: r["sessions"] for r in rows(con, "status_outcomes")}
+    distribution = rows(con, "failure_distribution", org_id=None, project_id=None, since=None)
+    misleading = rows(con, "misleading", org_id=None, since=None, limit=top)
+    recent_runs = rows(con, "status_runs", limit=runs)
+    dead = rows(con, "status_dead_letters")
     fresh = con.execute(_FRESHNESS).fetchone() or (None, None)
     return {
         "followup": {**followup, "caveat": FOLLOWUP_CAVEAT},
@@ -48,7 +48,7 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
         "sessions": outcomes,
         "failure_categories": distribution,
         "misleading": {
-            "count": _rows(con, "status_misleading_count")[0]["observations"],
+            "count": rows(con, "status_misleading_count")[0]["observations"],
             "top": misleading,
         },
         "runs": recent_runs,
@@ -59,11 +59,11 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
 
 def followup_over_time(con: duckdb.DuckDBPyConnection, buckets: int = 48) -> list[dict[str, Any]]:
     """The followup rate per time bucket (event time), for the report's chart."""
-    return _rows(con, "followup_over_time", buckets=buckets)
+    return rows(con, "followup_over_time", buckets=buckets)
 
 
 def feedback_per_observation(
     con: duckdb.DuckDBPyConnection, limit: int = 20
 ) -> list[dict[str, Any]]:
     """Used and ignored counts of the most judged observations."""
-    return _rows(con, "feedback_per_observation", limit=limit)
+    return rows(con, "feedback_per_observation", limit=limit)

@@ -94,12 +94,17 @@ def _print_json(data: Any) -> None:
 # -- run / demo ------------------------------------------------------------------------
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from memdiag.runner import run_pipeline, summary
+def _run_pipeline(args: argparse.Namespace) -> Any:
+    from memdiag.runner import run_pipeline
 
-    settings = _settings(args)
     with _FileProgress(args, "publishing") as progress:
-        result = run_pipeline(Path(args.input), settings, _say(args), progress, args.timeout)
+        return run_pipeline(Path(args.input), _settings(args), _say(args), progress, args.timeout)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from memdiag.runner import summary
+
+    result = _run_pipeline(args)
     figures = summary(result.db_path)
     report = {
         "input": str(args.input),
@@ -182,10 +187,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _say(args)(f"demo: the bundled sample ({args.input}) into {args.db}")
     if args.json:
         return cmd_run(args)
-    with _FileProgress(args, "publishing") as progress:
-        from memdiag.runner import run_pipeline
-
-        result = run_pipeline(Path(args.input), _settings(args), _say(args), progress, args.timeout)
+    result = _run_pipeline(args)
     con = connect(result.db_path, read_only=True)
     try:
         figures = status(con)

@@ -183,53 +183,40 @@ def _stop_all(children: list[Child]) -> None:
 
 
 def summary(db_path: str) -> dict[str, Any]:
-    """The figures ``run`` prints, read back from DuckDB."""
+    """The figures ``run`` prints, read back from DuckDB (the status figures, flattened)."""
     from analytics.db import connect
+    from analytics.status import status
 
     con = connect(db_path, read_only=True)
     try:
+        st = status(con, top=0, runs=1_000)
         searches = con.execute("SELECT count(*) FROM searches").fetchone()
-        rate = con.execute("SELECT agent_searches, followups, rate FROM followup_rate").fetchone()
-        dead = con.execute(
-            "SELECT reason, count(*) FROM dead_letters GROUP BY reason ORDER BY 2 DESC, 1"
-        ).fetchall()
-        signals = dict(
-            con.execute("SELECT signal, count(*) FROM retrieval_feedback GROUP BY 1").fetchall()
-        )
-        outcomes = dict(
-            con.execute("SELECT outcome, count(*) FROM session_diagnostics GROUP BY 1").fetchall()
-        )
-        categories = con.execute("SELECT * FROM failure_category_distribution()").fetchall()
-        misleading = con.execute("SELECT count(*) FROM misleading_observations()").fetchone()
-        runs = con.execute(
-            "SELECT run_id, count(*), avg(judge_correct::INTEGER), "
-            "count(*) FILTER (WHERE failure_mode = 'reader_failure'), "
-            "count(*) FILTER (WHERE failure_mode = 'retrieval_failure') "
-            "FROM judgements GROUP BY run_id ORDER BY min(ts), run_id"
-        ).fetchall()
     finally:
         con.close()
-    if searches is None or rate is None:  # aggregates always return a row
+    if searches is None:  # an aggregate always returns a row
         raise RuntimeError(f"unexpected empty aggregate from {db_path}")
+    dead = {d["reason"]: d["dead_letters"] for d in st["dead_letters"]}
     return {
         "searches": searches[0],
-        "agent_searches": rate[0],
-        "followups": rate[1],
-        "followup_rate": rate[2],
-        "dead_letters": sum(n for _, n in dead),
-        "dead_letters_by_reason": {reason: n for reason, n in dead},
-        "feedback": {"used": signals.get("used", 0), "ignored": signals.get("ignored", 0)},
-        "sessions_by_outcome": outcomes,
-        "failure_categories": dict(categories),
-        "misleading_observations": misleading[0] if misleading else 0,
-        "benchmark_runs": [
+        "agent_searches": st["followup"]["agent_searches"],
+        "followups": st["followup"]["followups"],
+        "followup_rate": st["followup"]["rate"],
+        "dead_letters": sum(dead.values()),
+        "dead_letters_by_reason": dead,
+        "feedback": {"used": st["feedback"]["used"], "ignored": st["feedback"]["ignored"]},
+        "sessions_by_outcome": st["sessions"],
+        "failure_categories": {
+            c["failure_category"]: c["sessions"] for c in st["failure_categories"]
+        },
+        "misleading_observations": st["misleading"]["count"],
+        "benchmark_runs": [  # oldest first: the first is the natural baseline
             {
-                "run_id": run,
-                "judgements": n,
-                "accuracy": acc,
-                "reader_failures": reader,
-                "retrieval_failures": retrieval,
+                "run_id": r["run_id"],
+                "judgements": r["judgements"],
+                "accuracy": r["accuracy"],
+                "reader_failures": r["reader_failures"],
+                "retrieval_failures": r["retrieval_failures"],
             }
-            for run, n, acc, reader, retrieval in runs
+            for r in reversed(st["runs"])
         ],
     }

@@ -23,7 +23,7 @@ from memdiag.settings import Settings
 from schemas import JUDGEMENT_KINDS
 from schemas.decode import Decoder
 from schemas.models import Judgement, format_ts
-from streams.processor import InMessage, Output, dead_letter_record
+from streams.processor import InMessage, Output, add_dead_letter
 
 READER_FAILURE = "reader_failure"
 RETRIEVAL_FAILURE = "retrieval_failure"
@@ -58,8 +58,7 @@ class JudgementProcessor:
         out = Output()
         decoded = self._decoder.decode(msg.value)
         for rejected in decoded.rejected:
-            out.deadletters.append((msg.key, dead_letter_record(msg, rejected, self.settings)))
-            out.counts[("memdiag.dead_letter_total", (("reason", rejected.reason),))] += 1
+            add_dead_letter(out, msg, rejected, self.settings)
         for acc in decoded.accepted:
             j: Judgement = acc.event  # type: ignore[assignment]
             mode = failure_mode(j.judge_correct, j.gold_evidence_ids, j.retrieved_context_ids)

@@ -470,14 +470,8 @@ class Processor:
                 }
             )
 
-    def failed(self, msg: InMessage, exc: BaseException) -> Output:
-        """The output for a message whose processing raised: it is dead-lettered whole
-        (``processing_error``), so the worker goes on and the message does not vanish."""
-        return failed_output(msg, exc, self.settings)
-
     def _dead_letter(self, msg: InMessage, rejected: Rejected, out: Output) -> None:
-        out.deadletters.append((msg.key, dead_letter_record(msg, rejected, self.settings)))
-        out.counts[(DEAD_LETTERS, (("reason", rejected.reason),))] += 1
+        add_dead_letter(out, msg, rejected, self.settings)
 
     # -- state housekeeping -------------------------------------------------------------
 
@@ -529,15 +523,21 @@ class Processor:
 
 
 def failed_output(msg: InMessage, exc: BaseException, settings: Settings) -> Output:
+    """The output for a message whose processing raised: it is dead-lettered whole
+    (``processing_error``), so the agent goes on and the message does not vanish."""
     out = Output()
     detail = (
         f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
         "processed. This is a memdiag bug: report it with this payload"
     )
-    rejected = Rejected(0, PROCESSING_ERROR, detail, msg.value or b"")
-    out.deadletters.append((msg.key, dead_letter_record(msg, rejected, settings)))
-    out.counts[(DEAD_LETTERS, (("reason", PROCESSING_ERROR),))] += 1
+    add_dead_letter(out, msg, Rejected(0, PROCESSING_ERROR, detail, msg.value or b""), settings)
     return out
+
+
+def add_dead_letter(out: Output, msg: InMessage, rejected: Rejected, settings: Settings) -> None:
+    """Send ``rejected`` (from ``msg``) to the dead-letter topic, and count it."""
+    out.deadletters.append((msg.key, dead_letter_record(msg, rejected, settings)))
+    out.counts[(DEAD_LETTERS, (("reason", rejected.reason),))] += 1
 
 
 def dead_letter_id(topic: str, payload: bytes, prefix: str) -> str:

@@ -15,6 +15,7 @@ from streams.processor import (
     Processor,
     SessionState,
     dead_letter_id,
+    failed_output,
 )
 
 SETTINGS = Settings()
@@ -199,7 +200,7 @@ def test_a_failure_inside_processing_dead_letters_the_message() -> None:
     except Exception as exc:  # noqa: BLE001
         raised = exc
     assert raised is not None
-    out = p.failed(m, raised)
+    out = failed_output(m, raised, SETTINGS)  # what the agent sends
     ((key, record),) = out.deadletters
     assert key == b"s1" and record["reason"] == "processing_error" and record["offset"] == 5
     assert "memdiag bug" in record["detail"] and record["payload"].startswith("{")
