@@ -61,6 +61,12 @@ def connect(
 
 def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create (or upgrade) memdiag's schema; idempotent."""
+    key = con.execute(
+        "SELECT constraint_column_names FROM duckdb_constraints() "
+        "WHERE table_name = 'observation_weight_history' AND constraint_type = 'PRIMARY KEY'"
+    ).fetchone()
+    if key is not None and len(key[0]) == 3:  # keyed by outcome event too: upgrade it
+        con.execute(sql("migrate_weight_history"))
     con.execute(sql("schema"))
     # A file from before observation_outcome_days: fill it once from the sessions.
     empty = con.execute("SELECT count(*) = 0 FROM observation_outcome_days").fetchone()

@@ -51,14 +51,6 @@ _SEARCH = pa.schema(
         ("published_at", pa.string()),
     ]
 )
-_SEARCH_CORRECTION = pa.schema(
-    [
-        ("event_id", pa.string()),
-        ("is_followup", pa.bool_()),
-        ("prev_event_id", pa.string()),
-        ("gap_seconds", pa.float64()),
-    ]
-)
 _FEEDBACK = pa.schema(
     [
         ("session_id", pa.string()),
@@ -137,6 +129,13 @@ _OBSERVATION_WEIGHT = pa.schema(
         ("accepted_sessions", pa.int32()),
         ("step", pa.int64()),
         ("ts", pa.string()),
+        ("version", pa.int64()),
+        ("current_weight", pa.float64()),
+        ("current_step", pa.int64()),
+        ("current_failed_sessions", pa.int32()),
+        ("current_accepted_sessions", pa.int32()),
+        ("current_misleading", pa.bool_()),
+        ("updated_at", pa.string()),
     ]
 )
 _JUDGEMENT = pa.schema(
@@ -173,10 +172,10 @@ _DEAD_LETTER = pa.schema(
     ]
 )
 
-#: record kind -> how it is written. Order matters: corrections apply after the rows they fix.
+#: record kind -> how it is written. A corrected record is the whole record again, so
+#: within a batch the last one of each key wins and nothing depends on the order of tables.
 SPECS: dict[str, TableSpec] = {
     "search": TableSpec("upsert_searches", ("event_id",), _SEARCH),
-    "search_correction": TableSpec("correct_searches", ("event_id",), _SEARCH_CORRECTION),
     "retrieval_feedback": TableSpec(
         "upsert_retrieval_feedback", ("session_id", "turn_id", "observation_id"), _FEEDBACK
     ),
@@ -188,7 +187,7 @@ SPECS: dict[str, TableSpec] = {
     ),
     "observation_weight": TableSpec(
         "upsert_observation_weights",
-        ("observation_id", "session_id", "outcome_event_id"),
+        ("observation_id", "session_id"),
         _OBSERVATION_WEIGHT,
     ),
     "judgement": TableSpec(

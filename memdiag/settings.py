@@ -78,6 +78,8 @@ _ENV: dict[str, tuple[str, str]] = {
     "followup_window_seconds": ("AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS", "float"),
     "recent_search_retention_hours": ("MEMDIAG_RECENT_SEARCH_RETENTION_HOURS", "float"),
     "turn_ttl_seconds": ("MEMDIAG_TURN_TTL_SECONDS", "float"),
+    "session_keep_hours": ("MEMDIAG_SESSION_KEEP_HOURS", "float"),
+    "max_clock_skew_seconds": ("MEMDIAG_MAX_CLOCK_SKEW_SECONDS", "float"),
     "alpha_success": ("MEMDIAG_ALPHA_SUCCESS", "float"),
     "alpha_failure": ("MEMDIAG_ALPHA_FAILURE", "float"),
     "max_event_bytes": ("MEMDIAG_MAX_EVENT_BYTES", "int"),
@@ -120,8 +122,17 @@ class Settings:
     #: are remembered. Must be at least the followup window.
     recent_search_retention_hours: float = 24.0
     #: MEMDIAG_TURN_TTL_SECONDS: an injection or response whose partner has not arrived
-    #: after this much event time is dropped and counted (``memdiag.unmatched_turn_total``).
+    #: when its session's own clock (its newest ``ts``) is this much later is counted once
+    #: (``memdiag.unmatched_turn_total``). It is kept, and joins if its partner comes later.
     turn_ttl_seconds: float = 3600.0
+    #: MEMDIAG_SESSION_KEEP_HOURS: a session's state is kept this long in processing time
+    #: (the Kafka timestamps of its partition, never other sessions' ``ts``) after its last
+    #: event; an event for it after that is dead-lettered as ``late_event`` and counted in
+    #: ``memdiag.late_event_total``. Also how long a step waits for a verdict, at most.
+    session_keep_hours: float = 24.0
+    #: MEMDIAG_MAX_CLOCK_SKEW_SECONDS: an event whose ``ts`` is further than this ahead of
+    #: its Kafka record's timestamp is dead-lettered (``bad_ts``, "in the future").
+    max_clock_skew_seconds: float = 300.0
     #: MEMDIAG_ALPHA_SUCCESS: EMA step of an observation's weight towards 1 per accepted session.
     alpha_success: float = 0.1
     #: MEMDIAG_ALPHA_FAILURE: EMA step towards 0 per failed session; doubled (at most 1) once
@@ -196,6 +207,14 @@ class Settings:
                 f"MEMDIAG_RECENT_SEARCH_RETENTION_HOURS ({self.recent_search_retention_hours:g} "
                 "h), which is how long a session's state is kept"
             )
+        if not self.session_keep_hours > 0:
+            raise ConfigError(
+                f"MEMDIAG_SESSION_KEEP_HOURS must be > 0, got {self.session_keep_hours:g}"
+            )
+        if not self.max_clock_skew_seconds >= 0:
+            raise ConfigError(
+                f"MEMDIAG_MAX_CLOCK_SKEW_SECONDS must be >= 0, got {self.max_clock_skew_seconds:g}"
+            )
         for name in ("alpha_success", "alpha_failure"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"{_ENV[name][0]} must be in (0, 1], got {getattr(self, name)}")
@@ -230,6 +249,14 @@ class Settings:
     @property
     def turn_ttl_us(self) -> int:
         return round(self.turn_ttl_seconds * 1_000_000)
+
+    @property
+    def keep_ms(self) -> int:
+        return round(self.session_keep_hours * 3600 * 1000)
+
+    @property
+    def max_skew_us(self) -> int:
+        return round(self.max_clock_skew_seconds * 1_000_000)
 
     @property
     def retention_us(self) -> int:

@@ -18,19 +18,21 @@ from typing import Any
 import fastjsonschema
 import orjson
 
+from memdiag.contract import (
+    BAD_TS,
+    BAD_VALUE,
+    ID_TOO_LONG,
+    MISSING_FIELD,
+    NOT_AN_EVENT,
+    NOT_JSON,
+    TOO_LARGE,
+    UNKNOWN_KIND,
+    WRONG_TYPE,
+)
 from schemas import EVENT_KINDS, load_schema
-from schemas.models import Event, from_dict, ts_to_us
+from schemas.models import Event, format_ts, from_dict, ts_to_us
 
-# Stable reasons (the `reason` column and the dead_letter_total{reason} attribute).
-TOO_LARGE = "too_large"
-NOT_JSON = "not_json"
-NOT_AN_EVENT = "not_an_event"
-UNKNOWN_KIND = "unknown_kind"
-MISSING_FIELD = "missing_field"
-WRONG_TYPE = "wrong_type"
-BAD_VALUE = "bad_value"
-BAD_TS = "bad_ts"
-ID_TOO_LONG = "id_too_long"
+# Stable reasons the edge gives (the `reason` column, dead_letter_total{reason}).
 REASONS = (
     TOO_LARGE,
     NOT_JSON,
@@ -83,16 +85,35 @@ def _compile_all() -> dict[str, Validator]:
 
 
 class Decoder:
-    """Compiled validators, built once per process; :meth:`decode` is the hot path."""
+    """Compiled validators, built once per process; :meth:`decode` is the hot path.
 
-    def __init__(self, allowed_kinds: Sequence[str], topic_label: str, max_event_bytes: int):
+    ``max_skew_us``: an event whose ``ts`` is more than this ahead of its Kafka record's
+    timestamp (when it was published) is rejected as ``bad_ts``, "in the future". Comparing
+    with the record's timestamp, not the clock, makes the verdict independent of lag.
+    """
+
+    def __init__(
+        self,
+        allowed_kinds: Sequence[str],
+        topic_label: str,
+        max_event_bytes: int,
+        max_skew_us: int | None = None,
+    ):
         validators = _compile_all()
         self._validators = {k: validators[k] for k in allowed_kinds}
         self._other_kinds = {k for k in EVENT_KINDS if k not in self._validators}
         self._topic_label = topic_label
         self._max_event_bytes = max_event_bytes
+        self._max_skew_us = max_skew_us
+        self._horizon_us: int | None = None  # set per message from its record timestamp
 
-    def decode(self, raw: bytes | None) -> Decoded:
+    def decode(self, raw: bytes | None, timestamp_ms: int | None = None) -> Decoded:
+        """``timestamp_ms``: the Kafka record's timestamp (checks events from the future)."""
+        self._horizon_us = (
+            None
+            if timestamp_ms is None or self._max_skew_us is None or timestamp_ms <= 0
+            else timestamp_ms * 1000 + self._max_skew_us
+        )
         if raw is None:
             return Decoded([], [Rejected(0, NOT_AN_EVENT, "the message has no value", b"")], False)
         try:
@@ -149,6 +170,21 @@ class Decoder:
                     index,
                     BAD_TS,
                     f"ts {item['ts']!r} is not a valid RFC 3339 date-time with an offset",
+                    payload or _dumps(item),
+                )
+            )
+            return
+        if self._horizon_us is not None and ts_us > self._horizon_us:
+            ahead = (ts_us - self._horizon_us + (self._max_skew_us or 0)) / 1_000_000
+            rejected.append(
+                Rejected(
+                    index,
+                    BAD_TS,
+                    f"ts {item['ts']!r} is in the future: {ahead:,.1f} s ahead of when it was "
+                    f"published ({format_ts(self._horizon_us - (self._max_skew_us or 0))}, its "
+                    "Kafka record's timestamp), more than MEMDIAG_MAX_CLOCK_SKEW_SECONDS "
+                    f"({(self._max_skew_us or 0) / 1_000_000:g} s) allows. Check the clock of "
+                    "the host that wrote it",
                     payload or _dumps(item),
                 )
             )

@@ -1,24 +1,48 @@
-"""The one Faust app of memdiag.
+"""The one Faust app of memdiag, built from a :class:`memdiag.settings.Settings`.
 
 Its id (``MEMDIAG_APP_ID``, default ``memdiag-worker``) names the worker's consumer group
 and its changelog topics: keep it stable. Building the app connects to nothing; the broker
-is reached only when the worker starts. Agents live beside this module (``streams.agents``)
-and are found by autodiscovery.
+is reached only when the worker starts. :func:`create_app` builds the app, its topics and
+tables, and registers the stages (``streams.agents``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import faust
+from faust.types import TableT, TopicT
 
 from memdiag.settings import Settings
 
 
-def create_app(settings: Settings) -> faust.App:
+@dataclass
+class Wiring:
+    """The app and everything the stages are wired to."""
+
+    settings: Settings
+    app: faust.App
+    events: TopicT
+    judgements: TopicT
+    diagnostics: TopicT
+    deadletter: TopicT
+    counters: TopicT
+    weights: TopicT
+    #: internal: a session's step per observation, keyed by observation_id
+    steps: TopicT
+    #: internal: observations' verdicts on a failed session, keyed by session_id
+    verdicts: TopicT
+    #: The worker's state, one table for its two stateful stages, apart by key prefix:
+    #: sessions (``streams.processor``) and observations (``streams.observations``).
+    state: TableT
+    #: Counter rollups: counter name and attributes -> {minute: total} (streams.counters).
+    rollups: TableT
+
+
+def faust_app(settings: Settings) -> faust.App:
     return faust.App(
         settings.app_id,
         broker=settings.broker,
-        autodiscover=["streams.agents"],
-        origin="streams",
         store="memory://",  # durable through the changelog topic; recovered on restart
         web_enabled=False,
         topic_partitions=settings.events_partitions,
@@ -40,50 +64,47 @@ def create_app(settings: Settings) -> faust.App:
     )
 
 
-settings = Settings.from_env()
-app = create_app(settings)
-topics = settings.topics
+def create_app(settings: Settings) -> Wiring:
+    app = faust_app(settings)
+    topics = settings.topics
 
+    def raw_topic(name: str, partitions: int) -> TopicT:
+        return app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=partitions,
+        )
 
-def raw_topic(name: str, partitions: int) -> faust.TopicT:
-    return app.topic(
-        name,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=partitions,
+    wiring = Wiring(
+        settings=settings,
+        app=app,
+        events=raw_topic(topics.events, settings.events_partitions),
+        judgements=raw_topic(topics.judgements, settings.judgements_partitions),
+        diagnostics=raw_topic(topics.diagnostics, settings.diagnostics_partitions),
+        deadletter=raw_topic(topics.deadletter, settings.aux_partitions),
+        counters=raw_topic(topics.counters, settings.aux_partitions),
+        weights=raw_topic(topics.weights, settings.aux_partitions),
+        steps=raw_topic(topics.observation_steps, settings.events_partitions),
+        verdicts=raw_topic(topics.session_verdicts, settings.events_partitions),
+        state=app.Table(
+            "state",
+            default=None,
+            key_type=str,  # JSON-encoded in the changelog
+            value_type=bytes,  # raw: the value is already compact JSON
+            partitions=settings.events_partitions,
+        ),
+        rollups=app.Table(
+            "rollups",
+            default=None,
+            key_type=str,
+            value_type=bytes,
+            partitions=settings.aux_partitions,
+        ),
     )
+    from streams.agents import register
 
-
-events_topic = raw_topic(topics.events, settings.events_partitions)
-judgements_topic = raw_topic(topics.judgements, settings.judgements_partitions)
-diagnostics_topic = raw_topic(topics.diagnostics, settings.diagnostics_partitions)
-deadletter_topic = raw_topic(topics.deadletter, settings.aux_partitions)
-counters_topic = raw_topic(topics.counters, settings.aux_partitions)
-weights_topic = raw_topic(topics.weights, settings.aux_partitions)
-#: internal: one session outcome's step per observation, keyed by observation_id
-steps_topic = raw_topic(topics.observation_steps, settings.events_partitions)
-#: internal: drafts and verdicts of failed sessions, keyed by session_id
-verdicts_topic = raw_topic(topics.session_verdicts, settings.events_partitions)
-
-#: The worker's state, one table for its three stateful stages (streams.agents gives each
-#: its namespace): sessions ("s:" + session_id -> streams.processor.SessionState),
-#: observations ("o:" + observation_id -> streams.diagnosis.ObservationState) and gathers
-#: ("g:" + session_id -> streams.observations.Gatherer). Compact JSON values.
-state = app.Table(
-    "state",
-    default=None,
-    key_type=str,  # JSON-encoded in the changelog
-    value_type=bytes,  # raw: the value is already compact JSON
-    partitions=settings.events_partitions,
-)
-
-#: Counter rollups: counter name and attributes -> {minute: total} (streams.counters).
-rollups = app.Table(
-    "rollups",
-    default=None,
-    key_type=str,
-    value_type=bytes,
-    partitions=settings.aux_partitions,
-)
+    register(wiring)
+    return wiring

@@ -24,7 +24,7 @@ import orjson
 
 from schemas.decode import parse_ts
 from schemas.models import format_ts
-from streams.processor import CounterKey, InMessage, Output, StateStore
+from streams.envelope import CounterKey, InMessage, Output, StateStore
 
 MINUTE_US = 60 * 1_000_000
 #: Minutes of event time a rollup is kept open for late increments.
@@ -58,16 +58,21 @@ class Rollups:
     """Per counter and attribute set: totals per minute of event time (the one owner of
     each counter name is the partition of ``counters`` the name hashes to)."""
 
-    def process(self, msg: InMessage, store: StateStore) -> Output:
+    def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
+        for msg in msgs:
+            self._one(msg, store, out)
+        return out
+
+    def _one(self, msg: InMessage, store: StateStore, out: Output) -> None:
         doc = orjson.loads(msg.value or b"null")
         if not isinstance(doc, dict) or doc.get("type") != "increment":
-            return out  # a rollup (ours), or a foreign message: nothing to add up
+            return  # a rollup (ours), or a foreign message: nothing to add up
         name = doc["name"]
         attributes = doc.get("attributes") or {}
         ts_us = parse_ts(doc["ts"])
         if ts_us is None:
-            return out
+            return
         key = name + "\0" + orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
         raw = store.get(key)
         minutes: dict[str, int] = orjson.loads(raw) if raw is not None else {}
@@ -76,7 +81,7 @@ class Rollups:
         minutes[str(minute)] = total
         newest = max(int(m) for m in minutes)
         minutes = {m: v for m, v in minutes.items() if int(m) > newest - KEEP_MINUTES * MINUTE_US}
-        store[key] = orjson.dumps(minutes)
+        store.put(key, orjson.dumps(minutes), msg.partition)
         out.counter_messages.append(
             (
                 name,
@@ -90,4 +95,3 @@ class Rollups:
                 },
             )
         )
-        return out

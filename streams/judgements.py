@@ -19,19 +19,22 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from memdiag.contract import (
+    FAILURE_MODES,
+    READER_FAILURE,
+    READER_FAILURES,
+    RETRIEVAL_FAILURE,
+    RETRIEVAL_FAILURES,
+    UNATTRIBUTED,
+)
 from memdiag.settings import Settings
 from schemas import JUDGEMENT_KINDS
 from schemas.decode import Decoder
 from schemas.models import Judgement, format_ts
-from streams.processor import InMessage, Output, add_dead_letter
+from streams.envelope import InMessage, Output
+from streams.processor import add_dead_letter
 
-READER_FAILURE = "reader_failure"
-RETRIEVAL_FAILURE = "retrieval_failure"
-UNATTRIBUTED = "unattributed"
-FAILURE_MODES = (READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED)
-
-READER_FAILURES = "agentmemory.reader_failure_with_evidence_total"
-RETRIEVAL_FAILURES = "agentmemory.retrieval_failure_total"
+__all__ = ["FAILURE_MODES", "JudgementProcessor", "failure_mode"]
 
 
 def failure_mode(
@@ -51,12 +54,20 @@ class JudgementProcessor:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._decoder = Decoder(
-            JUDGEMENT_KINDS, settings.topics.judgements, settings.max_event_bytes
+            JUDGEMENT_KINDS,
+            settings.topics.judgements,
+            settings.max_event_bytes,
+            settings.max_skew_us,
         )
 
-    def process(self, msg: InMessage, store: Any = None) -> Output:
+    def process(self, msgs: list[InMessage], store: Any = None) -> Output:
         out = Output()
-        decoded = self._decoder.decode(msg.value)
+        for msg in msgs:
+            self._one(msg, out)
+        return out
+
+    def _one(self, msg: InMessage, out: Output) -> None:
+        decoded = self._decoder.decode(msg.value, msg.timestamp_ms)
         for rejected in decoded.rejected:
             add_dead_letter(out, msg, rejected, self.settings)
         for acc in decoded.accepted:
@@ -83,7 +94,6 @@ class JudgementProcessor:
             )
             out.ts_us = max(out.ts_us, j.ts_us)
             if mode == READER_FAILURE:
-                out.counts[(READER_FAILURES, (("run_id", j.run_id),))] += 1
+                out.count(READER_FAILURES, run_id=j.run_id)
             elif mode == RETRIEVAL_FAILURE:
-                out.counts[(RETRIEVAL_FAILURES, (("run_id", j.run_id),))] += 1
-        return out
+                out.count(RETRIEVAL_FAILURES, run_id=j.run_id)

@@ -31,10 +31,18 @@ HELP: dict[str, str] = {
         "always count as ignored."
     ),
     "memdiag.unmatched_turn_total": (
-        "Injections or responses (by half) whose partner did not arrive within "
-        "MEMDIAG_TURN_TTL_SECONDS of event time, so their observations were never judged. A "
-        "TTL shorter than real turns overcounts; an injection for a turn already judged "
-        "counts as an unmatched injection."
+        "Turns whose injection or response (by half) was still without its partner when the "
+        "session's own clock passed it by MEMDIAG_TURN_TTL_SECONDS. The half is kept and "
+        "still joins if its partner comes later, so this overcounts slow partners; a TTL "
+        "shorter than real turns overcounts."
+    ),
+    "memdiag.late_event_total": (
+        "Events too late to be applied exactly, by reason: session_forgotten (its session "
+        "was idle longer than MEMDIAG_SESSION_KEEP_HOURS of processing time and forgotten: "
+        "the event is dead-lettered as late_event), beyond_retention (an agent search older "
+        "than the search retention behind its session's newest event: written, not judged), "
+        "observation_window (a session outcome older than every step an observation still "
+        "keeps in order: its weight does not take it). A redelivered event may count again."
     ),
     "agentmemory.session_outcome_total": (
         "Session outcomes, by outcome and failure category (empty for accepted). Each "
@@ -69,6 +77,7 @@ ATTRIBUTES: dict[str, frozenset[str]] = {
     "agentmemory.smart_search.followup_within_window_total": frozenset(),
     "agentmemory.retrieval_feedback_total": frozenset({"signal"}),
     "memdiag.unmatched_turn_total": frozenset({"half"}),
+    "memdiag.late_event_total": frozenset({"reason"}),
     "agentmemory.session_outcome_total": frozenset({"outcome", "failure_category"}),
     "agentmemory.misleading_observation_total": frozenset(),
     "agentmemory.reader_failure_with_evidence_total": frozenset({"run_id"}),

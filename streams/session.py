@@ -1,150 +1,586 @@
-"""What a session's diagnostic is built from (CONTRACT section 3, "Session diagnostic").
+"""One session: its events in, its records out, the same whatever order the events came in.
 
-:class:`SessionAggregate` folds a session's events, in arrival order, into what its
-``session_diagnostic`` needs: the distinct injected observation ids, graph entity ids and
-edge keys (first-seen order), the agent searches and followups, and each observation's
-used/ignored verdicts over the evaluated turns. :func:`draft_diagnostic` turns it and a
-``session_outcome`` into the record; only ``misleading_observation_ids`` is missing, as it
-depends on other sessions (the observation owners answer it, see ``streams.processor``).
+Pure code: no Faust, no Kafka. The session stage (``streams.processor``) loads a
+:class:`Session` from the state store, feeds it new events and the observation owners'
+verdicts, writes it back and sends what it emitted.
 
-Redelivery. Every event a session folds is remembered by an 8-byte digest of its
-``event_id``, so a redelivered or replayed event changes no count.
+What is kept. A session's state is its **log**: a compact record of every event applied,
+in arrival order (its ``seq``). Everything else (the search history, the turns, the
+aggregate the diagnostic needs) is derived from the log in memory, and rebuilt from it after
+a restart or a rebalance. The log is what goes to the changelog, in chunks of
+:data:`CHUNK` records: a write rewrites only the open chunk, never the whole session, so a
+long session costs no more per event than a short one.
 
-Pure code: no Faust, no Kafka.
+Event time. Every rule here is a function of the session's events, not of their arrival
+order (CONTRACT section 3):
+
+- followups: :class:`streams.followup.SearchHistory` keeps searches in ``(ts, seq)`` order
+  and corrects a successor when a search lands before it;
+- turns: :class:`streams.turns.Turn` judges every injection against the turn's first
+  response in event time;
+- the diagnostic summarises all of the session's events, whatever their ``ts`` relative to
+  the outcome, with the fields of its **last outcome in event time**. An event that arrives
+  after the outcome corrects it, and the corrected diagnostic is sent again;
+- injected ids (and graph ids) are in first-seen order *in event time*.
+
+The session's own clock is its newest ``ts``: it alone runs the turn TTL (counting unmatched
+halves) and the search retention. Other sessions' timestamps never touch it.
+
+Redelivery. A redelivered event (its ``event_id`` is in the log) changes nothing, and
+re-sends the records it is responsible for with their current values, so a crash between
+the state write and the sends loses nothing: the sink's upserts make the repeat harmless.
 """
 
 from __future__ import annotations
 
-import hashlib
+import logging
+from dataclasses import dataclass
 from typing import Any
 
-from schemas.models import SessionOutcome, format_ts
-from streams.diagnosis import ACCEPTED, failure_category
-from streams.followup import SearchHistory
+from memdiag.contract import (
+    ACCEPTED,
+    FEEDBACK,
+    FOLLOWUPS,
+    LATE_BEYOND_RETENTION,
+    LATE_EVENTS,
+    SEARCH_CALLS,
+    SESSION_OUTCOMES,
+    UNMATCHED_TURNS,
+)
+from schemas.models import Injection, Response, Search, SessionEvent, SessionOutcome, format_ts
+from streams.diagnosis import failure_category
+from streams.envelope import Output
+from streams.feedback import MIN_KEYWORD_LEN, USED, keywords, normalise_words
+from streams.followup import Remembered, SearchHistory, Verdict, is_evaluated, query_key
+from streams.turns import Change, Judged, Turn
+
+log = logging.getLogger("memdiag.worker")
+
+#: Records per changelog chunk of a session's log.
+CHUNK = 32
+
+# Log record layouts (JSON arrays; index 0 is the kind, 1 the event id, 2 the ts in µs):
+#   ["s", eid, ts, source, query_key, result_ids | result_count, scope, published_ms, query?]
+#   ["i", eid, ts, turn_id, [[obs_id, [keyword, ...]], ...], entity_ids, edges, scope]
+#   ["r", eid, ts, turn_id, [word, ...], scope]
+#   ["o", eid, ts, outcome, tool_calls, files, errors, helpful_ids, failure_context, scope]
+SEARCH, INJECTION, RESPONSE, OUTCOME = "s", "i", "r", "o"
+
+Scope = tuple[str | None, str | None, str | None]  # agent_id, org_id, project_id
 
 
-def digest(event_id: str) -> str:
-    return hashlib.blake2b(event_id.encode("utf-8"), digest_size=8).hexdigest()
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The settings a session's rules read."""
+
+    window_us: int
+    retention_us: int
+    turn_ttl_us: int
+    store_text: bool = False
 
 
-class SessionAggregate:
-    """Search and followup counts are kept by the session's ``SearchHistory`` (which already
-    recognises a redelivered search); this keeps only the agent searches it does not see,
-    the ones that returned nothing."""
+@dataclass(slots=True)
+class OwnerVerdict:
+    """An observation owner's latest verdict on this session."""
 
-    __slots__ = ("observations", "entities", "edges", "empty_searches", "seen")
+    outcome_event_id: str
+    misleading: bool
+    version: int
 
-    def __init__(
-        self,
-        observations: dict[str, list[int]] | None = None,
-        entities: list[str] | None = None,
-        edges: list[list[str]] | None = None,
-        empty_searches: list[str] | None = None,
-        seen: list[str] | None = None,
-    ):
-        #: observation id -> [evaluated turns, turns judged used]; insertion = first seen
-        self.observations: dict[str, list[int]] = observations or {}
-        self.entities: dict[str, None] = dict.fromkeys(entities or ())
-        self.edges: dict[tuple[str, str, str], None] = {
-            (e[0], e[1], e[2]): None for e in (edges or ())
+
+def record_of(event: SessionEvent, scope: int, published_ms: int, store_text: bool) -> list[Any]:
+    """The compact log record of a validated event (keywords, not texts)."""
+    if isinstance(event, Search):
+        ids: Any = (
+            list(event.result_ids)
+            if is_evaluated(event.source, event.result_ids)
+            else len(event.result_ids)
+        )
+        rec = [SEARCH, event.event_id, event.ts_us, event.source, query_key(event.query), ids]
+        rec += [scope, published_ms]
+        if store_text:
+            rec.append(event.query)
+        return rec
+    if isinstance(event, Injection):
+        return [
+            INJECTION,
+            event.event_id,
+            event.ts_us,
+            event.turn_id,
+            [[o.id, sorted(keywords(o.content))] for o in event.observations],
+            list(event.graph_entity_ids),
+            [[e.source_id, e.target_id, e.relationship] for e in event.graph_edge_keys],
+            scope,
+        ]
+    if isinstance(event, Response):
+        words = sorted({w for w in normalise_words(event.text) if len(w) >= MIN_KEYWORD_LEN})
+        return [RESPONSE, event.event_id, event.ts_us, event.turn_id, words, scope]
+    if not isinstance(event, SessionOutcome):
+        raise TypeError(f"not a session event: {event!r}")
+    return [
+        OUTCOME,
+        event.event_id,
+        event.ts_us,
+        event.outcome,
+        [[c.tool, c.file, c.success] for c in event.tool_calls],
+        list(event.files_modified),
+        [[e.message, e.tool, e.recoverable] for e in event.errors],
+        list(event.helpful_observation_ids),
+        event.failure_context,
+        scope,
+    ]
+
+
+class Session:
+    """A session's log and everything derived from it."""
+
+    def __init__(self, session_id: str, partition: int, config: Config):
+        self.session_id = session_id
+        self.partition = partition
+        self.config = config
+        self.records: list[list[Any]] = []  # the log, in arrival order
+        self.sealed = 0  # records[:sealed] are in sealed chunks of the store
+        self.scopes: list[Scope] = []
+        self._scope_index: dict[Scope, int] = {}
+        self.last_seen_ms = 0  # processing time (Kafka timestamp) of the last event
+        self.verdicts: dict[str, OwnerVerdict] = {}
+        # -- derived --
+        self._seq_of: dict[str, int] = {}  # event id -> seq
+        self.clock = 0  # the session's newest ts
+        self.history = SearchHistory(config.window_us, config.retention_us)
+        self.empty_agent_searches = 0
+        self.turns: dict[str, Turn] = {}
+        self._pending_turns: set[str] = set()
+        # first appearance in event time: id -> (ts, seq, position in its event)
+        self._observations: dict[str, tuple[int, int, int]] = {}
+        self._entities: dict[str, tuple[int, int, int]] = {}
+        self._edges: dict[tuple[str, str, str], tuple[int, int, int]] = {}
+        self._obs_turns: dict[str, list[int]] = {}  # id -> [evaluated turns, used turns]
+        self.outcome_seq: int | None = None  # the last outcome in event time
+        self._emitted: dict[str, Any] | None = None  # the diagnostic last sent
+
+    # -- input ------------------------------------------------------------------------------
+
+    def scope_of(self, event: SessionEvent) -> int:
+        s = event.scope
+        key = (s.agent_id, s.org_id, s.project_id)
+        index = self._scope_index.get(key)
+        if index is None:
+            index = self._scope_index[key] = len(self.scopes)
+            self.scopes.append(key)
+        return index
+
+    def ingest(self, event: SessionEvent, published_ms: int, out: Output) -> None:
+        """Apply a validated event (or re-send what it caused, if it is a redelivery)."""
+        seq = self._seq_of.get(event.event_id)
+        if seq is not None:
+            self._redeliver(self.records[seq], out)
+            return
+        rec = record_of(event, self.scope_of(event), published_ms, self.config.store_text)
+        self.records.append(rec)
+        self._apply(rec, len(self.records) - 1, out)
+
+    def replay(self, records: list[list[Any]]) -> None:
+        """Rebuild the derived state from a log read back from the store (sends nothing)."""
+        for rec in records:
+            self.records.append(rec)
+            self._apply(rec, len(self.records) - 1, None)
+
+    def apply_verdict(
+        self, obs_id: str, outcome_event_id: str, misleading: bool, version: int, out: Output
+    ) -> None:
+        """An observation owner's verdict: is ``obs_id`` misleading once this session (with
+        that outcome) is counted? The newest version of each owner's answer wins."""
+        known = self.verdicts.get(obs_id)
+        if known is not None and known.version > version:
+            return
+        self.verdicts[obs_id] = OwnerVerdict(outcome_event_id, misleading, version)
+        self._send_diagnostic(out, force=known is not None and known.version == version)
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def _apply(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        kind, eid, ts = rec[0], rec[1], rec[2]
+        self._seq_of[eid] = seq
+        if ts > self.clock:
+            self.clock = ts
+            self.history.prune(ts - self.config.retention_us)
+        if kind == SEARCH:
+            self._search(rec, seq, out)
+        elif kind == INJECTION:
+            self._injection(rec, seq, out)
+        elif kind == RESPONSE:
+            self._response(rec, seq, out)
+        else:
+            self._outcome(rec, seq, out)
+        self._count_unmatched(out)
+
+    def _search(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        _, eid, ts, source, qkey, ids = rec[:6]
+        verdicts: list[Verdict] = []
+        late = False
+        if isinstance(ids, list):  # evaluated
+            if ts < self.clock - self.config.retention_us:
+                late = True  # its predecessor may be forgotten: written, not judged
+                self.history.evaluated += 1
+            else:
+                verdicts = self.history.observe(Remembered(ts, seq, eid, qkey, tuple(ids)))
+        elif source == "agent":
+            self.empty_agent_searches += 1
+        if out is None:
+            return
+        out.count(SEARCH_CALLS, source=source)
+        if late:
+            out.count(LATE_EVENTS, reason=LATE_BEYOND_RETENTION)
+        out.diagnostic(self.session_id, self._search_row(rec, verdicts[0] if verdicts else None))
+        for v in verdicts:
+            if v.is_followup:
+                out.count(FOLLOWUPS)
+        if len(verdicts) > 1:  # the successor's verdict changed: its row again, corrected
+            self._send_search(verdicts[1], out)
+        self._send_diagnostic(out)
+
+    def _injection(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        _, _, ts, turn_id, observations, entities, edges, scope = rec
+        turn = self._turn(turn_id)
+        changes = turn.add_injection(ts, seq, scope, [(o, frozenset(k)) for o, k in observations])
+        new_obs = []
+        for pos, (obs_id, _) in enumerate(observations):
+            first = self._observations.get(obs_id)
+            if first is None:
+                new_obs.append(obs_id)
+            if first is None or (ts, seq, pos) < first:
+                self._observations[obs_id] = (ts, seq, pos)
+        for pos, entity in enumerate(entities):
+            _first_seen(self._entities, entity, (ts, seq, pos))
+        for pos, edge in enumerate(edges):
+            _first_seen(self._edges, (edge[0], edge[1], edge[2]), (ts, seq, pos))
+        self._turn_changed(turn_id, turn, changes, out)
+        if out is not None and self.outcome_seq is not None and new_obs:
+            self._send_steps(new_obs, out)
+        self._send_diagnostic(out)
+
+    def _response(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        _, _, ts, turn_id, words, scope = rec
+        turn = self._turn(turn_id)
+        changes = turn.add_response(ts, seq, scope, frozenset(words))
+        self._turn_changed(turn_id, turn, changes, out)
+        self._send_diagnostic(out)
+
+    def _outcome(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        current = self.outcome_seq
+        if current is not None and self.records[current][2] > rec[2]:
+            # an earlier outcome, arriving late: the last one in event time stands
+            if out is not None:
+                self._count_outcome(rec, out)
+            return
+        self.outcome_seq = seq
+        self._emitted = None
+        if out is None:
+            return
+        self._count_outcome(rec, out)
+        self._send_steps(list(self._observations), out)
+        self._send_diagnostic(out)
+
+    def _count_outcome(self, rec: list[Any], out: Output) -> None:
+        """Each outcome event counts once, with its own category."""
+        category = self._category(rec) if rec[3] != ACCEPTED else ""
+        out.count(SESSION_OUTCOMES, failure_category=category, outcome=rec[3])
+
+    def _turn(self, turn_id: str) -> Turn:
+        turn = self.turns.get(turn_id)
+        if turn is None:
+            turn = self.turns[turn_id] = Turn()
+        return turn
+
+    def _turn_changed(
+        self, turn_id: str, turn: Turn, changes: list[Change], out: Output | None
+    ) -> None:
+        if turn.pending_half() is None:
+            self._pending_turns.discard(turn_id)
+        else:
+            self._pending_turns.add(turn_id)
+        for obs_id, before, now in changes:
+            counts = self._obs_turns.setdefault(obs_id, [0, 0])
+            if before is not None:
+                counts[0] -= 1
+                counts[1] -= before.feedback.signal == USED
+            counts[0] += 1
+            counts[1] += now.feedback.signal == USED
+            if out is not None:
+                out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
+                if before is None:
+                    out.count(FEEDBACK, signal=now.feedback.signal)
+
+    def _count_unmatched(self, out: Output | None) -> None:
+        """Count (once) each half whose partner has not come within the turn TTL of the
+        session's own clock. The half is kept: a partner that comes later still joins."""
+        if not self._pending_turns:
+            return
+        horizon = self.clock - self.config.turn_ttl_us
+        for turn_id in list(self._pending_turns):
+            turn = self.turns[turn_id]
+            half = turn.pending_half()
+            if half is None or turn.counted:
+                self._pending_turns.discard(turn_id)
+                continue
+            if turn.first_ts is not None and turn.first_ts < horizon:
+                turn.counted = True
+                self._pending_turns.discard(turn_id)
+                if out is not None:
+                    out.count(UNMATCHED_TURNS, half=half)
+
+    # -- redelivery ---------------------------------------------------------------------------
+
+    def _redeliver(self, rec: list[Any], out: Output) -> None:
+        """Re-send, with current values, what the event ``rec`` is responsible for."""
+        kind, eid = rec[0], rec[1]
+        if kind == SEARCH:
+            if eid in self.history:
+                out.diagnostic(self.session_id, self._search_row(rec, self.history.verdict(eid)))
+                successor = self.history.successor_verdict(eid)
+                if successor is not None:
+                    self._send_search(successor, out)
+            elif not isinstance(rec[5], list):
+                out.diagnostic(self.session_id, self._search_row(rec, None))
+        elif kind in (INJECTION, RESPONSE):
+            turn = self.turns[rec[3]]
+            obs_ids = [o for o, _ in rec[4]] if kind == INJECTION else list(turn.judged)
+            for obs_id in obs_ids:
+                judged = turn.judged.get(obs_id)
+                if judged is not None:
+                    out.diagnostic(self.session_id, self._feedback_row(rec[3], obs_id, judged))
+            if kind == INJECTION and self.outcome_seq is not None:
+                self._send_steps(list(dict.fromkeys(o for o, _ in rec[4])), out)
+        elif self.outcome_seq is not None:
+            self._send_steps(list(self._observations), out)
+        self._send_diagnostic(out, force=True)
+
+    # -- the session diagnostic -----------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.outcome_seq is not None
+
+    def injected_observation_ids(self) -> list[str]:
+        return _in_first_seen_order(self._observations)
+
+    def _category(self, rec: list[Any]) -> str:
+        return failure_category(((c[0], c[2]) for c in rec[4]), [e[0] for e in rec[6]], rec[5])
+
+    def diagnostic(self) -> dict[str, Any]:
+        """The ``session_diagnostic`` of the session as it stands, with the misleading ids
+        the owners have answered so far (see :meth:`complete`). Only for a closed one."""
+        rec = self.records[self._last_outcome()]
+        _, eid, ts, outcome, calls, files, errors, helpful, context, scope = rec
+        agent_id, org_id, project_id = self.scopes[scope]
+        observations = self.injected_observation_ids()
+        failed = outcome != ACCEPTED
+        misleading = []
+        if failed:
+            for obs_id in observations:
+                v = self.verdicts.get(obs_id)
+                if v is not None and v.outcome_event_id == eid and v.misleading:
+                    misleading.append(obs_id)
+        return {
+            "kind": "session_diagnostic",
+            "event_id": eid,
+            "session_id": self.session_id,
+            "outcome": outcome,
+            "failure_category": self._category(rec) if failed else None,
+            "failure_context": context,
+            "injected_observation_ids": observations,
+            "injected_graph_entity_ids": _in_first_seen_order(self._entities),
+            "injected_graph_edge_keys": [
+                {"source_id": s, "target_id": t, "relationship": r}
+                for s, t, r in _in_first_seen_order(self._edges)
+            ],
+            "tool_call_summary": (
+                [{"tool": c[0], "file": c[1], "success": c[2]} for c in calls] if failed else None
+            ),
+            "files_modified": list(files) if failed else None,
+            "errors_encountered": (
+                [{"message": e[0], "tool": e[1], "recoverable": e[2]} for e in errors]
+                if failed
+                else None
+            ),
+            "helpful_observation_ids": list(helpful),
+            "misleading_observation_ids": misleading,
+            "ignored_observation_ids": [
+                o for o in observations if (c := self._obs_turns.get(o)) and c[0] and not c[1]
+            ],
+            "search_count": self.history.evaluated + self.empty_agent_searches,
+            "followup_count": self.history.followups,
+            "ts": format_ts(ts),
+            "agent_id": agent_id,
+            "org_id": org_id,
+            "project_id": project_id,
         }
-        #: digests of agent searches without results (not evaluated, not remembered)
-        self.empty_searches: set[str] = set(empty_searches or ())
-        self.seen: set[str] = set(seen or ())  # digests of injection/response/outcome ids
 
-    def first_time(self, event_id: str) -> bool:
-        """True (and remember it) the first time an event is folded into the session."""
-        d = digest(event_id)
-        if d in self.seen:
+    def complete(self) -> bool:
+        """Whether every observation owner has answered for the current outcome. An accepted
+        session, or one without observations, needs no answer: nothing of it can be
+        misleading once it counts."""
+        if self.outcome_seq is None:
             return False
-        self.seen.add(d)
+        rec = self.records[self.outcome_seq]
+        if rec[3] == ACCEPTED:
+            return True
+        eid = rec[1]
+        for obs_id in self._observations:
+            v = self.verdicts.get(obs_id)
+            if v is None or v.outcome_event_id != eid:
+                return False
         return True
 
-    def injection(
-        self,
-        observation_ids: list[str],
-        entity_ids: tuple[str, ...],
-        edges: list[tuple[str, str, str]],
-    ) -> None:
-        for obs_id in observation_ids:
-            self.observations.setdefault(obs_id, [0, 0])
-        self.entities.update(dict.fromkeys(entity_ids))
-        self.edges.update(dict.fromkeys(edges))
+    def _send_diagnostic(self, out: Output | None, force: bool = False) -> None:
+        """Send the diagnostic if the session is closed, every verdict is in, and it differs
+        from the one last sent (or ``force``: a redelivery re-sends it)."""
+        if out is None or self.outcome_seq is None or not self.complete():
+            return
+        diagnostic = self.diagnostic()
+        if force or diagnostic != self._emitted:
+            self._emitted = diagnostic
+            out.diagnostic(self.session_id, diagnostic)
 
-    def feedback(self, observation_id: str, used: bool) -> None:
-        counts = self.observations.setdefault(observation_id, [0, 0])
-        counts[0] += 1
-        counts[1] += int(used)
+    def flush_incomplete(self, out: Output) -> bool:
+        """Send the diagnostic even though some verdict never came (the session is being
+        forgotten): the missing ones count as not misleading. True if it sent one."""
+        if self.outcome_seq is None or self.complete():
+            return False
+        log.warning(
+            "session %s is forgotten with %d observation verdicts missing; its diagnostic is "
+            "sent with them counted as not misleading",
+            self.session_id,
+            sum(1 for o in self._observations if o not in self.verdicts),
+        )
+        out.diagnostic(self.session_id, self.diagnostic())
+        return True
 
-    def empty_search(self, event_id: str) -> None:
-        self.empty_searches.add(digest(event_id))
+    def _send_steps(self, obs_ids: list[str], out: Output) -> None:
+        """One step per observation for its owner: this session, with its last outcome."""
+        seq = self._last_outcome()
+        rec = self.records[seq]
+        for obs_id in obs_ids:
+            out.step(
+                obs_id,
+                {
+                    "observation_id": obs_id,
+                    "session_id": self.session_id,
+                    "outcome_event_id": rec[1],
+                    "outcome": rec[3],
+                    "ts_us": rec[2],
+                    "seq": seq,
+                },
+            )
 
-    def ignored_observation_ids(self) -> list[str]:
-        """Injected observations judged ``ignored`` in every evaluated turn (at least one)."""
-        return [o for o, (evaluated, used) in self.observations.items() if evaluated and not used]
+    def _last_outcome(self) -> int:
+        if self.outcome_seq is None:
+            raise RuntimeError(f"session {self.session_id} has no outcome yet")
+        return self.outcome_seq
 
-    def to_state(self) -> list[Any]:
-        return [
-            self.observations,
-            list(self.entities),
-            [list(e) for e in self.edges],
-            list(self.empty_searches),
-            list(self.seen),
-        ]
+    # -- rows ---------------------------------------------------------------------------------
+
+    def _send_search(self, verdict: Verdict, out: Output) -> None:
+        """A remembered search's row, with its current verdict."""
+        rec = self.records[self._seq_of[verdict.event_id]]
+        out.diagnostic(self.session_id, self._search_row(rec, verdict))
+
+    def _search_row(self, rec: list[Any], verdict: Verdict | None) -> dict[str, Any]:
+        _, eid, ts, source, _, ids, scope, published_ms = rec[:8]
+        agent_id, org_id, project_id = self.scopes[scope]
+        row: dict[str, Any] = {
+            "kind": "search",
+            "event_id": eid,
+            "session_id": self.session_id,
+            "ts": format_ts(ts),
+            "source": source,
+            "result_count": len(ids) if isinstance(ids, list) else ids,
+            "evaluated": isinstance(ids, list),
+            "is_followup": bool(verdict and verdict.is_followup),
+            "prev_event_id": verdict.prev_event_id if verdict else None,
+            "gap_seconds": verdict.gap_seconds if verdict else None,
+            "agent_id": agent_id,
+            "org_id": org_id,
+            "project_id": project_id,
+            "published_at": format_ts(published_ms * 1000),
+        }
+        if len(rec) > 8:
+            row["query"] = rec[8]
+        return row
+
+    def _feedback_row(self, turn_id: str, obs_id: str, judged: Judged) -> dict[str, Any]:
+        fb = judged.feedback
+        primary, fallback = self.scopes[judged.scope], self.scopes[judged.fallback_scope]
+        agent_id, org_id, project_id = (
+            a if a is not None else b for a, b in zip(primary, fallback, strict=True)
+        )
+        return {
+            "kind": "retrieval_feedback",
+            "session_id": self.session_id,
+            "turn_id": turn_id,
+            "observation_id": obs_id,
+            "signal": fb.signal,
+            "match_ratio": fb.match_ratio,
+            "keyword_count": fb.keyword_count,
+            "matched_count": fb.matched_count,
+            "ts": format_ts(judged.ts_us),
+            "agent_id": agent_id,
+            "org_id": org_id,
+            "project_id": project_id,
+        }
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        """The session's head in the store: what is not in sealed chunks."""
+        head: dict[str, Any] = {
+            "p": self.partition,
+            "l": self.last_seen_ms,
+            "n": self.sealed // CHUNK,
+            "sc": self.scopes,
+            "t": self.records[self.sealed :],
+        }
+        if self.verdicts:
+            head["v"] = {
+                o: [v.outcome_event_id, v.misleading, v.version] for o, v in self.verdicts.items()
+            }
+        return head
+
+    def seal(self) -> tuple[int, list[list[Any]]] | None:
+        """The next full chunk of the log to write under its own key, if there is one."""
+        if len(self.records) - self.sealed < CHUNK:
+            return None
+        chunk = self.records[self.sealed : self.sealed + CHUNK]
+        index = self.sealed // CHUNK
+        self.sealed += CHUNK
+        return index, chunk
 
     @classmethod
-    def from_state(cls, state: list[Any] | None) -> SessionAggregate:
-        if not state:
-            return cls()
-        return cls(*state)
+    def restore(
+        cls, session_id: str, head: dict[str, Any], chunks: list[list[list[Any]]], config: Config
+    ) -> Session:
+        """The inverse of :meth:`header` and :meth:`seal`."""
+        session = cls(session_id, head["p"], config)
+        session.last_seen_ms = head["l"]
+        for agent_id, org_id, project_id in head["sc"]:
+            scope = (agent_id, org_id, project_id)
+            session._scope_index[scope] = len(session.scopes)
+            session.scopes.append(scope)
+        for chunk in chunks:
+            session.replay(chunk)
+        session.sealed = len(session.records)
+        session.replay(head["t"])
+        for obs_id, (eid, misleading, version) in head.get("v", {}).items():
+            session.verdicts[obs_id] = OwnerVerdict(eid, misleading, version)
+        return session
 
 
-def draft_diagnostic(
-    agg: SessionAggregate, searches: SearchHistory, event: SessionOutcome
-) -> dict[str, Any]:
-    """The ``session_diagnostic`` record, ``misleading_observation_ids`` not yet known.
+def _first_seen(index: dict[Any, tuple[int, int, int]], key: Any, at: tuple[int, int, int]) -> None:
+    first = index.get(key)
+    if first is None or at < first:
+        index[key] = at
 
-    ``accepted`` sessions get the light record: no tool calls, files or errors (NULL).
-    """
-    failed = event.outcome != ACCEPTED
-    scope = event.scope
-    record: dict[str, Any] = {
-        "kind": "session_diagnostic",
-        "event_id": event.event_id,
-        "session_id": scope.session_id,
-        "outcome": event.outcome,
-        "failure_category": None,
-        "failure_context": event.failure_context,
-        "injected_observation_ids": list(agg.observations),
-        "injected_graph_entity_ids": list(agg.entities),
-        "injected_graph_edge_keys": [
-            {"source_id": s, "target_id": t, "relationship": r} for s, t, r in agg.edges
-        ],
-        "tool_call_summary": None,
-        "files_modified": None,
-        "errors_encountered": None,
-        "helpful_observation_ids": list(event.helpful_observation_ids),
-        "misleading_observation_ids": [],
-        "ignored_observation_ids": agg.ignored_observation_ids(),
-        "search_count": searches.evaluated + len(agg.empty_searches),
-        "followup_count": searches.followups,
-        "ts": format_ts(event.ts_us),
-        "agent_id": scope.agent_id,
-        "org_id": scope.org_id,
-        "project_id": scope.project_id,
-    }
-    if failed:
-        record["failure_category"] = failure_category(
-            ((c.tool, c.success) for c in event.tool_calls),
-            [e.message for e in event.errors],
-            event.files_modified,
-        )
-        record["tool_call_summary"] = [
-            {"tool": c.tool, "file": c.file, "success": c.success} for c in event.tool_calls
-        ]
-        record["files_modified"] = list(event.files_modified)
-        record["errors_encountered"] = [
-            {"message": e.message, "tool": e.tool, "recoverable": e.recoverable}
-            for e in event.errors
-        ]
-    return record
+
+def _in_first_seen_order(index: dict[Any, tuple[int, int, int]]) -> list[Any]:
+    return sorted(index, key=index.__getitem__)

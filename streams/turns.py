@@ -1,233 +1,129 @@
 """The turn join (CONTRACT section 3, "Used / ignored"): pure code, no Faust, no Kafka.
 
 An ``injection`` and the ``response`` of one ``(session_id, turn_id)`` meet here, in either
-order. :class:`Turns` holds a session's turns in one of three states:
+order, and the verdicts are a function of the turn's events alone, never of their arrival
+order:
 
-- ``injection`` pending: the observations injected so far (id and keywords), waiting for
-  the response. Several injections of one turn before its response are merged (distinct
-  observations, first content wins).
-- ``response`` pending: the response's words of at least 5 characters (shorter words can
-  never match a keyword), waiting for the injection.
-- ``done``: joined. Each distinct observation got exactly one verdict, and the verdicts
-  are kept so a redelivered half re-emits the same feedback (whose upsert then changes
-  nothing) instead of starting a new half that would expire as unmatched.
+- The turn's response is its first ``response`` in event time (``(ts, seq)``, ``seq`` being
+  the session's arrival order). A later second response is ignored; an earlier one that
+  arrives late replaces it, and every verdict of the turn is judged again.
+- Every ``injection`` of the turn counts, before or after the response. An observation
+  injected twice keeps the content of its first injection in event time.
+- Each distinct observation gets one verdict against the response's words, stamped with
+  the later of the two halves' ``ts``.
 
-A pending half expires ``ttl`` of event time after its own ``ts``; :meth:`Turns.expire`
-returns it so the caller counts it (``memdiag.unmatched_turn_total{half}``). A done turn is
-forgotten after the same ``ttl``. An injection that arrives for a turn already done adds
-nothing: its new observations, if any, are counted as an unmatched injection half, because
-the response they would be judged against is no longer kept (keeping every response's
-words for a session's lifetime would make each state write as large as the conversation).
+So a late half only ever adds verdicts or changes them; a verdict never disappears, and
+the sink's upsert on ``(session_id, turn_id, observation_id)`` converges to the in-order
+result. A half still without its partner when the session's own clock (its newest ``ts``)
+passes the half's ``ts`` plus the turn TTL is counted once as unmatched
+(``memdiag.unmatched_turn_total{half}``); it is kept all the same, and joins if its partner
+comes later.
 
-State keeps keywords and response words (normalised, lowercase, no punctuation), never the
-raw texts.
+State keeps keywords and the response's long words (normalised), never the raw texts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from streams.feedback import (
-    IGNORED,
-    MIN_KEYWORD_LEN,
-    USED,
-    Feedback,
-    judge_keywords,
-    keywords,
-    normalise_words,
-)
+from streams.feedback import Feedback, judge_keywords
 
 INJECTION = "injection"
 RESPONSE = "response"
-_PENDING_INJECTION, _PENDING_RESPONSE, _DONE = "i", "r", "d"
 
 
 @dataclass(frozen=True, slots=True)
-class ObservationFeedback:
-    """The verdict on one observation of one joined turn."""
+class Half:
+    """One half of a turn, as the join keeps it."""
 
-    turn_id: str
-    observation_id: str
+    ts_us: int
+    seq: int
+    scope: int  # index in the session's scope table
+    words: frozenset[str]  # an injection's observation keywords, or the response's long words
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.ts_us, self.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The current verdict on one observation of one turn."""
+
     feedback: Feedback
-    ts_us: int  # event time of the join: the later of the two halves
+    ts_us: int  # the later of the two halves
+    scope: int  # the response's scope (its fields fall back to the injection's)
+    fallback_scope: int
 
 
-@dataclass(frozen=True, slots=True)
-class Joined:
-    """What one half brought about: the verdicts of its turn, if the turn is joined.
-
-    ``fresh`` is False when the verdicts were already emitted once (a redelivered half):
-    the records are re-sent, so a crash between state write and send loses nothing, but
-    they must not be counted again.
-    """
-
-    feedback: tuple[ObservationFeedback, ...]
-    fresh: bool
-    late_observations: int = 0  # observations of an injection for a turn already done
+#: (observation id, its verdict before (None: first one), its verdict now)
+Change = tuple[str, Judged | None, Judged]
 
 
-NOTHING = Joined((), False)
+class Turn:
+    """One turn's halves and current verdicts."""
 
+    __slots__ = ("response", "contents", "judged", "first_ts", "counted")
 
-class Turns:
-    """A session's turns, keyed by ``turn_id``; see the module docstring."""
-
-    __slots__ = ("_turns",)
-
-    def __init__(self, turns: dict[str, list[Any]] | None = None):
-        # turn_id -> [state, ts_us, event_ids, payload]
-        #   i: payload = [[observation_id, frozenset of keywords], ...] (a list in state)
-        #   r: payload = [word, ...]
-        #   d: payload = [[observation_id, used(0/1), keyword_count, matched_count], ...]
-        self._turns: dict[str, list[Any]] = turns or {}
-
-    def __len__(self) -> int:
-        return len(self._turns)
-
-    def pending(self) -> Iterable[tuple[str, str, int]]:
-        """(turn_id, half, ts_us) of every half waiting for its partner."""
-        for turn_id, (state, ts, _, _) in self._turns.items():
-            if state == _PENDING_INJECTION:
-                yield turn_id, INJECTION, ts
-            elif state == _PENDING_RESPONSE:
-                yield turn_id, RESPONSE, ts
-
-    def next_expiry(self, ttl_us: int) -> int | None:
-        """Event time at which the oldest turn (pending or done) expires."""
-        if not self._turns:
-            return None
-        return min(t[1] for t in self._turns.values()) + ttl_us
-
-    # -- the two halves -----------------------------------------------------------------
+    def __init__(self) -> None:
+        self.response: Half | None = None
+        #: observation id -> its content (the first injection carrying it, in event time)
+        self.contents: dict[str, Half] = {}
+        self.judged: dict[str, Judged] = {}
+        self.first_ts: int | None = None  # event time of the turn's first half
+        self.counted = False  # counted as unmatched already
 
     def add_injection(
-        self, event_id: str, ts_us: int, turn_id: str, observations: Sequence[tuple[str, str]]
-    ) -> Joined:
-        """``observations`` are (id, content) pairs, as injected (duplicates allowed)."""
-        turn = self._turns.get(turn_id)
-        if turn is None:
-            self._turns[turn_id] = [
-                _PENDING_INJECTION,
-                ts_us,
-                [event_id],
-                _distinct_keywords(observations, ()),
-            ]
-            return NOTHING
-        state, ts, event_ids, payload = turn
-        if event_id in event_ids:
-            return self._replay(turn_id, turn)
-        if state == _PENDING_INJECTION:
-            event_ids.append(event_id)
-            known = {obs_id for obs_id, _ in payload}
-            payload.extend(_distinct_keywords(observations, known))
-            turn[1] = min(ts, ts_us)
-            return NOTHING
-        if state == _PENDING_RESPONSE:
-            words = frozenset(payload)
-            judged = [
-                (obs_id, judge_keywords(kws, words))
-                for obs_id, kws in _distinct_keywords(observations, ())
-            ]
-            return self._join(turn_id, [event_id, *event_ids], judged, max(ts, ts_us))
-        # done: an injection for a turn whose response was already judged
-        event_ids.append(event_id)
-        judged_ids = {row[0] for row in payload}
-        late = {obs_id for obs_id, _ in observations if obs_id not in judged_ids}
-        return Joined((), False, len(late))
+        self, ts_us: int, seq: int, scope: int, observations: list[tuple[str, frozenset[str]]]
+    ) -> list[Change]:
+        """Add an injection's (id, keywords) pairs; the verdicts that changed."""
+        self._saw(ts_us)
+        changed: list[Change] = []
+        for obs_id, kws in observations:
+            half = Half(ts_us, seq, scope, kws)
+            known = self.contents.get(obs_id)
+            if known is not None and known.order <= half.order:
+                continue
+            self.contents[obs_id] = half
+            if self.response is not None:
+                self._judge(obs_id, changed)
+        return changed
 
-    def add_response(self, event_id: str, ts_us: int, turn_id: str, text: str) -> Joined:
-        turn = self._turns.get(turn_id)
-        if turn is None:
-            words = sorted({w for w in normalise_words(text) if len(w) >= MIN_KEYWORD_LEN})
-            self._turns[turn_id] = [_PENDING_RESPONSE, ts_us, [event_id], words]
-            return NOTHING
-        state, ts, event_ids, payload = turn
-        if event_id in event_ids:
-            return self._replay(turn_id, turn)
-        if state == _PENDING_INJECTION:
-            response = frozenset(normalise_words(text))
-            judged = [(obs_id, judge_keywords(frozenset(kws), response)) for obs_id, kws in payload]
-            return self._join(turn_id, [*event_ids, event_id], judged, max(ts, ts_us))
-        # A second response of a turn (a different event): the turn keeps its first
-        # response, as a turn has one. Remember the id so a redelivery is recognised.
-        event_ids.append(event_id)
-        return NOTHING
+    def add_response(self, ts_us: int, seq: int, scope: int, words: frozenset[str]) -> list[Change]:
+        """Add a response (its words of at least 5 characters); the verdicts that changed
+        (any of them may, when this becomes the turn's response)."""
+        self._saw(ts_us)
+        half = Half(ts_us, seq, scope, words)
+        if self.response is not None and self.response.order <= half.order:
+            return []
+        self.response = half
+        changed: list[Change] = []
+        for obs_id in self.contents:
+            self._judge(obs_id, changed)
+        return changed
 
-    def _join(
-        self, turn_id: str, event_ids: list[str], judged: list[tuple[str, Feedback]], ts_us: int
-    ) -> Joined:
-        rows = [
-            [obs_id, 1 if fb.signal == USED else 0, fb.keyword_count, fb.matched_count]
-            for obs_id, fb in judged
-        ]
-        self._turns[turn_id] = [_DONE, ts_us, event_ids, rows]
-        return Joined(_feedback(turn_id, rows, ts_us), True)
-
-    def _replay(self, turn_id: str, turn: list[Any]) -> Joined:
-        if turn[0] != _DONE:
-            return NOTHING
-        return Joined(_feedback(turn_id, turn[3], turn[1]), False)
-
-    # -- expiry and serialisation -------------------------------------------------------
-
-    def expire(self, horizon_us: int, ttl_us: int) -> list[tuple[str, str]]:
-        """Drop turns older than ``horizon_us - ttl_us``; return the pending halves dropped
-        as (turn_id, half)."""
-        cutoff = horizon_us - ttl_us
-        gone: list[tuple[str, str]] = []
-        for turn_id in [t for t, v in self._turns.items() if v[1] < cutoff]:
-            state = self._turns.pop(turn_id)[0]
-            if state == _PENDING_INJECTION:
-                gone.append((turn_id, INJECTION))
-            elif state == _PENDING_RESPONSE:
-                gone.append((turn_id, RESPONSE))
-        return gone
-
-    def to_state(self) -> dict[str, list[Any]]:
-        state = {}
-        for turn_id, turn in self._turns.items():
-            if turn[0] == _PENDING_INJECTION:
-                turn = [*turn[:3], [[o, sorted(kws)] for o, kws in turn[3]]]
-            state[turn_id] = turn
-        return state
-
-    @classmethod
-    def from_state(cls, state: dict[str, list[Any]] | None) -> Turns:
-        turns = state or {}
-        for turn in turns.values():
-            if turn[0] == _PENDING_INJECTION:
-                turn[3] = [[o, frozenset(kws)] for o, kws in turn[3]]
-        return cls(turns)
-
-
-def _distinct_keywords(
-    observations: Sequence[tuple[str, str]], known: Iterable[str]
-) -> list[list[Any]]:
-    """[[id, sorted keywords], ...] for each observation id not yet seen, first one wins."""
-    seen = set(known)
-    out: list[list[Any]] = []
-    for obs_id, content in observations:
-        if obs_id in seen:
-            continue
-        seen.add(obs_id)
-        out.append([obs_id, keywords(content)])  # a frozenset in memory; a list in state
-    return out
-
-
-def _feedback(turn_id: str, rows: list[list[Any]], ts_us: int) -> tuple[ObservationFeedback, ...]:
-    return tuple(
-        ObservationFeedback(
-            turn_id,
-            obs_id,
-            Feedback(
-                USED if used else IGNORED,
-                matched / kw if kw else 0.0,
-                kw,
-                matched,
-            ),
-            ts_us,
+    def _judge(self, obs_id: str, changed: list[Change]) -> None:
+        response = self.response
+        content = self.contents[obs_id]
+        if response is None:
+            return
+        judged = Judged(
+            judge_keywords(content.words, response.words),
+            max(response.ts_us, content.ts_us),
+            response.scope,
+            content.scope,
         )
-        for obs_id, used, kw, matched in rows
-    )
+        before = self.judged.get(obs_id)
+        if before != judged:
+            self.judged[obs_id] = judged
+            changed.append((obs_id, before, judged))
+
+    def _saw(self, ts_us: int) -> None:
+        if self.first_ts is None or ts_us < self.first_ts:
+            self.first_ts = ts_us
+
+    def pending_half(self) -> str | None:
+        """The half waiting for its partner, if the turn is not joined."""
+        if self.response is None:
+            return INJECTION if self.contents else None
+        return None if self.contents else RESPONSE

@@ -23,24 +23,25 @@ def main(settings: Settings) -> None:
     asyncio.run(ensure_topics(settings))
     import faust
 
-    from streams import app as app_module
+    from streams.app import create_app
     from streams.compat import patch_faust_highwaters
     from streams.telemetry import install_meter_provider
 
     _, exporting = install_meter_provider("memdiag-worker")
+    app = create_app(settings).app
     if exporting:
         # Faust's own metrics (messages, commits, send latency...) beside memdiag's
         from faust.sensors.otel import OpenTelemetryMonitor
 
-        app_module.app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
+        app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
     patch_faust_highwaters(settings.bootstrap_servers)
 
-    @app_module.app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _log_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         log.info("memdiag worker start-to-ready %.2fs", time.monotonic() - started)
 
     worker = faust.Worker(
-        app_module.app,
+        app,
         loglevel=settings.log_level,
         quiet=True,
         redirect_stdouts=False,

@@ -109,14 +109,17 @@ CREATE TABLE IF NOT EXISTS judgements (
 CREATE TABLE IF NOT EXISTS observation_weights (
     observation_id    VARCHAR PRIMARY KEY,
     weight            DOUBLE NOT NULL,
-    updated_at        TIMESTAMPTZ NOT NULL, -- event time of the outcome of the last step
-    step              BIGINT NOT NULL,      -- steps taken; a row only moves forward
+    updated_at        TIMESTAMPTZ NOT NULL, -- event time of the outcome of the newest step
+    step              BIGINT NOT NULL,      -- steps taken (sessions counted)
     failed_sessions   INTEGER NOT NULL,
     accepted_sessions INTEGER NOT NULL,
-    misleading        BOOLEAN NOT NULL
+    misleading        BOOLEAN NOT NULL,
+    version           BIGINT NOT NULL DEFAULT 0 -- the owner's version: a row only moves forward
 );
+ALTER TABLE observation_weights ADD COLUMN IF NOT EXISTS version BIGINT DEFAULT 0;
 
--- Every EMA step: one per (observation, session outcome).
+-- Every EMA step: one per (observation, session), from the session's last outcome. A late
+-- session recomputes the steps after it: their rows are rewritten in place.
 CREATE TABLE IF NOT EXISTS observation_weight_history (
     observation_id   VARCHAR NOT NULL,
     session_id       VARCHAR NOT NULL,
@@ -125,11 +128,11 @@ CREATE TABLE IF NOT EXISTS observation_weight_history (
     previous_weight  DOUBLE NOT NULL,
     new_weight       DOUBLE NOT NULL,
     aggressive       BOOLEAN NOT NULL,   -- alpha doubled: misleading after this session
-    ts               TIMESTAMPTZ NOT NULL,
+    ts               TIMESTAMPTZ NOT NULL, -- event time of the session's (last) outcome
     outcome_event_id VARCHAR NOT NULL,
-    step             BIGINT NOT NULL,
+    step             BIGINT NOT NULL,    -- its place in the observation's outcome order
     misleading       BOOLEAN NOT NULL,
-    PRIMARY KEY (observation_id, session_id, outcome_event_id)
+    PRIMARY KEY (observation_id, session_id)
 );
 
 CREATE OR REPLACE VIEW observation_feedback_stats AS

@@ -12,12 +12,14 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from memdiag.alert import Evaluator, RuleError, parse_rule, parse_rules_file
+from memdiag.contract import FOLLOWUPS, SEARCH_CALLS
 from memdiag.settings import Settings
 from schemas import load_schema
 from schemas.decode import parse_ts
 from streams.counters import MINUTE_US, Rollups, increments
+from streams.envelope import DictStore, InMessage
 from streams.metrics import ATTRIBUTES, HELP, Counters, views
-from streams.processor import FOLLOWUPS, SEARCH_CALLS, InMessage, Processor
+from streams.processor import Processor
 
 CONTRACT_COUNTERS = {
     "agentmemory.smart_search.calls_total",
@@ -68,7 +70,10 @@ def test_a_followup_spike_shows_on_the_opentelemetry_exporter() -> None:
     provider = MeterProvider(metric_readers=[reader], views=views())
     counters = Counters(provider.get_meter("memdiag"))
     p = Processor(Settings(), lambda _: 0)
-    out = p.process(InMessage("memdiag.events", 0, 0, b"s1", json.dumps(spike(10)).encode(), 0), {})
+    out = p.process(
+        [InMessage("memdiag.events", 0, 0, b"s1", json.dumps(spike(10)).encode(), None)],
+        DictStore(),
+    )
     counters.add_all(out.counts)
     points = {
         m.name: [(dict(dp.attributes), dp.value) for dp in m.data.data_points]
@@ -108,12 +113,12 @@ def test_increments_and_rollups_follow_their_schema() -> None:
         {(FOLLOWUPS, ()): 3, (SEARCH_CALLS, (("source", "agent"),)): 5}, 1_795_000_000_000_000
     )
     rollups = Rollups()
-    store: dict[str, bytes] = {}
+    store = DictStore()
     for key, record in records:
         jsonschema.validate(record, schema)
         assert key == record["name"]
         out = rollups.process(
-            InMessage("memdiag.counters", 0, 0, key.encode(), orjson.dumps(record), 0), store
+            [InMessage("memdiag.counters", 0, 0, key.encode(), orjson.dumps(record), 0)], store
         )
         [(rkey, rollup)] = out.counter_messages
         jsonschema.validate(rollup, schema)
@@ -122,12 +127,12 @@ def test_increments_and_rollups_follow_their_schema() -> None:
 
 def test_rollups_add_up_per_minute_of_event_time_and_ignore_their_own_output() -> None:
     r = Rollups()
-    store: dict[str, bytes] = {}
+    store = DictStore()
 
     def inc(value: int, ts: str) -> dict:
         rec = {"type": "increment", "name": FOLLOWUPS, "value": value, "attributes": {}, "ts": ts}
         [(_, rollup)] = r.process(
-            InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0), store
+            [InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store
         ).counter_messages
         return rollup
 
@@ -137,7 +142,7 @@ def test_rollups_add_up_per_minute_of_event_time_and_ignore_their_own_output() -
     assert (later["minute"], later["value"]) == ("2026-11-21T09:31:00.000000Z", 1)
     assert inc(4, "2026-11-21T09:30:30Z")["value"] == 9  # a late increment for an open minute
     rollup_msg = orjson.dumps({**later, "type": "rollup"})
-    assert r.process(InMessage("c", 0, 0, b"k", rollup_msg, 0), store).counter_messages == []
+    assert r.process([InMessage("c", 0, 0, b"k", rollup_msg, 0)], store).counter_messages == []
 
 
 def test_rule_parsing() -> None:

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from streams.diagnosis import (
     CATEGORIES,
     TEST_RUNNERS,
-    ObservationState,
     ema_step,
     failure_category,
     is_misleading,
 )
+from streams.ledger import Entry, Ledger
 
 EDITED = ["src/a.py"]
 
@@ -91,43 +91,124 @@ def test_ema_steps() -> None:
     assert w == pytest.approx(0.55)
 
 
-def test_owner_goes_aggressive_when_the_observation_becomes_misleading() -> None:
-    state = ObservationState()
-    steps = [state.apply("o", f"s{i}", "rejected", i, 0.1, 0.2)[0] for i in range(4)]
+def entry(i: int, outcome: str = "rejected", ts: int | None = None, seq: int = 0) -> Entry:
+    return Entry(i if ts is None else ts, f"s{i}", f"o{i}-{seq}", outcome, seq)
+
+
+def test_the_ledger_goes_aggressive_when_the_observation_becomes_misleading() -> None:
+    ledger = Ledger(0.1, 0.2)
+    changes = [ledger.apply(entry(i)) for i in range(4)]
+    steps = [c.steps[0] for c in changes]
     assert [s.alpha for s in steps] == [0.2, 0.2, 0.4, 0.4]
     assert [s.aggressive for s in steps] == [False, False, True, True]
-    assert [s.became_misleading for s in steps] == [False, False, True, False]
+    assert [c.became_misleading for c in changes] == [False, False, True, False]
     assert [round(s.new_weight, 6) for s in steps] == [0.8, 0.64, 0.384, 0.2304]
-    assert [s.seq for s in steps] == [1, 2, 3, 4]
+    assert [s.position for s in steps] == [1, 2, 3, 4]
     assert steps[2].previous_weight == pytest.approx(0.64)
+    assert [len(c.verdicts) for c in changes] == [1, 1, 1, 1]
 
 
 def test_one_accepted_session_ends_misleading_for_good() -> None:
-    state = ObservationState()
+    ledger = Ledger(0.1, 0.2)
     for i in range(3):
-        state.apply("o", f"f{i}", "rework", i, 0.1, 0.2)
-    assert state.misleading
-    step, _ = state.apply("o", "ok", "accepted", 9, 0.1, 0.2)
+        ledger.apply(entry(i, "rework"))
+    assert ledger.misleading
+    [step] = ledger.apply(entry(9, "accepted")).steps
     assert not step.misleading and step.alpha == 0.1 and not step.aggressive
-    later, _ = state.apply("o", "f9", "rejected", 10, 0.1, 0.2)
+    [later] = ledger.apply(entry(10)).steps
     assert not later.misleading and later.alpha == 0.2
 
 
-def test_a_redelivered_outcome_re_emits_its_step_instead_of_taking_another() -> None:
-    state = ObservationState()
-    first, fresh = state.apply("o", "s1", "rejected", 1, 0.1, 0.2)
-    state.apply("o", "s2", "accepted", 2, 0.1, 0.2)
-    again, fresh_again = state.apply("o", "s1", "rejected", 1, 0.1, 0.2)
-    assert fresh and not fresh_again and again == first
-    assert (state.failed, state.accepted, state.seq) == (1, 1, 2)
+def test_a_late_accepted_session_recomputes_every_step_after_it_and_clears_verdicts() -> None:
+    ledger = Ledger(0.1, 0.2)
+    for i in (1, 2, 3, 4):
+        ledger.apply(entry(i))
+    change = ledger.apply(entry(0, "accepted"))  # first in outcome order
+    assert [s.session_id for s in change.steps] == ["s0", "s1", "s2", "s3", "s4"]
+    # s3 and s4 were misleading; now nobody is: the sessions whose answer changed are told
+    assert [(s.session_id, s.misleading) for s in change.verdicts] == [
+        ("s3", False), ("s4", False)
+    ]  # fmt: skip
+    assert not ledger.misleading and ledger.version == 5
 
 
-def test_state_round_trips() -> None:
-    import orjson
+def test_a_redelivery_changes_nothing_and_answers_everything_again() -> None:
+    ledger = Ledger(0.1, 0.2)
+    ledger.apply(entry(1))
+    ledger.apply(entry(2, "accepted"))
+    state = ledger.to_state()
+    again = ledger.apply(entry(1))
+    assert not again.fresh and again.again and ledger.to_state() == state
+    assert [s.session_id for s in again.steps] == ["s1", "s2"]
+    assert [s.session_id for s in again.verdicts] == ["s1"]
 
-    state = ObservationState()
-    for i in range(70):
-        state.apply("o", f"s{i}", "rejected" if i % 3 else "accepted", i, 0.1, 0.2)
-    again = ObservationState.from_state(orjson.loads(orjson.dumps(state.to_state())))
-    assert again.to_state() == state.to_state()
-    assert len(again.recent) == ObservationState.RECENT
+
+def test_a_sessions_newer_outcome_moves_its_step_and_an_older_one_is_ignored() -> None:
+    ledger = Ledger(0.1, 0.2)
+    ledger.apply(entry(1, ts=10))
+    ledger.apply(entry(2, ts=20))
+    moved = ledger.apply(Entry(30, "s1", "o1-later", "accepted", 5))  # s1's last outcome
+    assert [(s.session_id, s.position) for s in moved.steps] == [("s2", 1), ("s1", 2)]
+    assert ledger.current is not None and ledger.current.outcome == "accepted"
+    stale = ledger.apply(Entry(10, "s1", "o1-0", "rejected", 0))
+    assert not stale.fresh and ledger.current.session_id == "s1"
+
+
+def test_a_session_older_than_the_kept_window_is_late() -> None:
+    ledger = Ledger(0.1, 0.2)
+    for i in range(Ledger.MAX_ENTRIES + 5):
+        ledger.apply(entry(i + 100))
+    assert len(ledger.entries) == Ledger.MAX_ENTRIES
+    assert ledger.checkpoint.position == 5
+    late = ledger.apply(entry(1))
+    assert late.late and not late.fresh
+    assert ledger.apply(entry(100_000)).steps[0].position == Ledger.MAX_ENTRIES + 6
+
+
+def fold(entries: list[Entry]) -> list[tuple]:
+    """An independent fold of the rule over entries sorted by (ts, session)."""
+    failed = accepted = 0
+    w = 1.0
+    out = []
+    for e in sorted(entries, key=lambda e: (e.ts_us, e.session_id)):
+        ok = e.outcome == "accepted"
+        accepted += ok
+        failed += not ok
+        misleading = failed >= 3 and accepted == 0
+        alpha = 0.1 if ok else (0.4 if misleading else 0.2)
+        new = w + alpha * ((1.0 if ok else 0.0) - w)
+        out.append((e.session_id, e.outcome, round(new, 9), misleading))
+        w = new
+    return out
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12), st.integers(0, 50), st.sampled_from(["accepted", "rejected"])
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_any_order_of_outcomes_and_redeliveries_gives_the_in_order_steps(raw: list, rnd) -> None:
+    """Each session's last outcome (by ts, then arrival) stands, in any arrival order."""
+    arrivals = [
+        Entry(ts, f"s{sid}", f"e{n}", outcome, n) for n, (sid, ts, outcome) in enumerate(raw)
+    ]
+    last: dict[str, Entry] = {}
+    for e in arrivals:
+        if e.session_id not in last or e.revision > last[e.session_id].revision:
+            last[e.session_id] = e
+    shuffled = arrivals + rnd.sample(arrivals, len(arrivals) // 2)  # with redeliveries
+    rnd.shuffle(shuffled)
+    ledger = Ledger(0.1, 0.2)
+    sent: dict[str, tuple] = {}
+    for e in shuffled:
+        for step in ledger.apply(e).steps:
+            sent[step.session_id] = (step.session_id, step.outcome, round(step.new_weight, 9),
+                                     step.misleading)  # fmt: skip
+        ledger = Ledger.from_state(ledger.to_state(), 0.1, 0.2)  # and through the state
+    expected = fold(list(last.values()))
+    assert [sent[s[0]] for s in expected] == expected

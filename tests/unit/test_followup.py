@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from streams.followup import (
-    MAX_REMEMBERED,
     Remembered,
     SearchHistory,
     is_evaluated,
@@ -78,10 +75,14 @@ queries = st.sampled_from(["auth", "Auth ", "token", "db pool", "DB POOL", "depl
 gaps_ms = st.integers(min_value=0, max_value=120_000)
 
 
+def observe(h: SearchHistory, eid: str, ts_us: int, q: str, r: tuple, seq: int = 0) -> list:
+    return h.observe(Remembered(ts_us, seq, eid, query_key(q), tuple(r)))
+
+
 @given(queries, ids.filter(bool))
 def test_a_first_search_is_never_a_followup(q: str, r: tuple[str, ...]) -> None:
-    h = SearchHistory()
-    v = h.observe("e1", 1_000_000, q, r, WINDOW, RETENTION)
+    h = SearchHistory(WINDOW, RETENTION)
+    v = observe(h, "e1", 1_000_000, q, r)
     assert v == [v[0]] and not v[0].is_followup and v[0].prev_event_id is None
 
 
@@ -122,10 +123,10 @@ searches = st.lists(
 
 def final_verdicts(order: list[tuple[str, int, str, tuple]]) -> dict[str, tuple]:
     """Feed searches in the given arrival order; apply corrections like the sink does."""
-    h = SearchHistory()
+    h = SearchHistory(WINDOW, RETENTION)
     rows: dict[str, tuple] = {}
-    for eid, ts_s, q, r in order:
-        for v in h.observe(eid, ts_s * 1_000_000, q, r, WINDOW, RETENTION):
+    for seq, (eid, ts_s, q, r) in enumerate(order):
+        for v in observe(h, eid, ts_s * 1_000_000, q, r, seq):
             rows[v.event_id] = (v.is_followup, v.prev_event_id, v.gap_us)
     return rows
 
@@ -139,58 +140,45 @@ def test_out_of_order_arrival_converges_to_the_in_order_verdicts(s: list, rnd) -
     assert final_verdicts(shuffled) == in_order
 
 
-@given(searches)
-def test_redelivery_changes_nothing(s: list) -> None:
-    events = [(f"e{i}", ts, q, r) for i, (ts, q, r) in enumerate(s)]
-    h = SearchHistory()
-    first = {}
-    for eid, ts, q, r in events:
-        first[eid] = h.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION)[0]
-    state = h.to_state()
-    for eid, ts, q, r in events:
-        again = h.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION)
-        assert len(again) == 1
-    assert h.to_state() == state
-    # after a restart from the serialised state too
-    restored = SearchHistory.from_state(state)
-    for eid, ts, q, r in events:
-        assert len(restored.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION)) == 1
-    assert restored.to_state() == state
-
-
 def test_equal_timestamps_follow_arrival_order() -> None:
-    h = SearchHistory()
-    h.observe("a", 0, "q1", ("x",), WINDOW, RETENTION)
-    v = h.observe("b", 0, "q2", ("y",), WINDOW, RETENTION)
+    h = SearchHistory(WINDOW, RETENTION)
+    observe(h, "a", 0, "q1", ("x",), seq=0)
+    v = observe(h, "b", 0, "q2", ("y",), seq=1)
     assert v[0].is_followup and v[0].prev_event_id == "a" and v[0].gap_us == 0
 
 
 def test_late_search_corrects_its_successor() -> None:
-    h = SearchHistory()
-    h.observe("a", 0, "q1", ("x",), WINDOW, RETENTION)
-    h.observe("c", 40_000_000, "q3", ("z",), WINDOW, RETENTION)  # 40 s after a: not a followup
-    v = h.observe("b", 20_000_000, "q2", ("y",), WINDOW, RETENTION)
+    h = SearchHistory(WINDOW, RETENTION)
+    observe(h, "a", 0, "q1", ("x",), 0)
+    observe(h, "c", 40_000_000, "q3", ("z",), 1)  # 40 s after a: not a followup
+    v = observe(h, "b", 20_000_000, "q2", ("y",), 2)
     assert [x.event_id for x in v] == ["b", "c"]
     assert v[0].is_followup and v[0].prev_event_id == "a"
     assert v[1].is_followup and v[1].prev_event_id == "b" and v[1].gap_us == 20_000_000
+    assert h.verdict("c") == v[1] and h.successor_verdict("b") == v[1]
 
 
-def test_history_is_pruned_to_the_retention_and_bounded() -> None:
-    h = SearchHistory()
+HOUR = 3600 * 1_000_000
+
+
+def test_pruning_keeps_the_predecessor_any_search_after_the_cut_off_needs() -> None:
+    h = SearchHistory(WINDOW, RETENTION)
     for i in range(5):
-        h.observe(f"e{i}", i * 3600 * 1_000_000, f"q{i}", (f"r{i}",), WINDOW, RETENTION)
-    h.observe("late", 27_5 * 360 * 1_000_000, "q", ("r",), WINDOW, RETENTION)  # 27.5 h
-    assert [e.event_id for e in h.entries] == ["e4", "late"]
-    h2 = SearchHistory()
-    for i, _ in zip(range(MAX_REMEMBERED + 10), itertools.count()):
-        h2.observe(f"e{i}", i, f"q{i}", (f"r{i}",), WINDOW, RETENTION)
-    assert len(h2) == MAX_REMEMBERED
+        observe(h, f"e{i}", i * HOUR, f"q{i}", (f"r{i}",), i)
+    h.prune(27 * HOUR + HOUR // 2 - RETENTION)  # the clock at 27.5 h: cut-off at 3.5 h
+    assert [e.event_id for e in h.entries] == ["e3", "e4"]  # e3: the predecessor of e4
+    assert h.verdict("e4") is not None and h.verdict("e4").prev_event_id == "e3"
+    assert h.verdict("e1") is None and "e1" not in h
+    # a search landing just after the cut-off still finds its predecessor
+    v = observe(h, "late", 3 * HOUR + HOUR // 2 + 1, "q", ("r",), 9)
+    assert v[0].prev_event_id == "e3" and v[1].event_id == "e4"
+    assert h.evaluated == 6
 
 
 def test_state_keeps_no_query_text() -> None:
-    h = SearchHistory()
-    h.observe("a", 0, "secret customer name", ("x",), WINDOW, RETENTION)
-    assert "secret" not in repr(h.to_state())
+    h = SearchHistory(WINDOW, RETENTION)
+    observe(h, "a", 0, "secret customer name", ("x",))
+    assert "secret" not in repr(h.entries)
 
 
 @given(st.text(), st.text())
@@ -199,19 +187,16 @@ def test_query_key_equals_iff_normalised_queries_equal(a: str, b: str) -> None:
     assert (query_key(a) == query_key(b)) == (normalise_query(a) == normalise_query(b))
 
 
-@given(searches, st.randoms(use_true_random=False), st.booleans())
-def test_counts_equal_the_final_verdicts_in_any_order(s: list, rnd, redeliver: bool) -> None:
+@given(searches, st.randoms(use_true_random=False))
+def test_counts_equal_the_final_verdicts_in_any_order(s: list, rnd) -> None:
     """The session diagnostic's search and followup counts come from these counters."""
     events = [(f"e{i}", ts, q, r) for i, (ts, q, r) in enumerate(s)]
     shuffled = list(events)
     rnd.shuffle(shuffled)
-    if redeliver:
-        shuffled += shuffled[: len(shuffled) // 2]
-    h = SearchHistory()
+    h = SearchHistory(WINDOW, RETENTION)
     rows: dict[str, bool] = {}
-    for eid, ts, q, r in shuffled:
-        for v in h.observe(eid, ts * 1_000_000, q, r, WINDOW, RETENTION):
+    for seq, (eid, ts, q, r) in enumerate(shuffled):
+        for v in observe(h, eid, ts * 1_000_000, q, r, seq):
             rows[v.event_id] = v.is_followup
-        h = SearchHistory.from_state(h.to_state())  # and through the state, every time
     assert h.evaluated == len(events)
     assert h.followups == sum(rows.values())

@@ -78,13 +78,17 @@ EXAMPLE = {
 }
 
 
+#: when the messages below were published: after their events' ts
+PUBLISHED_MS = 1_795_400_000_000  # 2026-11-22
+
+
 def msg(value: object, key: bytes = b"run") -> InMessage:
     raw = value if isinstance(value, bytes) else json.dumps(value).encode()
-    return InMessage("memdiag.judgements", 0, 1, key, raw, 1_795_000_000_000)
+    return InMessage("memdiag.judgements", 0, 1, key, raw, PUBLISHED_MS)
 
 
 def test_the_contract_example_is_a_reader_failure() -> None:
-    out = JudgementProcessor(Settings()).process(msg(EXAMPLE))
+    out = JudgementProcessor(Settings()).process([msg(EXAMPLE)])
     [record] = out.diagnostics["longmem-2026-11-21-full"]
     assert record["failure_mode"] == "reader_failure" and record["gold_retrieved"] == 1
     assert out.counts[(READER_FAILURES, (("run_id", "longmem-2026-11-21-full"),))] == 1
@@ -94,7 +98,7 @@ def test_defaults_and_bad_judgements() -> None:
     minimal = {k: v for k, v in EXAMPLE.items() if k not in ("condition", "repeat_index")}
     minimal["gold_evidence_ids"] = ["obs_1"]
     bad = {**EXAMPLE, "event_id": "bad", "judge_correct": "no"}
-    out = JudgementProcessor(Settings()).process(msg([minimal, bad]))
+    out = JudgementProcessor(Settings()).process([msg([minimal, bad])])
     [record] = out.diagnostics["longmem-2026-11-21-full"]
     assert (record["condition"], record["repeat_index"]) == ("", 0)
     assert record["failure_mode"] == "retrieval_failure"
@@ -105,16 +109,18 @@ def test_defaults_and_bad_judgements() -> None:
 
 def test_a_session_event_on_the_judgements_topic_is_dead_lettered() -> None:
     out = JudgementProcessor(Settings()).process(
-        msg(
-            {
-                "kind": "search",
-                "event_id": "e",
-                "ts": EXAMPLE["ts"],
-                "session_id": "s",
-                "query": "q",
-                "result_ids": [],
-            }
-        )
+        [
+            msg(
+                {
+                    "kind": "search",
+                    "event_id": "e",
+                    "ts": EXAMPLE["ts"],
+                    "session_id": "s",
+                    "query": "q",
+                    "result_ids": [],
+                }
+            )
+        ]
     )
     assert out.deadletters[0][1]["reason"] == "unknown_kind"
 

@@ -1,4 +1,4 @@
-"""The worker's logic without a broker: routing, dead letters, state, sweeping."""
+"""The session stage without a broker: routing, dead letters, state, forgetting."""
 
 from __future__ import annotations
 
@@ -6,19 +6,16 @@ import json
 
 import orjson
 
+from memdiag.contract import DEAD_LETTERS, FOLLOWUPS, SEARCH_CALLS
 from memdiag.settings import Settings
-from streams.processor import (
-    DEAD_LETTERS,
-    FOLLOWUPS,
-    SEARCH_CALLS,
-    InMessage,
-    Processor,
-    SessionState,
-    dead_letter_id,
-    failed_output,
-)
+from schemas.decode import parse_ts
+from streams.envelope import DictStore, InMessage
+from streams.processor import HEAD, TOMBSTONE, Processor, dead_letter_id, failed_output
 
 SETTINGS = Settings()
+#: a publish time just after the events below (2026-11-21T09:30-ish)
+PUBLISHED_MS = parse_ts("2026-11-21T10:00:00Z") // 1000  # type: ignore[operator]
+HOUR_MS = 3_600_000
 
 
 def search(eid: str, ts: str, query: str, ids: list[str], sid: str = "s1", **kw) -> dict:
@@ -33,26 +30,24 @@ def search(eid: str, ts: str, query: str, ids: list[str], sid: str = "s1", **kw)
     }
 
 
-def msg(value, partition: int = 0, offset: int = 0, key: bytes | None = b"s1") -> InMessage:
+def msg(
+    value,
+    partition: int = 0,
+    offset: int = 0,
+    key: bytes | None = b"s1",
+    published_ms: int = PUBLISHED_MS,
+) -> list[InMessage]:
     raw = value if isinstance(value, bytes) else json.dumps(value).encode()
-    return InMessage("memdiag.events", partition, offset, key, raw, 1_795_000_000_000)
+    return [InMessage("memdiag.events", partition, offset, key, raw, published_ms)]
 
 
 def everything_here(_: str) -> int:
     return 0
 
 
-def test_followup_pair_in_one_batch_writes_state_once() -> None:
+def test_a_followup_pair_in_one_message_writes_its_session_once() -> None:
     p = Processor(SETTINGS, everything_here)
-    store: dict[str, bytes] = {}
-    writes = []
-
-    class Counting(dict):
-        def __setitem__(self, k, v):
-            writes.append(k)
-            super().__setitem__(k, v)
-
-    store = Counting()
+    store = DictStore()
     out = p.process(
         msg(
             [
@@ -72,21 +67,34 @@ def test_followup_pair_in_one_batch_writes_state_once() -> None:
         ("c", False, None, None),
     ]
     assert rows[2]["evaluated"] is False and rows[2]["source"] == "viewer"
-    assert writes == ["s1"]
+    assert store.writes == 1
     assert out.counts[(SEARCH_CALLS, (("source", "agent"),))] == 2
     assert out.counts[(SEARCH_CALLS, (("source", "viewer"),))] == 1
     assert out.counts[(FOLLOWUPS, ())] == 1
     assert "query" not in rows[0]
 
 
+def test_a_batch_of_messages_writes_each_touched_session_once() -> None:
+    p = Processor(SETTINGS, everything_here)
+    store = DictStore()
+    msgs = [
+        *msg(search("a", "2026-11-21T09:30:00Z", "q1", ["o1"]), offset=0),
+        *msg(search("b", "2026-11-21T09:30:05Z", "q2", ["o2"]), offset=1),
+        *msg(search("c", "2026-11-21T09:30:06Z", "q3", ["o3"], sid="s2"), offset=2, key=b"s2"),
+    ]
+    out = p.process(msgs, store)
+    assert store.writes == 2
+    assert [r["is_followup"] for r in out.diagnostics["s1"]] == [False, True]
+
+
 def test_query_text_is_kept_only_when_asked() -> None:
     p = Processor(SETTINGS.with_(store_text=True), everything_here)
-    out = p.process(msg(search("a", "2026-11-21T09:30:00Z", "auth", ["o1"])), {})
+    out = p.process(msg(search("a", "2026-11-21T09:30:00Z", "auth", ["o1"])), DictStore())
     assert out.diagnostics["s1"][0]["query"] == "auth"
 
 
 def test_state_survives_a_restart_of_the_processor() -> None:
-    store: dict[str, bytes] = {}
+    store = DictStore()
     Processor(SETTINGS, everything_here).process(
         msg(search("a", "2026-11-21T09:30:00Z", "q1", ["o1"])), store
     )
@@ -96,9 +104,9 @@ def test_state_survives_a_restart_of_the_processor() -> None:
     assert out.diagnostics["s1"][0]["is_followup"] is True
 
 
-def test_events_of_another_partition_are_rerouted_not_processed() -> None:
+def test_events_of_another_partition_are_rerouted_with_their_publish_time() -> None:
     p = Processor(SETTINGS, lambda sid: 0 if sid == "here" else 1)
-    store: dict[str, bytes] = {}
+    store = DictStore()
     out = p.process(
         msg(
             [
@@ -110,17 +118,18 @@ def test_events_of_another_partition_are_rerouted_not_processed() -> None:
         store,
     )
     assert list(out.diagnostics) == ["here"]
-    assert out.reroute == {
-        "there": [search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)]
-    }
-    assert list(store) == ["here"]
+    assert out.reroute == [
+        ("there", [search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)],
+         PUBLISHED_MS)
+    ]  # fmt: skip
+    assert list(store.data) == [HEAD + "here"]
 
 
 def test_bad_events_in_a_batch_are_dead_lettered_one_each() -> None:
     p = Processor(SETTINGS, everything_here)
     out = p.process(
         msg([search("a", "2026-11-21T09:30:00Z", "q", ["o"]), {"kind": "nope"}, 3], offset=17),
-        {},
+        DictStore(),
     )
     assert [r["event_id"] for r in out.diagnostics["s1"]] == ["a"]
     records = [r for _, r in out.deadletters]
@@ -132,10 +141,21 @@ def test_bad_events_in_a_batch_are_dead_lettered_one_each() -> None:
     assert out.counts[(DEAD_LETTERS, (("reason", "unknown_kind"),))] == 1
 
 
+def test_an_event_more_than_the_skew_ahead_of_its_publish_time_is_in_the_future() -> None:
+    p = Processor(SETTINGS, everything_here)
+    ok = search("a", "2026-11-21T10:04:59Z", "q", ["o"])  # 299 s ahead: a slow clock
+    ahead = search("b", "2026-11-21T10:05:01Z", "q", ["o"])  # 301 s ahead
+    out = p.process(msg([ok, ahead]), DictStore())
+    assert [r["event_id"] for r in out.diagnostics["s1"]] == ["a"]
+    [(_, dead)] = out.deadletters
+    assert dead["reason"] == "bad_ts" and "in the future: 301.0 s ahead" in dead["detail"]
+    assert "MEMDIAG_MAX_CLOCK_SKEW_SECONDS" in dead["detail"]
+
+
 def test_dead_letter_identity_is_topic_and_bytes_not_offset() -> None:
     p = Processor(SETTINGS, everything_here)
-    a = p.process(msg(b"garbage", offset=1), {}).deadletters[0][1]
-    b = p.process(msg(b"garbage", offset=99), {}).deadletters[0][1]
+    a = p.process(msg(b"garbage", offset=1), DictStore()).deadletters[0][1]
+    b = p.process(msg(b"garbage", offset=99), DictStore()).deadletters[0][1]
     assert a["dead_letter_id"] == b["dead_letter_id"]
     assert a["dead_letter_id"] == dead_letter_id("memdiag.events", b"garbage", "memdiag.")
     assert a["dead_letter_id"] != dead_letter_id("memdiag.events", b"garbage2", "memdiag.")
@@ -143,56 +163,77 @@ def test_dead_letter_identity_is_topic_and_bytes_not_offset() -> None:
 
 def test_dead_letter_payload_is_bounded() -> None:
     p = Processor(SETTINGS.with_(deadletter_payload_bytes=10), everything_here)
-    record = p.process(msg(b"x" * 100), {}).deadletters[0][1]
+    record = p.process(msg(b"x" * 100), DictStore()).deadletters[0][1]
     assert record["payload"] == "x" * 10
     assert record["payload_bytes"] == 100 and record["payload_truncated"] is True
 
 
-def test_idle_sessions_are_swept_by_event_time() -> None:
-    p = Processor(SETTINGS, everything_here)
-    store: dict[str, bytes] = {}
+def wall(now: list[int]):
+    return lambda: now[0]
+
+
+def test_idle_sessions_are_forgotten_in_processing_time_and_leave_a_tombstone() -> None:
+    now = [PUBLISHED_MS + 100 * HOUR_MS]  # the wall clock: a worker catching up
+    p = Processor(SETTINGS, everything_here, wall(now))
+    store = DictStore()
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
-    assert set(store) == {"old"}
-    p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new"), store)
-    assert set(store) == {"new"}  # idle 24.5 h > the 24 h retention: swept
+    # a day and a half of event time later, in the same minute of processing time: kept
+    p.process(msg(search("b", "2026-11-21T09:00:00Z", "q", ["o"], sid="new"), key=b"new"), store)
+    assert HEAD + "old" in store.data
+    later = PUBLISHED_MS + 25 * HOUR_MS
+    p.process(msg(search("c", "2026-11-21T09:00:01Z", "q", ["o"], sid="new", ), key=b"new",
+                  published_ms=later), store)  # fmt: skip
+    assert HEAD + "old" not in store.data and TOMBSTONE + "old" in store.data
+    assert HEAD + "new" in store.data
+    much_later = later + 8 * 24 * HOUR_MS
+    now[0] = much_later
+    p.process(msg(search("d", "2026-11-21T09:00:02Z", "q", ["o"], sid="new"), key=b"new",
+                  published_ms=much_later), store)  # fmt: skip
+    assert TOMBSTONE + "old" not in store.data  # tombstones serve 7 x the keep time
 
 
-def test_sweep_runs_at_most_once_per_minute_of_event_time() -> None:
-    p = Processor(SETTINGS, everything_here)
-    store: dict[str, bytes] = {}
-    p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="s0"), key=b"s0"), store)
-    p.process(msg(search("b", "2026-11-20T23:59:50Z", "q", ["o"], sid="s1"), key=b"s1"), store)
-    assert "s0" in store  # not yet idle 24 h when the sweep ran
-    p.process(msg(search("c", "2026-11-21T00:00:10Z", "q", ["o"], sid="s2"), key=b"s2"), store)
-    assert "s0" in store  # idle now, but less than a minute of event time since the sweep
-    p.process(msg(search("d", "2026-11-21T00:01:00Z", "q", ["o"], sid="s3"), key=b"s3"), store)
-    assert "s0" not in store
+def test_a_future_publish_timestamp_cannot_age_anybody() -> None:
+    """A producer whose clock is in 2099 stamps its records so: the processing clock is
+    capped by the wall clock, so nobody is forgotten because of it."""
+    now = [PUBLISHED_MS + HOUR_MS]
+    p = Processor(SETTINGS, everything_here, wall(now))
+    store = DictStore()
+    p.process(msg(search("a", "2026-11-21T09:00:00Z", "q", ["o"], sid="s"), key=b"s"), store)
+    year_2099 = parse_ts("2099-01-01T00:00:00Z") // 1000  # type: ignore[operator]
+    p.process(msg(search("b", "2099-01-01T00:00:00Z", "q", ["o"], sid="x"), key=b"x",
+                  published_ms=year_2099), store)  # fmt: skip
+    assert HEAD + "s" in store.data
 
 
-def test_sweep_index_is_rebuilt_from_the_store_after_a_rebalance() -> None:
-    store: dict[str, bytes] = {}
-    p = Processor(SETTINGS, everything_here)
+def test_the_forgetting_index_is_rebuilt_from_the_store_after_a_rebalance() -> None:
+    now = [PUBLISHED_MS + 100 * HOUR_MS]
+    store = DictStore()
+    p = Processor(SETTINGS, everything_here, wall(now))
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
-    other = SessionState.new(partition=1).dumps()
-    store["elsewhere"] = other
+    other = Processor(SETTINGS, lambda _: 1, wall(now))
+    other.process(
+        msg(search("z", "2026-11-20T00:00:00Z", "q", ["o"], sid="elsewhere"), partition=1,
+            key=b"elsewhere"), store
+    )  # fmt: skip
     p.partitions_changed()
-    p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new"), store)
-    assert "old" not in store
-    assert store["elsewhere"] == other  # another partition's session is left to its owner
+    p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new",
+                  published_ms=PUBLISHED_MS + 30 * HOUR_MS), store)  # fmt: skip
+    assert HEAD + "old" not in store.data
+    assert HEAD + "elsewhere" in store.data  # another partition's session is left to its owner
 
 
-def test_state_is_compact_json() -> None:
-    store: dict[str, bytes] = {}
+def test_state_is_compact_json_without_texts() -> None:
+    store = DictStore()
     Processor(SETTINGS, everything_here).process(
         msg(search("a", "2026-11-21T09:30:00Z", "private words", ["o1"])), store
     )
-    state = orjson.loads(store["s1"])
-    assert state["p"] == 0 and "private" not in store["s1"].decode()
+    state = orjson.loads(store.data[HEAD + "s1"])
+    assert state["p"] == 0 and "private" not in store.data[HEAD + "s1"].decode()
 
 
 def test_a_failure_inside_processing_dead_letters_the_message() -> None:
     p = Processor(SETTINGS, everything_here)
-    store = {"s1": b"not the state format"}  # e.g. written by a future version
+    store = DictStore({HEAD + "s1": b"not the state format"})  # e.g. a future version's
     m = msg(search("a", "2026-11-21T09:30:00Z", "q", ["o"]), offset=5)
     try:
         p.process(m, store)
@@ -200,7 +241,7 @@ def test_a_failure_inside_processing_dead_letters_the_message() -> None:
     except Exception as exc:  # noqa: BLE001
         raised = exc
     assert raised is not None
-    out = failed_output(m, raised, SETTINGS)  # what the agent sends
+    out = failed_output(m[0], raised, SETTINGS)  # what the runner sends
     ((key, record),) = out.deadletters
     assert key == b"s1" and record["reason"] == "processing_error" and record["offset"] == 5
     assert "memdiag bug" in record["detail"] and record["payload"].startswith("{")

@@ -1,86 +1,61 @@
-"""The whole worker without a broker: events -> sessions -> observation owners -> gather.
+"""The whole worker without a broker: sessions, observation owners, and their verdicts.
 
-``Worker`` below routes each stage's output by Kafka's default partitioner, as the real
-topics do, so these tests exercise the partitioning the issue is about: sessions on
-different partitions sharing observations.
+:class:`tests.inmemory.World` routes each stage's output by Kafka's default partitioner, as
+the real topics do, so these tests exercise sessions on different partitions sharing
+observations, and every arrival order the event-time rule must make irrelevant.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import random
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka.partitioner import murmur2
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memdiag.settings import Settings
-from streams.observations import Gatherer, ObservationOwner
-from streams.processor import (
+from memdiag.contract import (
+    BAD_TS,
     FEEDBACK,
+    LATE_EVENT,
+    LATE_EVENTS,
+    LATE_SESSION_FORGOTTEN,
     MISLEADING,
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
-    InMessage,
-    Output,
-    Processor,
 )
+from memdiag.settings import Settings
+from schemas.decode import parse_ts
+from streams.processor import HEAD, TOMBSTONE
+from tests.compare import differences, from_records, from_reference
+from tests.inmemory import World, partition_for
+from tests.reference import reference
+from tests.scenario import future_events, generate
 
 #: A copy of CONTRACT's example events (shared/examples/events.jsonl), so the tests run on a
 #: clone without the shared folder; test_the_copy_is_current checks it where both exist.
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "contract_example.jsonl"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "events.jsonl"
 SETTINGS = Settings()
-PARTITIONS = 4
+PARTITIONS = SETTINGS.events_partitions
+HOUR_MS = 3_600_000
 
 
 def partition(key: str) -> int:
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % PARTITIONS
+    return partition_for(key, PARTITIONS)
 
 
-class Worker:
-    """Three stages, each with one state dict per partition, fed in Kafka's order."""
+class Worker(World):
+    """A world that settles after each publish, in one deterministic schedule."""
 
-    def __init__(self, settings: Settings = SETTINGS):
-        self.events = Processor(settings, partition)
-        self.owner = ObservationOwner(settings)
-        self.gather = Gatherer(settings)
-        self.stores: dict[str, list[dict[str, bytes]]] = {
-            s: [{} for _ in range(PARTITIONS)] for s in ("events", "owner", "gather")
-        }
-        self.records: list[dict[str, Any]] = []
-        self.weights: list[dict[str, Any]] = []
-        self.counts: Counter = Counter()
-        self._offset = 0
+    def __init__(self, settings: Settings = SETTINGS, seed: int = 0):
+        super().__init__(settings, seed=seed)
 
-    def publish(self, events: list[dict[str, Any]]) -> None:
-        for e in events:
-            self._run("events", e["session_id"], orjson.dumps(e))
-
-    def _run(self, stage: str, key: str, value: bytes) -> None:
-        p = partition(key)
-        self._offset += 1
-        msg = InMessage(f"memdiag.{stage}", p, self._offset, key.encode(), value, 0)
-        logic = {"events": self.events, "owner": self.owner, "gather": self.gather}[stage]
-        out: Output = logic.process(msg, self.stores[stage][p])
-        self.counts.update(out.counts)
-        for records in out.diagnostics.values():
-            self.records.extend(records)
-        for recs in out.weights.values():
-            self.weights.extend(recs)
-        for obs_id, recs in out.steps.items():
-            self._run("owner", obs_id, orjson.dumps(recs))
-        for session_id, recs in out.verdicts.items():
-            self._run("gather", session_id, orjson.dumps(recs))
-
-    def of_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["kind"] == kind]
-
-    def diagnostics(self) -> dict[str, dict[str, Any]]:
-        return {r["session_id"]: r for r in self.of_kind("session_diagnostic")}
+    def publish(self, events: list[dict[str, Any]], keyed: bool = True, batch: int = 1) -> None:
+        super().publish(events, keyed, batch)
+        self.run()
 
 
 def example_events() -> list[dict[str, Any]]:
@@ -128,12 +103,18 @@ def test_the_contract_example() -> None:
         == 1
     )
     assert w.counts[(FEEDBACK, (("signal", "used"),))] == 1
+    assert len(w.of_kind("session_diagnostic")) == 1  # sent once, when its verdicts were in
 
 
 def session(
-    sid: str, outcome: str, obs: list[str], ts: str = "2026-11-21T10:00:00Z", turn=True
-) -> list[dict]:
-    events: list[dict] = [
+    sid: str,
+    outcome: str,
+    obs: list[str],
+    ts: str = "2026-11-21T10:00:00Z",
+    turn: bool = True,
+    outcome_ts: str | None = None,
+) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [
         {
             "kind": "injection",
             "event_id": f"{sid}-i",
@@ -160,7 +141,7 @@ def session(
         {
             "kind": "session_outcome",
             "event_id": f"{sid}-o",
-            "ts": ts,
+            "ts": outcome_ts or ts,
             "session_id": sid,
             "outcome": outcome,
             "tool_calls": [],
@@ -169,6 +150,10 @@ def session(
         }
     )
     return events
+
+
+def at(minute: int) -> str:
+    return f"2026-11-21T10:{minute:02d}:00Z"
 
 
 def sessions_on_distinct_partitions(n: int) -> list[str]:
@@ -183,8 +168,8 @@ def sessions_on_distinct_partitions(n: int) -> list[str]:
 def test_an_observation_shared_across_partitions_is_counted_once_per_session() -> None:
     sids = sessions_on_distinct_partitions(4)
     w = Worker()
-    for sid in sids[:3]:
-        w.publish(session(sid, "rejected", ["shared", f"own-{sid}"]))
+    for i, sid in enumerate(sids[:3]):
+        w.publish(session(sid, "rejected", ["shared", f"own-{sid}"], ts=at(i)))
     d = w.diagnostics()
     assert d[sids[0]]["misleading_observation_ids"] == []
     assert d[sids[1]]["misleading_observation_ids"] == []
@@ -193,7 +178,7 @@ def test_an_observation_shared_across_partitions_is_counted_once_per_session() -
     assert [x["failed_sessions"] for x in shared] == [1, 2, 3]
     assert [x["aggressive"] for x in shared] == [False, False, True]
     assert w.counts[(MISLEADING, ())] == 1
-    w.publish(session(sids[3], "rejected", ["shared"]))
+    w.publish(session(sids[3], "rejected", ["shared"], ts=at(3)))
     assert w.diagnostics()[sids[3]]["misleading_observation_ids"] == ["shared"]
     assert w.counts[(MISLEADING, ())] == 1  # once, when it became misleading
 
@@ -201,9 +186,9 @@ def test_an_observation_shared_across_partitions_is_counted_once_per_session() -
 def test_an_accepted_session_clears_misleading_and_gets_the_light_record() -> None:
     sids = sessions_on_distinct_partitions(4)
     w = Worker()
-    w.publish(session(sids[0], "accepted", ["x"]))
-    for sid in sids[1:]:
-        w.publish(session(sid, "rework", ["x"]))
+    w.publish(session(sids[0], "accepted", ["x"], ts=at(0)))
+    for i, sid in enumerate(sids[1:]):
+        w.publish(session(sid, "rework", ["x"], ts=at(i + 1)))
     d = w.diagnostics()
     assert all(d[s]["misleading_observation_ids"] == [] for s in sids)
     light = d[sids[0]]
@@ -215,18 +200,15 @@ def test_an_accepted_session_clears_misleading_and_gets_the_light_record() -> No
 
 def test_replaying_every_event_changes_nothing() -> None:
     sids = sessions_on_distinct_partitions(4)
-    events = [e for sid in sids for e in session(sid, "rejected", ["a", "b"])]
+    events = [e for i, sid in enumerate(sids) for e in session(sid, "rejected", ["a", "b"], at(i))]
     w = Worker()
     w.publish(events)
-    first_records = list(w.records)
-    first_weights = list(w.weights)
+    before = from_records(w.tables)
+    counts = dict(w.counts)
     w.records.clear()
-    w.weights.clear()
-    counts = Counter(w.counts)
     w.publish(events)
-    # the same records again (the sink's upserts make them no-ops), no new steps
-    assert set(map(orjson.dumps, w.records)) == set(map(orjson.dumps, first_records))
-    assert set(map(orjson.dumps, w.weights)) == set(map(orjson.dumps, first_weights))
+    assert from_records(w.tables) == before
+    assert w.records  # the records were sent again (the sink's upserts make them no-ops)
     assert w.counts[(MISLEADING, ())] == counts[(MISLEADING, ())]
     assert (
         w.counts[(FEEDBACK, (("signal", "ignored"),))]
@@ -235,59 +217,52 @@ def test_replaying_every_event_changes_nothing() -> None:
 
 
 def test_ignored_means_ignored_in_every_evaluated_turn() -> None:
-    base = {"session_id": "s", "ts": "2026-11-21T10:00:00Z"}
+    def ev(kind: str, eid: str, second: int, **fields: Any) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "event_id": eid,
+            "session_id": "s",
+            "ts": f"2026-11-21T10:00:{second:02d}Z",
+            **fields,
+        }
+
     content = "deployment pipelines require approval gates"
     events = [
-        {
-            **base,
-            "kind": "injection",
-            "event_id": "i1",
-            "turn_id": "t1",
-            "observations": [
-                {"id": "a", "content": content},
-                {"id": "b", "content": content},
-                {"id": "c", "content": content},
-            ],
-        },
-        {**base, "kind": "response", "event_id": "r1", "turn_id": "t1", "text": "nothing"},
-        {
-            **base,
-            "kind": "injection",
-            "event_id": "i2",
-            "turn_id": "t2",
-            "observations": [{"id": "a", "content": content}],
-        },
-        {
-            **base,
-            "kind": "response",
-            "event_id": "r2",
-            "turn_id": "t2",
-            "text": "deployment pipelines require approval",
-        },
+        ev(
+            "injection",
+            "i1",
+            1,
+            turn_id="t1",
+            observations=[{"id": o, "content": content} for o in "abc"],
+        ),
+        ev("response", "r1", 2, turn_id="t1", text="nothing"),
+        ev("injection", "i2", 3, turn_id="t2", observations=[{"id": "a", "content": content}]),
+        ev("response", "r2", 4, turn_id="t2", text="deployment pipelines require approval"),
         # c's second turn never gets a response: it is not evaluated there
-        {
-            **base,
-            "kind": "injection",
-            "event_id": "i3",
-            "turn_id": "t3",
-            "observations": [{"id": "c", "content": content}, {"id": "d", "content": content}],
-        },
-        {
-            **base,
-            "kind": "session_outcome",
-            "event_id": "o",
-            "outcome": "rejected",
-            "tool_calls": [],
-            "files_modified": [],
-            "errors": [],
-        },
+        ev(
+            "injection",
+            "i3",
+            5,
+            turn_id="t3",
+            observations=[{"id": "c", "content": content}, {"id": "d", "content": content}],
+        ),
+        ev(
+            "session_outcome",
+            "o",
+            6,
+            outcome="rejected",
+            tool_calls=[],
+            files_modified=[],
+            errors=[],
+        ),
     ]
-    w = Worker()
-    w.publish(events)
-    d = w.diagnostics()["s"]
-    assert d["injected_observation_ids"] == ["a", "b", "c", "d"]
-    assert d["ignored_observation_ids"] == ["b", "c"]  # a used once; d never evaluated
-    assert d["failure_category"] == "incomplete"
+    for order in (events, events[::-1]):
+        w = Worker()
+        w.publish(order)
+        d = w.diagnostics()["s"]
+        assert d["injected_observation_ids"] == ["a", "b", "c", "d"]  # first seen in event time
+        assert d["ignored_observation_ids"] == ["b", "c"]  # a used once; d never evaluated
+        assert d["failure_category"] == "incomplete"
 
 
 def test_search_and_followup_counts() -> None:
@@ -328,67 +303,188 @@ def test_a_failed_session_without_any_search_is_visible() -> None:
     assert w.diagnostics()["s"]["search_count"] == 0
 
 
-def test_a_response_that_never_meets_its_injection_is_counted_after_the_ttl() -> None:
+def response(sid: str, eid: str, ts: str, turn: str = "t9") -> dict[str, Any]:
+    text = "memory about deployment pipelines"
+    return {"kind": "response", "event_id": eid, "ts": ts, "session_id": sid, "turn_id": turn,
+            "text": text}  # fmt: skip
+
+
+def empty_search(sid: str, eid: str, ts: str) -> dict[str, Any]:
+    return {"kind": "search", "event_id": eid, "ts": ts, "session_id": sid, "query": "x",
+            "result_ids": []}  # fmt: skip
+
+
+def test_a_half_waiting_past_the_ttl_on_its_sessions_own_clock_is_counted_and_still_joins() -> None:
     w = Worker()
     w.publish(
-        [
-            {
-                "kind": "response",
-                "event_id": "r",
-                "ts": "2026-11-21T10:00:00Z",
-                "session_id": "s",
-                "turn_id": "t9",
-                "text": "hello",
-            },
-            {
-                "kind": "search",
-                "event_id": "q",
-                "ts": "2026-11-21T11:00:01Z",
-                "session_id": "s",
-                "query": "x",
-                "result_ids": [],
-            },
-        ]
+        [response("s", "r", "2026-11-21T10:00:00Z"), empty_search("s", "q", "2026-11-21T11:00:01Z")]
     )
     assert w.counts[(UNMATCHED_TURNS, (("half", "response"),))] == 1
+    w.publish(session("s", "rejected", ["o"], ts="2026-11-21T11:30:00Z", turn=False))
+    # the injection of turn t1 is not t9's: t9 stays unmatched; a late injection for t9 joins
+    late = session("s", "rejected", ["late"], ts="2026-11-21T09:59:00Z", turn=False)[0]
+    w.publish([{**late, "event_id": "s-late", "turn_id": "t9"}])
+    rows = {(r["turn_id"], r["observation_id"]) for r in w.of_kind("retrieval_feedback")}
+    assert ("t9", "late") in rows
 
 
-def test_an_idle_pending_half_is_swept_even_if_its_session_sees_no_more_events() -> None:
+def test_other_sessions_timestamps_never_expire_a_session() -> None:
+    """The bug of the issue: a session's pending half expired on its partition's newest ts."""
+    other = next(f"x{i}" for i in range(1000) if partition(f"x{i}") == partition("idle"))
     w = Worker()
     w.publish(session("idle", "rejected", ["o"], ts="2026-11-21T10:00:00Z", turn=False))
-    # other sessions of the same partition move event time on
-    other = next(f"x{i}" for i in range(1000) if partition(f"x{i}") == partition("idle"))
-    w.publish(
-        [
-            {
-                "kind": "search",
-                "event_id": "q",
-                "ts": "2026-11-21T11:00:01Z",
-                "session_id": other,
-                "query": "x",
-                "result_ids": [],
-            }
-        ]
-    )
-    assert w.counts[(UNMATCHED_TURNS, (("half", "injection"),))] == 1
-    # the closed session itself is forgotten one TTL after its last event
-    assert "idle" not in w.stores["events"][partition("idle")]
+    w.publish([empty_search(other, "q", "2026-11-21T18:00:01Z")])  # 8 h later, same partition
+    assert w.counts[(UNMATCHED_TURNS, (("half", "injection"),))] == 0
+    w.publish([{**response("idle", "r", "2026-11-21T10:00:30Z", "t1")}])
+    assert w.diagnostics()["idle"]["ignored_observation_ids"] == []  # joined, and used
+    assert [r["signal"] for r in w.of_kind("retrieval_feedback")] == ["used"]
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.permutations(list(range(6))))
-def test_any_session_order_gives_the_same_misleading_verdicts_at_the_end(order) -> None:
-    sids = sessions_on_distinct_partitions(4) + ["extra-1", "extra-2"]
-    outcomes = ["rejected", "rework", "rejected", "accepted", "rejected", "rework"]
-    sessions = [
-        session(sids[i], outcomes[i], ["m", f"solo-{i}"] if i != 3 else ["other"]) for i in range(6)
-    ]
+def test_an_injection_after_the_outcome_corrects_the_diagnostic_and_takes_its_steps() -> None:
+    sids = sessions_on_distinct_partitions(3)
     w = Worker()
-    for i in order:
-        w.publish(sessions[i])
-    last = [x for x in w.weights if x["observation_id"] == "m"][-1]
-    assert (last["failed_sessions"], last["misleading"]) == (5, True)
+    for i, sid in enumerate(sids[:2]):
+        w.publish(session(sid, "rejected", ["m"], ts=at(i)))
+    events = session(sids[2], "rework", ["own"], ts=at(5))
+    late = {**events[0], "event_id": "late-i", "turn_id": "t2", "observations": [
+        {"id": "m", "content": "memory m about deployment pipelines"}]}  # fmt: skip
+    w.publish(events)
+    assert w.diagnostics()[sids[2]]["misleading_observation_ids"] == []
+    w.publish([late])  # arrives after the outcome, with an earlier ts
+    d = w.diagnostics()[sids[2]]
+    assert d["injected_observation_ids"] == ["own", "m"]
+    assert d["misleading_observation_ids"] == ["m"]  # m's third failed session
+    assert [x["failed_sessions"] for x in w.weights if x["observation_id"] == "m"] == [1, 2, 3]
+
+
+def test_a_session_with_several_outcomes_counts_once_with_its_last_outcome_in_event_time() -> None:
+    events = session("s", "rejected", ["a"], ts=at(0), outcome_ts=at(10))
+    later = {**events[-1], "event_id": "s-o2", "outcome": "accepted", "ts": at(20)}
+    for order in ([*events, later], [later, *events]):
+        w = Worker()
+        w.publish(order)
+        d = w.diagnostics()["s"]
+        assert (d["outcome"], d["event_id"], d["failure_category"]) == ("accepted", "s-o2", None)
+        history = w.tables.history
+        assert list(history) == [("a", "s")]  # one step per (observation, session)
+        assert history[("a", "s")]["outcome"] == "accepted"
+        assert w.tables.weights["a"]["current_weight"] == 1.0
+
+
+def test_a_late_outcome_is_inserted_in_order_and_the_steps_after_it_recomputed() -> None:
+    sids = sessions_on_distinct_partitions(4)
+    w = Worker()
+    for i in (1, 2, 3):
+        w.publish(session(sids[i], "rejected", ["m"], ts=at(10 * i)))
+    assert w.diagnostics()[sids[3]]["misleading_observation_ids"] == ["m"]
+    w.publish(session(sids[0], "accepted", ["m"], ts=at(5)))  # first in event time, last in
     d = w.diagnostics()
-    flagged = [s for s in sids if "m" in d[s]["misleading_observation_ids"]]
-    # exactly the sessions from the third failure on see it as misleading
-    assert len(flagged) == 3
+    assert all(d[s]["misleading_observation_ids"] == [] for s in sids)  # corrected
+    steps = sorted(w.tables.history.values(), key=lambda r: r["step"])
+    assert [(r["session_id"], r["step"]) for r in steps] == [(s, i + 1) for i, s in enumerate(sids)]
+    assert [round(r["weight"], 6) for r in steps] == [1.0, 0.8, 0.64, 0.512]
+    assert w.tables.weights["m"]["current_step"] == 4
+
+
+def test_a_forgotten_session_sends_a_late_event_to_dead_letters() -> None:
+    w = Worker(Settings(session_keep_hours=1.0))
+    w.publish(session("s", "rejected", ["o"]))
+    w.now_ms += 2 * HOUR_MS  # processing time moves on: other traffic on the partition
+    other = next(f"x{i}" for i in range(1000) if partition(f"x{i}") == partition("s"))
+    w.publish([empty_search(other, "q1", "2026-11-21T10:00:00Z")])
+    assert w.store.get(HEAD + "s") is None and w.store.get(TOMBSTONE + "s") is not None
+    before = dict(w.diagnostics())
+    w.publish([empty_search("s", "q2", "2026-11-21T10:01:00Z")])
+    [dead] = w.tables.dead_letters
+    assert dead["reason"] == LATE_EVENT and "forgotten" in dead["detail"]
+    assert w.counts[(LATE_EVENTS, (("reason", LATE_SESSION_FORGOTTEN),))] == 1
+    assert w.diagnostics() == before  # nothing changed
+
+
+def test_a_backlog_published_long_ago_forgets_nothing_while_it_is_caught_up() -> None:
+    """Processing time is the partition's Kafka timestamps: a worker that was down for days
+    and catches up does not forget the sessions whose events are still in its backlog."""
+    w = Worker(Settings(session_keep_hours=1.0))
+    w.now_ms += 30 * 24 * HOUR_MS  # the wall clock is a month after the events' publish time
+    events = session("s", "rejected", ["o"], turn=False)
+    published = parse_ts("2026-11-21T10:00:01Z") // 1000  # type: ignore[operator]
+    for i, e in enumerate(events):
+        w.append(w.events, "s", e, timestamp_ms=published + i * 2 * HOUR_MS)
+    w.run()
+    assert w.diagnostics()["s"]["outcome"] == "rejected"
+    assert not w.tables.dead_letters
+
+
+def test_an_event_from_the_future_is_dead_lettered_and_changes_nothing() -> None:
+    events = session("s", "rejected", ["o"])
+    w = Worker()
+    w.publish(events)
+    before = from_records(w.tables)
+    future = {**events[0], "event_id": "f", "ts": "2099-01-01T00:00:00Z", "turn_id": "t2"}
+    w.append(w.events, "s", future, timestamp_ms=1_795_000_000_000)
+    w.run()
+    [dead] = w.tables.dead_letters
+    assert dead["reason"] == BAD_TS and "in the future" in dead["detail"]
+    assert from_records(w.tables) == before
+
+
+def test_a_long_sessions_state_writes_stay_small() -> None:
+    """The log goes to the changelog in chunks: a write never grows with the session."""
+    w = Worker()
+    for i in range(600):
+        e = {"kind": "search", "event_id": f"e{i}", "ts": f"2026-11-21T10:{i // 60:02d}:"
+             f"{i % 60:02d}Z", "session_id": "s", "query": f"q{i}", "result_ids": [f"r{i}"]}  # fmt: skip
+        w.publish([e])
+    sizes = [len(v) for k, v in w.store.data.items() if k.startswith(HEAD)]
+    assert max(sizes) < 6_000
+    assert len(w.store.data) > 600 // 32  # sealed chunks
+
+
+# -- every arrival order gives the in-order result -------------------------------------------
+
+
+def small_world_events(seed: int) -> list[dict[str, Any]]:
+    return generate(sessions=12, seed=seed)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+    st.sampled_from([1, 3, 50]),
+    st.sampled_from([0.0, 0.25]),
+)
+def test_any_arrival_order_gives_the_in_order_tables(
+    scenario: int, rnd: random.Random, keyed: bool, max_batch: int, crash_rate: float
+) -> None:
+    events = small_world_events(scenario % 50)
+    expected = from_reference(reference(events))
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    w = World(SETTINGS, seed=rnd.randrange(1 << 30), crash_rate=crash_rate)
+    w.publish(shuffled, keyed=keyed, batch=rnd.choice([1, 4]))
+    w.run(max_batch=max_batch)
+    assert differences(expected, from_records(w.tables)) == []
+
+
+def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
+    events = generate(sessions=100, seed=3)
+    expected = from_reference(reference(events))
+    modes = {
+        "single events, keyed": dict(keyed=True, batch=1),
+        "batched per session": dict(keyed=True, batch=25),
+        "unkeyed": dict(keyed=False, batch=1),
+    }
+    for name, how in modes.items():
+        for crash_rate in (0.0, 0.2):
+            w = World(SETTINGS, seed=7, crash_rate=crash_rate)
+            w.publish(events, **how)
+            w.run()
+            assert differences(expected, from_records(w.tables)) == [], (name, crash_rate)
+    w = World(SETTINGS, seed=8)
+    w.publish(events + future_events(events))
+    w.append(w.events, None, orjson.dumps(future_events(events, 1, seed=9)[0]), 1_795_000_000_000)
+    w.run()
+    assert differences(expected, from_records(w.tables)) == []
+    assert {d["reason"] for d in w.tables.dead_letters} == {BAD_TS}

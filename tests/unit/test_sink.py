@@ -92,22 +92,16 @@ def test_first_dead_letter_sighting_stands(sink: DuckDBSink) -> None:
     assert rows(sink, 'SELECT "offset" FROM dead_letters') == [(1,)]
 
 
-def test_correction_rewrites_the_verdict_after_the_row(sink: DuckDBSink) -> None:
-    sink.write(
-        [
-            search_row("c"),
-            {
-                "kind": "search_correction",
-                "event_id": "c",
-                "is_followup": True,
-                "prev_event_id": "b",
-                "gap_seconds": 3.5,
-            },
-        ]
-    )
+def test_a_corrected_row_rewrites_the_verdict_in_the_same_batch_or_later(
+    sink: DuckDBSink,
+) -> None:
+    corrected = {**search_row("c"), "is_followup": True, "prev_event_id": "b", "gap_seconds": 3.5}
+    sink.write([search_row("c"), corrected])
     assert rows(sink, "SELECT is_followup, prev_event_id, gap_seconds FROM searches") == [
         (True, "b", 3.5)
     ]
+    sink.write([{**corrected, "is_followup": False}])
+    assert rows(sink, "SELECT is_followup FROM searches") == [(False,)]
 
 
 def test_views_exist_and_compute(sink: DuckDBSink) -> None:

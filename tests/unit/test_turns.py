@@ -1,12 +1,15 @@
-"""The turn join: either order, one verdict per distinct observation, TTL, redelivery."""
+"""The turn join: either order, one verdict per distinct observation, first response in event
+time, and the same verdicts for any arrival order of a turn's halves."""
 
 from __future__ import annotations
+
+import random
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.feedback import judge_observation, response_words
-from streams.turns import INJECTION, RESPONSE, Turns
+from streams.feedback import MIN_KEYWORD_LEN, judge_observation, keywords, normalise_words
+from streams.turns import INJECTION, RESPONSE, Turn
 
 OBS = [
     ("obs_7", "Access tokens expire after 15 minutes; the refresh endpoint rotates them."),
@@ -16,130 +19,100 @@ TEXT = (
     "The access tokens expire after 15 minutes, so the client calls the refresh endpoint, "
     "which rotates them."
 )
-TTL = 3600 * 1_000_000
 
 
-def signals(joined) -> dict[str, str]:
-    return {f.observation_id: f.feedback.signal for f in joined.feedback}
+def words(text: str) -> frozenset[str]:
+    return frozenset(w for w in normalise_words(text) if len(w) >= MIN_KEYWORD_LEN)
+
+
+def kws(observations: list[tuple[str, str]]) -> list[tuple[str, frozenset[str]]]:
+    return [(o, keywords(c)) for o, c in observations]
+
+
+def signals(turn: Turn) -> dict[str, str]:
+    return {o: j.feedback.signal for o, j in turn.judged.items()}
 
 
 def test_injection_then_response() -> None:
-    t = Turns()
-    assert t.add_injection("e1", 10, "t1", OBS).feedback == ()
-    joined = t.add_response("e2", 20, "t1", TEXT)
-    assert signals(joined) == {"obs_7": "used", "obs_9": "ignored"}
-    assert joined.fresh and all(f.ts_us == 20 for f in joined.feedback)
+    t = Turn()
+    assert t.add_injection(10, 0, 0, kws(OBS)) == []
+    assert t.pending_half() == INJECTION
+    changes = t.add_response(20, 1, 0, words(TEXT))
+    assert [(o, before) for o, before, _ in changes] == [("obs_7", None), ("obs_9", None)]
+    assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
+    assert all(j.ts_us == 20 for j in t.judged.values()) and t.pending_half() is None
 
 
 def test_response_then_injection_gives_the_same_verdicts() -> None:
-    a, b = Turns(), Turns()
-    a.add_injection("e1", 10, "t1", OBS)
-    first = a.add_response("e2", 20, "t1", TEXT)
-    b.add_response("e2", 20, "t1", TEXT)
-    second = b.add_injection("e1", 10, "t1", OBS)
-    assert [f.feedback for f in first.feedback] == [f.feedback for f in second.feedback]
-    assert second.feedback[0].ts_us == 20  # the later half's time either way
+    a, b = Turn(), Turn()
+    a.add_injection(10, 0, 0, kws(OBS))
+    a.add_response(20, 1, 0, words(TEXT))
+    b.add_response(20, 1, 0, words(TEXT))
+    assert b.pending_half() == RESPONSE
+    b.add_injection(10, 0, 0, kws(OBS))
+    assert a.judged == b.judged  # the later half's time either way
 
 
-def test_duplicate_observations_in_one_injection_get_one_verdict() -> None:
-    t = Turns()
-    t.add_injection("e1", 10, "t1", [OBS[0], OBS[0], OBS[1], ("obs_7", "other text entirely")])
-    joined = t.add_response("e2", 20, "t1", TEXT)
-    assert [f.observation_id for f in joined.feedback] == ["obs_7", "obs_9"]
-    assert joined.feedback[0].feedback.signal == "used"  # the first content wins
+def test_the_verdict_equals_the_rule_on_the_texts() -> None:
+    t = Turn()
+    t.add_injection(10, 0, 0, kws(OBS))
+    t.add_response(20, 1, 0, words(TEXT))
+    for obs_id, content in OBS:
+        assert t.judged[obs_id].feedback == judge_observation(
+            content, frozenset(normalise_words(TEXT))
+        )
 
 
-def test_two_injections_of_a_turn_merge_before_the_response() -> None:
-    t = Turns()
-    t.add_injection("e1", 10, "t1", [OBS[0]])
-    t.add_injection("e3", 12, "t1", [OBS[1], OBS[0]])
-    joined = t.add_response("e2", 20, "t1", TEXT)
-    assert signals(joined) == {"obs_7": "used", "obs_9": "ignored"}
+def test_duplicate_observations_get_one_verdict_with_the_first_content_in_event_time() -> None:
+    t = Turn()
+    t.add_injection(12, 1, 0, [(OBS[0][0], keywords("other text entirely unrelated"))])
+    t.add_injection(10, 0, 0, kws([OBS[0], OBS[0], OBS[1]]))  # earlier: its content wins
+    t.add_response(20, 2, 0, words(TEXT))
+    assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
 
 
-def test_redelivered_half_re_emits_the_same_feedback_without_counting() -> None:
-    t = Turns()
-    t.add_injection("e1", 10, "t1", OBS)
-    first = t.add_response("e2", 20, "t1", TEXT)
-    for again in (t.add_response("e2", 20, "t1", TEXT), t.add_injection("e1", 10, "t1", OBS)):
-        assert again.feedback == first.feedback and not again.fresh
+def test_an_injection_after_the_response_is_judged_against_it() -> None:
+    t = Turn()
+    t.add_response(20, 0, 0, words(TEXT))
+    t.add_injection(30, 1, 0, kws(OBS[:1]))
+    t.add_injection(40, 2, 0, kws(OBS[1:]))
+    assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
+    assert t.judged["obs_9"].ts_us == 40
 
 
-def test_redelivered_half_before_the_join_changes_nothing() -> None:
-    t = Turns()
-    t.add_injection("e1", 10, "t1", OBS)
-    assert t.add_injection("e1", 10, "t1", OBS).feedback == ()
-    assert len(t.add_response("e2", 20, "t1", TEXT).feedback) == 2
+def test_an_earlier_response_arriving_late_replaces_the_turns_response() -> None:
+    t = Turn()
+    t.add_injection(10, 0, 0, kws(OBS))
+    t.add_response(30, 1, 0, words("nothing relevant at all"))
+    assert signals(t) == {"obs_7": "ignored", "obs_9": "ignored"}
+    changes = t.add_response(20, 2, 0, words(TEXT))  # earlier in event time
+    assert [o for o, _, _ in changes] == ["obs_7", "obs_9"]  # obs_9: same signal, new ts
+    assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
+    assert t.judged["obs_9"].ts_us == 20
+    assert t.add_response(40, 3, 0, words(TEXT)) == []  # a later second response is ignored
 
 
-def test_a_late_injection_for_a_judged_turn_is_reported_not_judged() -> None:
-    t = Turns()
-    t.add_injection("e1", 10, "t1", [OBS[0]])
-    t.add_response("e2", 20, "t1", TEXT)
-    late = t.add_injection("e3", 30, "t1", [OBS[0], OBS[1]])
-    assert late.feedback == () and late.late_observations == 1
-
-
-def test_a_second_response_keeps_the_first() -> None:
-    t = Turns()
-    t.add_response("e2", 20, "t1", TEXT)
-    assert t.add_response("e4", 25, "t1", "nothing relevant here").feedback == ()
-    assert signals(t.add_injection("e1", 10, "t1", OBS))["obs_7"] == "used"
-
-
-def test_turns_are_independent() -> None:
-    t = Turns()
-    t.add_injection("e1", 10, "t1", OBS)
-    assert t.add_response("e2", 20, "t2", TEXT).feedback == ()
-    assert sorted(h for _, h, _ in t.pending()) == [INJECTION, RESPONSE]
-
-
-def test_unmatched_halves_expire_after_the_ttl_and_are_reported() -> None:
-    t = Turns()
-    t.add_injection("e1", 0, "t1", OBS)
-    t.add_response("e2", 100, "t2", TEXT)
-    t.add_injection("e3", 0, "t3", OBS)
-    t.add_response("e4", 5, "t3", TEXT)  # joined: done turns expire silently
-    assert t.next_expiry(TTL) == TTL
-    assert t.expire(TTL, TTL) == []  # exactly TTL old: still kept
-    assert sorted(t.expire(TTL + 1, TTL)) == [("t1", INJECTION)]
-    assert t.expire(TTL + 101, TTL) == [("t2", RESPONSE)]
-    assert len(t) == 0
-
-
-def test_state_round_trips_and_keeps_no_raw_text() -> None:
-    import orjson
-
-    t = Turns()
-    t.add_injection("e1", 10, "t1", OBS)
-    t.add_response("e2", 20, "t2", TEXT)
-    raw = orjson.dumps(t.to_state())
-    assert b"Access tokens" not in raw and b"The access" not in raw
-    again = Turns.from_state(orjson.loads(raw))
-    assert signals(again.add_response("e5", 30, "t1", TEXT)) == {
-        "obs_7": "used",
-        "obs_9": "ignored",
-    }
-
-
-contents = st.lists(
-    st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.text(max_size=80)), max_size=6
+turn_events = st.lists(
+    st.tuples(st.booleans(), st.integers(0, 100), st.sampled_from(range(len(OBS) + 2))),
+    min_size=1,
+    max_size=7,
+    unique_by=lambda e: e[1],
 )
 
 
-@given(contents, st.text(max_size=200), st.booleans())
-def test_join_equals_the_detector_in_either_order(obs, text, response_first) -> None:
-    t = Turns()
-    if response_first:
-        t.add_response("r", 2, "t", text)
-        joined = t.add_injection("i", 1, "t", obs)
-    else:
-        t.add_injection("i", 1, "t", obs)
-        joined = t.add_response("r", 2, "t", text)
-    words = response_words(text)
-    first: dict[str, str] = {}
-    for obs_id, content in obs:
-        first.setdefault(obs_id, content)
-    assert {f.observation_id: f.feedback for f in joined.feedback} == {
-        o: judge_observation(c, words) for o, c in first.items()
-    }
+@given(turn_events, st.randoms(use_true_random=False))
+def test_any_arrival_order_gives_the_same_verdicts(events: list, rnd: random.Random) -> None:
+    texts = [TEXT, "nothing here", "session cookies signed secret vault", "tokens rotate"]
+
+    def build(order: list) -> dict:
+        t = Turn()
+        for seq, (is_response, ts, i) in enumerate(order):
+            if is_response:
+                t.add_response(ts, seq, 0, words(texts[i % len(texts)]))
+            else:
+                t.add_injection(ts, seq, 0, kws([OBS[i % 2]]))
+        return t.judged
+
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    assert build(shuffled) == build(sorted(events, key=lambda e: e[1]))

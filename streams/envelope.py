@@ -1,0 +1,104 @@
+"""What a stage's logic sees of Kafka, and what it hands back: no Faust, no Kafka here.
+
+A Faust agent turns each message into an :class:`InMessage`, calls the stage's logic with a
+:data:`StateStore` (its Faust table in production, a dict in tests) and sends the
+:class:`Output` it gets back. The logic never talks to the broker itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+#: A counter increment's identity: its name and its attributes, a sorted tuple of pairs.
+CounterKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class InMessage:
+    """What the worker needs to know of one Kafka message."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Output:
+    """Everything a batch of messages makes a stage send, grouped by destination and key."""
+
+    diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    deadletters: list[tuple[bytes | None, dict[str, Any]]] = field(default_factory=list)
+    #: events to put back on ``events``, keyed by session id: (events, the timestamp of the
+    #: message they came in, so the publish time travels with them)
+    reroute: list[tuple[str, list[dict[str, Any]], int | None]] = field(default_factory=list)
+    counts: Counter[CounterKey] = field(default_factory=Counter)
+    #: internal, keyed by observation id: a session's step for each observation
+    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: internal, keyed by session id: observations' misleading verdicts for the session
+    verdicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: keyed by observation id: weight updates for the memory system (``weights`` topic)
+    weights: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: keyed by counter name: messages for the ``counters`` topic besides the increments
+    counter_messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: event time of the newest event handled (for the counter increments); 0: unknown
+    ts_us: int = 0
+    #: the newest Kafka timestamp of the messages handled: internal messages carry it on,
+    #: so every stage's processing-time clock runs on publish time, not on lag
+    timestamp_ms: int | None = None
+
+    def diagnostic(self, key: str, record: dict[str, Any]) -> None:
+        self.diagnostics.setdefault(key, []).append(record)
+
+    def step(self, key: str, record: dict[str, Any]) -> None:
+        self.steps.setdefault(key, []).append(record)
+
+    def verdict(self, key: str, record: dict[str, Any]) -> None:
+        self.verdicts.setdefault(key, []).append(record)
+
+    def weight(self, key: str, record: dict[str, Any]) -> None:
+        self.weights.setdefault(key, []).append(record)
+
+    def count(self, name: str, n: int = 1, **attributes: str) -> None:
+        self.counts[(name, tuple(sorted(attributes.items())))] += n
+
+
+class StateStore(Protocol):
+    """Where a stage keeps its state: a Faust table in production, :class:`DictStore` in
+    tests. Every write names its partition, because the writes of a batch span several
+    partitions and each goes to that partition's changelog."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, value: bytes, partition: int) -> None: ...
+
+    def delete(self, key: str, partition: int) -> None: ...
+
+    def keys(self) -> Iterable[str]: ...
+
+
+class DictStore:
+    """A :class:`StateStore` over a plain dict (tests, benchmarks)."""
+
+    def __init__(self, data: dict[str, bytes] | None = None):
+        self.data: dict[str, bytes] = {} if data is None else data
+        self.writes = 0
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: str, value: bytes, partition: int) -> None:
+        self.data[key] = value
+        self.writes += 1
+
+    def delete(self, key: str, partition: int) -> None:
+        self.data.pop(key, None)
+        self.writes += 1
+
+    def keys(self) -> Iterable[str]:
+        return list(self.data)

@@ -1,0 +1,192 @@
+"""The tables in one comparable shape, from the reference, the in-memory world or DuckDB.
+
+Only the contract's columns (and the ones a rule defines, like a feedback row's ``ts``):
+wall-clock columns and dead letters are left out, as the event-time suite compares them
+apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.decode import parse_ts
+
+Snapshot = dict[str, dict[Any, tuple[Any, ...]]]
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 9)
+
+
+def from_reference(ref: dict[str, Any]) -> Snapshot:
+    return {
+        "searches": {
+            eid: (
+                r["session_id"],
+                r["source"],
+                r["result_count"],
+                r["is_followup"],
+                r["prev_event_id"],
+                _r(r["gap_seconds"]),
+            )
+            for eid, r in ref["searches"].items()
+        },
+        "retrieval_feedback": {
+            k: (r["signal"], _r(r["match_ratio"]), r["keyword_count"], r["matched_count"], r["ts"])
+            for k, r in ref["retrieval_feedback"].items()
+        },
+        "session_diagnostics": {
+            sid: (
+                r["outcome"],
+                r["event_id"],
+                r["ts"],
+                r["failure_category"],
+                tuple(r["injected_observation_ids"]),
+                tuple(r["injected_graph_entity_ids"]),
+                tuple(r["injected_graph_edge_keys"]),
+                tuple(r["ignored_observation_ids"]),
+                r["search_count"],
+                r["followup_count"],
+                tuple(r["misleading_observation_ids"]),
+            )
+            for sid, r in ref["session_diagnostics"].items()
+        },
+        "observation_weight_history": {
+            k: (
+                r["outcome"],
+                _r(r["alpha"]),
+                _r(r["previous_weight"]),
+                _r(r["new_weight"]),
+                r["aggressive"],
+            )
+            for k, r in ref["observation_weight_history"].items()
+        },
+        "observation_weights": {k: (_r(w),) for k, w in ref["observation_weights"].items()},
+    }
+
+
+def _edge(e: dict[str, str]) -> str:
+    return f"{e['source_id']}|{e['target_id']}|{e['relationship']}"
+
+
+def from_records(tables: Any) -> Snapshot:
+    """From :class:`tests.inmemory.Tables` (the records as the worker sent them)."""
+    return {
+        "searches": {
+            eid: (
+                r["session_id"],
+                r["source"],
+                r["result_count"],
+                r["is_followup"],
+                r["prev_event_id"],
+                _r(r["gap_seconds"]),
+            )
+            for eid, r in tables.searches.items()
+        },
+        "retrieval_feedback": {
+            k: (
+                r["signal"],
+                _r(r["match_ratio"]),
+                r["keyword_count"],
+                r["matched_count"],
+                parse_ts(r["ts"]),
+            )
+            for k, r in tables.feedback.items()
+        },
+        "session_diagnostics": {
+            sid: (
+                r["outcome"],
+                r["event_id"],
+                parse_ts(r["ts"]),
+                r["failure_category"],
+                tuple(r["injected_observation_ids"]),
+                tuple(r["injected_graph_entity_ids"]),
+                tuple(_edge(e) for e in r["injected_graph_edge_keys"]),
+                tuple(r["ignored_observation_ids"]),
+                r["search_count"],
+                r["followup_count"],
+                tuple(r["misleading_observation_ids"]),
+            )
+            for sid, r in tables.sessions.items()
+        },
+        "observation_weight_history": {
+            k: (
+                r["outcome"],
+                _r(r["alpha"]),
+                _r(r["previous_weight"]),
+                _r(r["weight"]),
+                r["aggressive"],
+            )
+            for k, r in tables.history.items()
+        },
+        "observation_weights": {k: (_r(r["current_weight"]),) for k, r in tables.weights.items()},
+    }
+
+
+def from_duckdb(query: Any) -> Snapshot:
+    """From a memdiag DuckDB file; ``query(sql)`` returns rows."""
+
+    def us(ts: Any) -> int:
+        return int(ts.timestamp() * 1_000_000) if ts is not None else None  # type: ignore[return-value]
+
+    return {
+        "searches": {
+            r[0]: (r[1], r[2], r[3], r[4], r[5], _r(r[6]))
+            for r in query(
+                "SELECT event_id, session_id, source, result_count, is_followup, prev_event_id, "
+                "gap_seconds FROM searches"
+            )
+        },
+        "retrieval_feedback": {
+            (r[0], r[1], r[2]): (r[3], _r(r[4]), r[5], r[6], r[7])
+            for r in query(
+                "SELECT session_id, turn_id, observation_id, signal, match_ratio, keyword_count, "
+                "matched_count, epoch_us(ts) FROM retrieval_feedback"
+            )
+        },
+        "session_diagnostics": {
+            r[0]: (
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                tuple(r[5]),
+                tuple(r[6]),
+                tuple(r[7]),
+                tuple(r[8]),
+                r[9],
+                r[10],
+                tuple(r[11]),
+            )
+            for r in query(
+                "SELECT session_id, outcome, event_id, epoch_us(ts), failure_category, "
+                "injected_observation_ids, injected_graph_entity_ids, injected_graph_edge_keys, "
+                "ignored_observation_ids, search_count, followup_count, "
+                "misleading_observation_ids FROM session_diagnostics"
+            )
+        },
+        "observation_weight_history": {
+            (r[0], r[1]): (r[2], _r(r[3]), _r(r[4]), _r(r[5]), r[6])
+            for r in query(
+                "SELECT observation_id, session_id, outcome, alpha, previous_weight, new_weight, "
+                "aggressive FROM observation_weight_history"
+            )
+        },
+        "observation_weights": {
+            r[0]: (_r(r[1]),)
+            for r in query("SELECT observation_id, weight FROM observation_weights")
+        },
+    }
+
+
+def differences(a: Snapshot, b: Snapshot, limit: int = 5) -> list[str]:
+    """Human-readable differences, a few per table (empty when equal)."""
+    out: list[str] = []
+    for table in a:
+        left, right = a[table], b.get(table, {})
+        diff = [k for k in left.keys() | right.keys() if left.get(k) != right.get(k)]
+        if diff:
+            out.append(f"{table}: {len(diff)} rows differ")
+            for k in sorted(diff, key=repr)[:limit]:
+                out.append(f"  {k!r}: {left.get(k)!r} != {right.get(k)!r}")
+    return out

@@ -1,0 +1,209 @@
+"""An independent, in-order reference of what memdiag computes (CONTRACT section 3).
+
+A plain loop over the events sorted by ``ts``: no state store, no partitions, no
+corrections. It shares no code with ``streams`` beyond the text rule's definition, written
+out again here. Tests compare every way of feeding the worker against it; without it, every
+mode could be wrong in the same way.
+
+Choices the contract leaves open are the product's, documented in docs/rules.md: a turn's
+response is its first in event time and every injection of the turn is judged against it;
+an observation keeps the content of its first injection; a feedback row's ``ts`` is the later
+of the two halves; sessions with equal outcome ``ts`` are ordered by ``session_id``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+WINDOW_S = 30.0
+RETENTION_S = 24 * 3600.0
+ALPHA_SUCCESS, ALPHA_FAILURE = 0.1, 0.2
+RUNNERS = set(
+    "jest vitest pytest go_test mocha jasmine karma ava cargo_test rspec minitest phpunit "
+    "junit unittest nose2 playwright_test cypress".split()
+)
+
+
+def parse(ts: str) -> int:
+    """Microseconds since the epoch, exactly."""
+    d = datetime.fromisoformat(ts.replace("Z", "+00:00")) - datetime(1970, 1, 1, tzinfo=UTC)
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def words(text: str) -> list[str]:
+    out = []
+    for w in text.lower().split():
+        w = "".join(c for c in w if c.isalnum())
+        if w:
+            out.append(w)
+    return out
+
+
+def category(outcome: dict[str, Any]) -> str:
+    for call in outcome["tool_calls"]:
+        name = call["tool"].lower().replace("-", "_").replace(" ", "_")
+        if not call["success"] and name in RUNNERS:
+            return "test_failure"
+    messages = [e["message"] for e in outcome["errors"]]
+    if any(re.search("lint|format|prettier|eslint", m, re.I) for m in messages):
+        return "style"
+    if any(re.search("regression|broke|previously", m, re.I) for m in messages):
+        return "regression"
+    if "files_modified" in outcome and not outcome["files_modified"]:
+        return "incomplete"
+    return "wrong_approach" if messages else "other"
+
+
+def reference(
+    events: list[dict[str, Any]], window_s: float = WINDOW_S, retention_s: float = RETENTION_S
+) -> dict[str, Any]:
+    """The tables, as ``{table: {key: row}}``, for valid session events (any order)."""
+    unique: dict[str, tuple[int, dict[str, Any]]] = {}
+    for i, e in enumerate(events):
+        unique.setdefault(e["event_id"], (i, e))  # the first copy of an event id counts
+    window, retention = round(window_s * 1e6), round(retention_s * 1e6)
+    by_session: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+    for i, e in unique.values():
+        by_session.setdefault(e["session_id"], []).append((parse(e["ts"]), i, e))
+
+    searches: dict[str, dict[str, Any]] = {}
+    feedback: dict[tuple[str, str, str], dict[str, Any]] = {}
+    sessions: dict[str, dict[str, Any]] = {}
+    for sid, evs in by_session.items():
+        evs.sort(key=lambda t: (t[0], t[1]))
+        prev = None
+        agent_searches = followups = 0
+        turns: dict[str, dict[str, Any]] = {}
+        first_seen: dict[str, None] = {}
+        entities: dict[str, None] = {}
+        edges: dict[str, None] = {}
+        outcome = None
+        for ts, _, e in evs:
+            kind = e["kind"]
+            if kind == "search":
+                source = e.get("source", "agent")
+                row = {"is_followup": False, "prev_event_id": None, "gap_seconds": None}
+                if source == "agent":
+                    agent_searches += 1
+                if source == "agent" and e["result_ids"]:
+                    if prev is not None and ts - prev[0] <= retention:
+                        gap = ts - prev[0]
+                        follow = (
+                            gap <= window
+                            and e["query"].strip().lower() != prev[1]
+                            and not set(e["result_ids"]) & prev[2]
+                        )
+                        row = {
+                            "is_followup": follow,
+                            "prev_event_id": prev[3],
+                            "gap_seconds": gap / 1_000_000,
+                        }
+                        followups += follow
+                    prev = (ts, e["query"].strip().lower(), set(e["result_ids"]), e["event_id"])
+                searches[e["event_id"]] = {
+                    "session_id": sid,
+                    "source": source,
+                    "result_count": len(e["result_ids"]),
+                    **row,
+                }
+            elif kind == "injection":
+                turn = turns.setdefault(e["turn_id"], {"response": None, "obs": {}})
+                for o in e["observations"]:
+                    turn["obs"].setdefault(o["id"], (ts, o["content"]))
+                    first_seen.setdefault(o["id"])
+                for x in e.get("graph_entity_ids") or []:
+                    entities.setdefault(x)
+                for g in e.get("graph_edge_keys") or []:
+                    edges.setdefault(f"{g['source_id']}|{g['target_id']}|{g['relationship']}")
+            elif kind == "response":
+                turn = turns.setdefault(e["turn_id"], {"response": None, "obs": {}})
+                if turn["response"] is None:
+                    turn["response"] = (ts, e["text"])
+            else:
+                outcome = e  # the last in event time stands
+        used_in: dict[str, list[bool]] = {}
+        for turn_id, turn in turns.items():
+            if turn["response"] is None:
+                continue
+            r_ts, text = turn["response"]
+            r_words = set(words(text))
+            for obs_id, (i_ts, content) in turn["obs"].items():
+                kws = {w for w in words(content) if len(w) > 4}
+                matched = len(kws & r_words)
+                ratio = matched / len(kws) if kws else 0.0
+                used = bool(kws) and ratio > 0.30
+                feedback[(sid, turn_id, obs_id)] = {
+                    "signal": "used" if used else "ignored",
+                    "match_ratio": ratio,
+                    "keyword_count": len(kws),
+                    "matched_count": matched,
+                    "ts": max(r_ts, i_ts),
+                }
+                used_in.setdefault(obs_id, []).append(used)
+        if outcome is None:
+            continue
+        failed = outcome["outcome"] != "accepted"
+        sessions[sid] = {
+            "outcome": outcome["outcome"],
+            "event_id": outcome["event_id"],
+            "ts": parse(outcome["ts"]),
+            "failure_category": category(outcome) if failed else None,
+            "injected_observation_ids": list(first_seen),
+            "injected_graph_entity_ids": list(entities),
+            "injected_graph_edge_keys": list(edges),
+            "ignored_observation_ids": [
+                o for o in first_seen if o in used_in and not any(used_in[o])
+            ],
+            "search_count": agent_searches,
+            "followup_count": followups,
+            "misleading_observation_ids": [],
+        }
+
+    # observations: sessions in outcome order, one step each
+    per_obs: dict[str, list[tuple[int, str]]] = {}
+    for sid, s in sessions.items():
+        for obs_id in s["injected_observation_ids"]:
+            per_obs.setdefault(obs_id, []).append((s["ts"], sid))
+    history: dict[tuple[str, str], dict[str, Any]] = {}
+    weights: dict[str, float] = {}
+    misleading_after: dict[tuple[str, str], bool] = {}
+    for obs_id, order in per_obs.items():
+        order.sort()
+        failed_n = accepted_n = 0
+        w = 1.0
+        for _, sid in order:
+            accepted = sessions[sid]["outcome"] == "accepted"
+            if accepted:
+                accepted_n += 1
+            else:
+                failed_n += 1
+            misleading = failed_n >= 3 and accepted_n == 0
+            if accepted:
+                alpha, target = ALPHA_SUCCESS, 1.0
+            else:
+                alpha, target = (min(1.0, 2 * ALPHA_FAILURE) if misleading else ALPHA_FAILURE), 0.0
+            new = w + alpha * (target - w)
+            history[(obs_id, sid)] = {
+                "outcome": sessions[sid]["outcome"],
+                "alpha": alpha,
+                "previous_weight": w,
+                "new_weight": new,
+                "aggressive": (not accepted) and misleading,
+            }
+            misleading_after[(obs_id, sid)] = misleading
+            w = new
+        weights[obs_id] = w
+    for sid, s in sessions.items():
+        if s["outcome"] != "accepted":
+            s["misleading_observation_ids"] = [
+                o for o in s["injected_observation_ids"] if misleading_after[(o, sid)]
+            ]
+    return {
+        "searches": searches,
+        "retrieval_feedback": feedback,
+        "session_diagnostics": sessions,
+        "observation_weights": weights,
+        "observation_weight_history": history,
+    }

@@ -1,0 +1,169 @@
+"""A generated multi-session scenario that is really out of order (the event-time suite).
+
+Hundreds of sessions spread over hours of event time, interleaved. The list it returns is
+the *arrival* order (the order a file or a live producer publishes them in), and it differs
+from event time on purpose:
+
+- some events arrive far later than their ``ts`` (further than the turn TTL);
+- some injections arrive after their session's outcome;
+- some sessions report two outcomes, some none, some never search;
+- some sessions span more event time than the turn TTL;
+- some events are redelivered (the same event twice);
+- observations are shared across sessions, and some stale ones make sessions fail, so
+  misleading observations and weight steps happen, in an order the arrival scrambles.
+
+Every ``ts`` in a session is distinct, so the in-order result never depends on how ties
+arrive. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+T0 = datetime(2026, 11, 20, 6, 0, tzinfo=UTC)
+WORDS = (
+    "token refresh rotation cookie signing vault secret deploy rollback canary index rebuild "
+    "query planner connection pool migration invoice webhook retry bundle hydration reranker "
+    "embedding recall threshold latency budget schema version parser lexer cache eviction"
+).split()
+
+
+def _ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _sentence(r: random.Random, n: int) -> str:
+    return " ".join(r.choice(WORDS) for _ in range(n))
+
+
+def observations(r: random.Random, n: int) -> list[dict[str, str]]:
+    return [
+        {"id": f"obs_{i:03d}", "content": f"{_sentence(r, 8)}. Remember {_sentence(r, 5)}."}
+        for i in range(n)
+    ]
+
+
+def generate(sessions: int = 300, seed: int = 11) -> list[dict[str, Any]]:
+    """The scenario's events in arrival order (redeliveries included)."""
+    r = random.Random(seed)
+    pool = observations(r, 60)
+    stale = {o["id"] for o in pool[:6]}  # injecting one of these makes a session fail
+    events: list[tuple[datetime, dict[str, Any]]] = []
+    outcomes_of: dict[str, list[dict[str, Any]]] = {}
+    for s in range(sessions):
+        sid = f"ses_{s:04d}"
+        agent = f"agent-{s % 5}"
+        t = T0 + timedelta(seconds=r.uniform(0, 4 * 3600))
+        scope = {"session_id": sid, "agent_id": agent, "org_id": f"org_{s % 3}"}
+        n = 0
+
+        def add(
+            kind: str, at: datetime, sid: str = sid, scope: dict = scope, **fields: Any
+        ) -> dict[str, Any]:
+            nonlocal n
+            n += 1
+            event = {"kind": kind, "event_id": f"{sid}-{n:02d}", "ts": _ts(at), **scope, **fields}
+            events.append((at, event))
+            return event
+
+        searches_on = r.random() > 0.1  # one session in ten never asks its memory
+        used_stale = False
+        query = _sentence(r, 3)
+        for turn in range(r.randint(1, 4)):
+            if r.random() < 0.25:
+                t += timedelta(seconds=r.uniform(3700, 9000))  # a pause longer than the TTL
+            if searches_on:
+                for _ in range(r.randint(1, 3)):
+                    t += timedelta(seconds=r.uniform(1, 50), microseconds=r.randint(1, 999))
+                    roll = r.random()
+                    if roll > 0.2:
+                        query = _sentence(r, 3)  # else a retry of the same query
+                    ids = [o["id"] for o in r.sample(pool, 3)] if roll < 0.93 else []
+                    add(
+                        "search",
+                        t,
+                        query=query,
+                        result_ids=ids,
+                        source="viewer" if 0.88 < roll < 0.93 else "agent",
+                    )
+            t += timedelta(seconds=r.uniform(1, 5), microseconds=r.randint(1, 999))
+            injected = r.sample(pool, r.randint(1, 4))
+            if r.random() < 0.3:
+                injected[0] = r.choice(pool[:6])
+            used_stale |= any(o["id"] in stale for o in injected)
+            add(
+                "injection",
+                t,
+                turn_id=f"t{turn}",
+                observations=injected,
+                graph_entity_ids=[f"node_{r.randrange(20)}"],
+                graph_edge_keys=[
+                    {"source_id": "node_a", "target_id": f"node_{turn}", "relationship": "USES"}
+                ],
+            )
+            t += timedelta(seconds=r.uniform(2, 60), microseconds=r.randint(1, 999))
+            parts = [o["content"] for o in injected if r.random() < 0.5] + [_sentence(r, 6)]
+            add("response", t, turn_id=f"t{turn}", text=" ".join(parts))
+        if r.random() < 0.08:
+            continue  # no outcome: the session stays open
+        for _ in range(2 if r.random() < 0.12 else 1):
+            t += timedelta(seconds=r.uniform(5, 600), microseconds=r.randint(1, 999))
+            failed = r.random() < (0.85 if used_stale else 0.25)
+            result = r.choice(["rejected", "rework"]) if failed else "accepted"
+            runner = r.choice(["pytest", "vitest", "edit"])
+            outcome = add(
+                "session_outcome",
+                t,
+                outcome=result,
+                tool_calls=[{"tool": runner, "file": "src/a.py", "success": not failed}],
+                files_modified=[] if r.random() < 0.1 else ["src/a.py"],
+                errors=(
+                    [
+                        {
+                            "message": r.choice(["lint failed", "it broke", "timeout"]),
+                            "tool": runner,
+                            "recoverable": False,
+                        }
+                    ]
+                    if failed and r.random() < 0.6
+                    else []
+                ),
+            )
+            outcomes_of.setdefault(sid, []).append(outcome)
+    events.sort(key=lambda te: te[0])
+    arrival = [e for _, e in events]
+    by_id = {e["event_id"]: i for i, e in enumerate(arrival)}
+
+    def move_later(event: dict[str, Any], at_least: int, at_most: int) -> None:
+        i = arrival.index(event)
+        arrival.pop(i)
+        arrival.insert(min(len(arrival), i + r.randint(at_least, at_most)), event)
+
+    # late arrivals: moved well past the turn TTL (about 60 events per hour of event time)
+    for event in r.sample(arrival, len(arrival) // 12):
+        move_later(event, 20, 400)
+    # injections that arrive after their session's outcome
+    for sid, outs in outcomes_of.items():
+        if r.random() < 0.15:
+            injections = [e for e in arrival if e["session_id"] == sid and e["kind"] == "injection"]
+            if injections:
+                late = r.choice(injections)
+                arrival.remove(late)
+                arrival.insert(arrival.index(outs[-1]) + 1 + r.randint(0, 30), late)
+    # redeliveries
+    for event in r.sample(arrival, len(arrival) // 30):
+        arrival.insert(r.randint(arrival.index(event) + 1, len(arrival)), dict(event))
+    assert len(by_id) == len({e["event_id"] for e in arrival})
+    return arrival
+
+
+def future_events(events: list[dict[str, Any]], n: int = 5, seed: int = 5) -> list[dict[str, Any]]:
+    """A few events from a host whose clock is in 2099, for existing sessions."""
+    r = random.Random(seed)
+    out = []
+    for i, base in enumerate(r.sample([e for e in events if e["kind"] == "search"], n)):
+        event = dict(base, event_id=f"future-{i}", ts="2099-01-01T00:00:00.000Z")
+        out.append(event)
+    return out
