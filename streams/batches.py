@@ -88,13 +88,18 @@ class CounterBuffer:
         self._pending: Counter[tuple[CounterKey, int]] = Counter()
         self._newest: dict[tuple[CounterKey, int], int] = {}
 
-    def add(self, counts: Counter[CounterKey], ts_us: int) -> None:
-        minute = minute_of(ts_us)
-        for key, value in counts.items():
-            if value:
-                self._pending[(key, minute)] += value
-                bucket = (key, minute)
-                self._newest[bucket] = max(self._newest.get(bucket, 0), ts_us)
+    def add(self, out: Output) -> None:
+        """An output's increments: each in its event's minute where the stage knew the event,
+        the rest in the minute of the newest event the stage handled."""
+        for bucket, (value, ts_us) in out.by_minute.items():
+            self._add(bucket, value, ts_us)
+        fallback = out.ts_us or (out.timestamp_ms or 0) * 1000
+        for key, value in out.untimed_counts().items():
+            self._add((key, minute_of(fallback)), value, fallback)
+
+    def _add(self, bucket: tuple[CounterKey, int], value: int, ts_us: int) -> None:
+        self._pending[bucket] += value
+        self._newest[bucket] = max(self._newest.get(bucket, 0), ts_us)
 
     def drain(self) -> list[tuple[str, dict[str, Any]]]:
         """The (key, record) increments to send, one per counter, attributes and minute."""
@@ -158,7 +163,7 @@ class Sender:
             await put(self.counters, name, record)
         if out.counts:
             self.metrics.add_all(out.counts)
-            self.buffer.add(out.counts, out.ts_us or (out.timestamp_ms or 0) * 1000)
+            self.buffer.add(out)
         return futures
 
     async def flush_counters(self) -> None:

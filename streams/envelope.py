@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+MINUTE_US = 60 * 1_000_000
+
 #: A counter increment's identity: its name and its attributes, a sorted tuple of pairs.
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -38,6 +40,9 @@ class Output:
     #: message they came in, so the publish time travels with them)
     reroute: list[tuple[str, list[dict[str, Any]], int | None]] = field(default_factory=list)
     counts: Counter[CounterKey] = field(default_factory=Counter)
+    #: the same increments by minute of event time, where the event is known:
+    #: (counter, minute) -> [value, newest ts in µs]. The rest is stamped with ``ts_us``.
+    by_minute: dict[tuple[CounterKey, int], list[int]] = field(default_factory=dict)
     #: internal, keyed by observation id: a session's step for each observation
     steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: internal, keyed by session id: observations' misleading verdicts for the session
@@ -64,8 +69,22 @@ class Output:
     def weight(self, key: str, record: dict[str, Any]) -> None:
         self.weights.setdefault(key, []).append(record)
 
-    def count(self, name: str, n: int = 1, **attributes: str) -> None:
-        self.counts[(name, tuple(sorted(attributes.items())))] += n
+    def count(self, name: str, n: int = 1, at_us: int = 0, **attributes: str) -> None:
+        """Add ``n`` to a counter; ``at_us``: the event time it belongs to, if known, so the
+        counter topic's per-minute rollups put it in its own minute."""
+        key = (name, tuple(sorted(attributes.items())))
+        self.counts[key] += n
+        if at_us:
+            bucket = self.by_minute.setdefault((key, at_us - at_us % MINUTE_US), [0, 0])
+            bucket[0] += n
+            bucket[1] = max(bucket[1], at_us)
+
+    def untimed_counts(self) -> Counter[CounterKey]:
+        """The increments no event time was given for."""
+        untimed = Counter(self.counts)
+        for (key, _), (value, _) in self.by_minute.items():
+            untimed[key] -= value
+        return +untimed
 
 
 class StateStore(Protocol):

@@ -94,6 +94,6 @@ class JudgementProcessor:
             )
             out.ts_us = max(out.ts_us, j.ts_us)
             if mode == READER_FAILURE:
-                out.count(READER_FAILURES, run_id=j.run_id)
+                out.count(READER_FAILURES, at_us=j.ts_us, run_id=j.run_id)
             elif mode == RETRIEVAL_FAILURE:
-                out.count(RETRIEVAL_FAILURES, run_id=j.run_id)
+                out.count(RETRIEVAL_FAILURES, at_us=j.ts_us, run_id=j.run_id)

@@ -76,7 +76,7 @@ class ObservationOwner:
                 else:
                     resent.discard(obs_id)
                 if change.late:
-                    out.count(LATE_EVENTS, reason=LATE_OBSERVATION_WINDOW)
+                    out.count(LATE_EVENTS, at_us=entry.ts_us, reason=LATE_OBSERVATION_WINDOW)
                 for step in change.steps:
                     out.weight(obs_id, weight_record(obs_id, step, ledger))
                 for step in change.verdicts:
@@ -91,7 +91,7 @@ class ObservationOwner:
                         },
                     )
                 if change.became_misleading:
-                    out.count(MISLEADING)
+                    out.count(MISLEADING, at_us=entry.ts_us)
                 out.ts_us = max(out.ts_us, entry.ts_us)
         for obs_id, (ledger, partition, changed) in ledgers.items():
             if changed:

@@ -229,13 +229,13 @@ class Session:
             self.empty_agent_searches += 1
         if out is None:
             return
-        out.count(SEARCH_CALLS, source=source)
+        out.count(SEARCH_CALLS, at_us=ts, source=source)
         if late:
-            out.count(LATE_EVENTS, reason=LATE_BEYOND_RETENTION)
+            out.count(LATE_EVENTS, at_us=ts, reason=LATE_BEYOND_RETENTION)
         out.diagnostic(self.session_id, self._search_row(rec, verdicts[0] if verdicts else None))
         for v in verdicts:
             if v.is_followup:
-                out.count(FOLLOWUPS)
+                out.count(FOLLOWUPS, at_us=ts)
         if len(verdicts) > 1:  # the successor's verdict changed: its row again, corrected
             self._send_search(verdicts[1], out)
         self._send_diagnostic(out)
@@ -285,7 +285,7 @@ class Session:
     def _count_outcome(self, rec: list[Any], out: Output) -> None:
         """Each outcome event counts once, with its own category."""
         category = self._category(rec) if rec[3] != ACCEPTED else ""
-        out.count(SESSION_OUTCOMES, failure_category=category, outcome=rec[3])
+        out.count(SESSION_OUTCOMES, at_us=rec[2], failure_category=category, outcome=rec[3])
 
     def _turn(self, turn_id: str) -> Turn:
         turn = self.turns.get(turn_id)
@@ -310,7 +310,7 @@ class Session:
             if out is not None:
                 out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
                 if before is None:
-                    out.count(FEEDBACK, signal=now.feedback.signal)
+                    out.count(FEEDBACK, at_us=now.ts_us, signal=now.feedback.signal)
 
     def _count_unmatched(self, out: Output | None) -> None:
         """Count (once) each half whose partner has not come within the turn TTL of the
@@ -328,7 +328,7 @@ class Session:
                 turn.counted = True
                 self._pending_turns.discard(turn_id)
                 if out is not None:
-                    out.count(UNMATCHED_TURNS, half=half)
+                    out.count(UNMATCHED_TURNS, at_us=self.clock, half=half)
 
     # -- redelivery ---------------------------------------------------------------------------
 
