@@ -6,14 +6,17 @@
 - observations (``streams.observations``): internal steps, keyed by observation -> ``o:``:
   the ledger of each observation; weights, and verdicts back to the sessions.
 - judgements (``streams.judgements``): ``judgements`` -> a ``judgement`` record each
-  (stateless, a Faust agent).
+  (stateless).
 - counters (``streams.counters``): the increments on ``counters`` -> a per-minute rollup of
   each (``rollups`` table), back on ``counters`` (a Faust agent).
 
-The two stateful stages run as :class:`streams.batches.BatchRunner` tasks: batches, one
-state write per touched key, acknowledged only once durable. They share one table (and so
-one changelog); their source topics are co-partitioned, so Faust's assignor gives
-partition p of all of them to one worker, with changelog partition p.
+These three run as :class:`streams.batches.BatchRunner` tasks: batches, one state write
+per touched key, offsets committed by the runner only once everything before them is
+durable. The two stateful ones share one table (and so one changelog); their source topics
+are co-partitioned, so Faust's assignor gives partition p of all of them to one worker, with
+changelog partition p. The counters' rollup is a plain Faust agent: counters are an
+alerting signal, not the record (DuckDB is), and may over- or undercount by the increments of
+the last second around a crash.
 """
 
 from __future__ import annotations
@@ -67,23 +70,20 @@ def register(w: Wiring) -> None:
     def on_failure(msg: InMessage, exc: BaseException) -> Any:
         return failed_output(msg, exc, settings)
 
-    sessions = BatchRunner(
-        app, "sessions", [w.events, w.verdicts], processor, state, sender, on_failure
-    )
-    observations = BatchRunner(
-        app, "observations", [w.steps], ObservationOwner(settings), state, sender, on_failure
-    )
-    app.task(sessions.run)
-    app.task(observations.run)
-    judge = JudgementProcessor(settings)
+    every = settings.commit_interval_seconds
+    runners = [
+        BatchRunner(app, "sessions", [w.events, w.verdicts], processor, state, sender,
+                    on_failure, commit_interval=every),
+        BatchRunner(app, "observations", [w.steps], ObservationOwner(settings), state, sender,
+                    on_failure, commit_interval=every),
+        # stateless, but its outputs are as precious: same offsets discipline
+        BatchRunner(app, "judgements", [w.judgements], JudgementProcessor(settings), None,
+                    sender, on_failure, commit_interval=every),
+    ]  # fmt: skip
+    for runner in runners:
+        app.task(runner.run)
     rollup = Rollups()
     rollups = TableStore(w.rollups)
-
-    @app.agent(w.judgements, concurrency=1, name="attribute_judgements")
-    async def attribute_judgements(stream: StreamT) -> None:
-        event: EventT
-        async for event in stream.events():
-            await sender.send(judge.process([_message(event)]))
 
     @app.agent(w.counters, concurrency=1, name="roll_up_counters")
     async def roll_up_counters(stream: StreamT) -> None:
@@ -97,17 +97,28 @@ def register(w: Wiring) -> None:
         await sender.flush_counters()
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode types receivers oddly
-    async def _on_assigned(sender_: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+    async def _on_assigned(sender_: Any, assigned: Any = (), **kwargs: Any) -> None:
         processor.partitions_changed()
+        mine = sorted(tp.partition for tp in assigned if tp.topic == w.events.get_topic_name())
+        log.info("memdiag worker assigned partitions %s of %s", mine, w.events.get_topic_name())
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _on_ready(sender_: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         log.info("memdiag worker ready: partitions assigned and state recovered")
 
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types receivers oddly
+    async def _on_revoked(sender_: Any, *args: Any, **kwargs: Any) -> None:
+        for runner in runners:
+            await runner.on_revoked()
+
     async def _flush_on_stop(*args: Any, **kwargs: Any) -> None:
-        await sessions.wait_idle()
-        await observations.wait_idle()
+        """Every batch's outputs out, the counters they added, then the offsets."""
+        for runner in runners:
+            await runner.wait_idle(commit=False)
         await sender.flush_counters()
+        for runner in runners:
+            await runner.commit()
+            await runner.stop()
 
     app.on_before_shutdown.connect(_flush_on_stop)
 

@@ -1,37 +1,47 @@
-"""How the stateful stages run inside Faust: in batches, acknowledged only once durable.
+"""How the stateful stages run inside Faust: in batches, and committed by memdiag itself,
+only up to where everything before is durable.
 
-Faust's own ``async for event in stream`` acknowledges an event when the agent asks for the
-next one, and its commit flushes the producer first. Three holes in that, in the installed
-faust-streaming, lost outputs when a worker was killed or a partition moved (the event-time
-issue's scaled-out runs):
+Faust still owns the consumer group, the assignment, the tables' changelogs and their
+recovery. It no longer commits the stages' offsets: in the installed faust-streaming
+(0.15.3), its commit lost events whenever partitions moved, graceful scale-in included (the
+event-time issue's scaled-out runs, found with an offset trace of every batch):
 
-- the producer's changelog buffer can still hold table writes when ``flush`` returns (it
-  gives up waiting after 0.1 s), so an offset can be committed before the state it
-  produced is in the changelog;
-- a failed delivery is only logged, and the offset is committed anyway;
-- an event fetched before a rebalance and found stale is skipped *and acknowledged*, so
-  its offset can be committed although it was never processed.
+- after a rebalance the recovery resumes the stream partitions *before* it seeks them to
+  their committed offsets, so the fetcher first delivers from wherever it stood, past the
+  records it had fetched and dropped when the rebalance began;
+- ``Consumer._new_offset`` commits the first run of consecutive acked offsets without
+  checking that it starts at the committed offset: the check is skipped when the committed
+  offset is unknown (always, between a revocation and the seek, and for offset 0) and is
+  off by one otherwise; and a jump in the offsets is recorded as a compaction gap, which
+  the commit then counts as done;
+- ``seek_to_committed`` does not seek a partition whose committed offset is 0 or missing.
 
-:class:`BatchRunner` takes the stage's messages from a Faust channel (Faust still owns the
-consumer group, the assignment, the table's changelog and its recovery), processes them in
-batches, writes each touched key once with its partition named (faust-streaming #497), and
-acknowledges a batch only after every state write and every output has been acknowledged
-by the broker, in offset order. A stale event is never acknowledged: it is fetched again
-after the rebalance. So an acknowledged offset always means "its effects are durable", and
-at-least-once holds whatever Faust commits when.
+So a record fetched before a rebalance and dropped was committed past and never processed.
+:class:`BatchRunner` subscribes with Faust's acks off (Faust then never commits these
+topics) and keeps a :class:`Progress` per generation: after every assignment it seeks each
+of its partitions to the committed offset itself (or to the log start when none is
+committed), processes records only in offset order from there (a record past a hole is put
+back by seeking again; one behind is a duplicate and is skipped), and commits a partition's
+offset only once everything before it is durable: the state writes (each touched key once
+per batch, to the changelog partition it names: faust-streaming #497) and every output,
+acknowledged by the broker. Stale records of an older generation are never processed. So a
+committed offset always means "its effects are durable", whatever Faust does when.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import faust
 import orjson
-from faust.types import EventT, TableT, TopicT
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faust.types import TP, EventT, TableT, TopicT
 
 from streams.counters import increments, minute_of
 from streams.envelope import CounterKey, InMessage, Output, StateStore
@@ -55,6 +65,9 @@ class TableStore:
     def __init__(self, table: TableT):
         self._table = table
         self._data = table.data
+        # Faust's memory store evicts, after a recovery, the keys of partitions no longer
+        # assigned, by this map; only its own changelog reads fill it, so writes do too
+        self._partitions: dict[str, int] = getattr(self._data, "_key_partition", {})
         self.futures: list[Awaitable[Any]] = []
 
     def get(self, key: str) -> bytes | None:
@@ -64,12 +77,14 @@ class TableStore:
     def put(self, key: str, value: bytes, partition: int) -> None:
         self.futures.append(self._table.send_changelog(partition, key, value))
         self._data[key] = value
+        self._partitions[key] = partition
 
     def delete(self, key: str, partition: int) -> None:
         self.futures.append(
             self._table.send_changelog(partition, key, None, value_serializer="raw")
         )
         self._data.pop(key, None)
+        self._partitions.pop(key, None)
 
     def keys(self) -> Iterable[str]:
         return list(self._data.keys())
@@ -171,11 +186,152 @@ class Sender:
             await self.counters.send(key=name.encode("utf-8"), value=orjson.dumps(record))
 
 
+#: What :meth:`Progress.admit` says of a record.
+PROCESS, BEHIND, AHEAD, FOREIGN = "process", "behind", "ahead", "foreign"
+
+
+@dataclass
+class Progress:
+    """Where a stage stands on each of its partitions in one consumer generation: pure
+    bookkeeping, no Kafka.
+
+    ``next``: the offset to process next; records are processed in offset order from the
+    committed offset, each exactly once per generation. ``durable``: everything before it
+    is durable (safe to commit). ``committed``: what was last committed.
+    """
+
+    generation: int | None = None
+    next: dict[Any, int] = field(default_factory=dict)
+    durable: dict[Any, int] = field(default_factory=dict)
+    committed: dict[Any, int] = field(default_factory=dict)
+
+    def start(self, generation: int, bases: Mapping[Any, int]) -> None:
+        """A new generation: each partition starts at its committed offset."""
+        self.generation = generation
+        self.next = dict(bases)
+        self.durable = dict(bases)
+        self.committed = dict(bases)
+
+    def admit(self, tp: Any, offset: int) -> str:
+        """PROCESS the record at ``offset`` (the next in order), or skip it: BEHIND (already
+        processed in this generation: a duplicate after a seek), AHEAD (a record before it
+        is missing: seek back and wait for it), FOREIGN (not a partition of this stage in
+        this generation)."""
+        expected = self.next.get(tp)
+        if expected is None:
+            return FOREIGN
+        if offset == expected:
+            self.next[tp] = offset + 1
+            return PROCESS
+        return BEHIND if offset < expected else AHEAD
+
+    def skip_to(self, tp: Any, offset: int) -> None:
+        """The records before ``offset`` do not exist (the broker says so): go on from it.
+        They count as durable: there is nothing of them to lose."""
+        if tp in self.next and offset > self.next[tp]:
+            if self.durable[tp] == self.next[tp]:
+                self.durable[tp] = offset
+            self.next[tp] = offset
+
+    def done(self, generation: int, ends: Mapping[Any, int]) -> None:
+        """The records before ``ends[tp]`` are durable (batches finish in offset order)."""
+        if generation != self.generation:
+            return  # a batch of a generation since replaced: its offsets are not ours
+        for tp, end in ends.items():
+            if tp in self.durable and end > self.durable[tp]:
+                self.durable[tp] = end
+
+    def to_commit(self) -> dict[Any, int]:
+        """The offsets that moved since the last commit."""
+        return {tp: o for tp, o in self.durable.items() if self.committed.get(tp) != o}
+
+    def committed_to(self, offsets: Mapping[Any, int]) -> None:
+        for tp, o in offsets.items():
+            if tp in self.committed:
+                self.committed[tp] = max(self.committed[tp], o)
+
+
+class FaustOffsets:
+    """The consumer calls :class:`BatchRunner` needs, in one place. faust-streaming's aiokafka
+    driver runs its consumer in a thread of its own; ``committed`` has no Faust wrapper, so
+    it goes through the thread like Faust's own calls do."""
+
+    def __init__(self, app: faust.App):
+        self.app = app
+        self._probe: AIOKafkaConsumer | None = None
+
+    async def bases(self, tps: list[TP]) -> dict[TP, int]:
+        """Each partition's committed offset, or its log start if none is committed (or if
+        retention deleted the records since)."""
+        consumer: Any = self.app.consumer
+        thread = consumer._thread
+        client = thread._ensure_consumer()
+        earliest = await consumer.earliest_offsets(*tps)
+        bases: dict[TP, int] = {}
+        for tp in tps:
+            committed = await thread.call_thread(
+                client.committed, TopicPartition(tp.topic, tp.partition)
+            )
+            start = earliest.get(tp) or 0
+            bases[tp] = start if committed is None or committed < start else committed
+        return bases
+
+    async def seek(self, offsets: Mapping[TP, int]) -> None:
+        await self.app.consumer.seek_wait(offsets)
+
+    def assignment(self) -> set[TP]:
+        return set(self.app.consumer.assignment())
+
+    async def commit(self, offsets: Mapping[TP, int]) -> bool:
+        return bool(await self.app.consumer._commit(offsets))  # type: ignore[attr-defined]
+
+    async def first_offset(self, tp: TP, offset: int) -> int | None:
+        """The offset of the first record at or after ``offset`` in the log, asked of the
+        broker directly (outside the group): a hole the fetcher keeps skipping is real when
+        this is past it. None: the log ends before ``offset``, or no answer in time."""
+        if self._probe is None:
+            servers = [f"{u.host}:{u.port}" for u in self.app.conf.broker]
+            self._probe = AIOKafkaConsumer(
+                bootstrap_servers=servers, group_id=None, enable_auto_commit=False
+            )
+            await self._probe.start()
+        probe = self._probe
+        atp = TopicPartition(tp.topic, tp.partition)
+        probe.assign([atp])
+        probe.seek(atp, offset)
+        records = await probe.getmany(atp, timeout_ms=2000, max_records=1)
+        got = records.get(atp)
+        if got:
+            return int(got[0].offset)
+        end = (await probe.end_offsets([atp]))[atp]
+        return int(end) if end > offset else None
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            await self._probe.stop()
+            self._probe = None
+
+
+@dataclass
+class Hole:
+    """A partition waiting for a record the fetcher skipped: where, and how often sought."""
+
+    offset: int
+    sought_at: float
+    seeks: int = 1
+
+
 class BatchRunner:
     """Runs one stage over its topics; see the module docstring."""
 
     #: Batches whose outputs may be in flight at once (the next one is processed meanwhile).
     MAX_IN_FLIGHT = 4
+    #: A partition with a hole is sought back at most this often (seconds): records fetched
+    #: before the seek still arrive for a moment, and each of them shows the same hole.
+    RESEEK_SECONDS = 0.2
+    #: After this many seeks, ask the broker whether the missing records exist at all
+    #: (a transactional producer's commit markers and deleted records leave real holes).
+    PROBE_AFTER_SEEKS = 3
 
     def __init__(
         self,
@@ -188,6 +344,7 @@ class BatchRunner:
         on_failure: Callable[[InMessage, BaseException], Output],
         max_batch: int = 2000,
         linger: float = 0.005,
+        commit_interval: float = 1.0,
     ):
         self.app = app
         self.name = name
@@ -197,30 +354,68 @@ class BatchRunner:
         self.on_failure = on_failure
         self.max_batch = max_batch
         self.linger = linger
-        names = [t.get_topic_name() for t in topics]
+        self.commit_interval = commit_interval
+        self.topic_names = frozenset(t.get_topic_name() for t in topics)
         self.channel = app.topic(
-            *names,
+            *sorted(self.topic_names),
             key_type=bytes,
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
+            acks=False,  # Faust never commits these topics: the runner does
         ).clone_using_queue(
             app.FlowControlQueue(maxsize=app.conf.stream_buffer_maxsize, clear_on_resume=True)
         )
         # a channel over topics, added as Faust adds its own changelog readers
         app.topics.add(self.channel)  # type: ignore[arg-type]
+        self.offsets = FaustOffsets(app)
+        self.progress = Progress()
+        self._holes: dict[TP, Hole] = {}
         self._in_flight: deque[asyncio.Future[None]] = deque()
+        self._last_commit = 0.0
         self.processed = 0
+        self.skipped = Counter[str]()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # a delivery failed or the consumer broke: nothing after the last commit is
+            # lost, but this process must not go on as if it had been sent
+            log.exception("%s: stopping the worker", self.name)
+            await self.app.crash(exc)
+            raise
+
+    async def _run(self) -> None:
         queue = self.channel.queue
         while True:
-            batch: list[EventT] = [await queue.get()]
+            try:
+                first = await asyncio.wait_for(queue.get(), self.commit_interval)
+            except TimeoutError:
+                await self._idle()
+                continue
+            batch: list[EventT] = [first]
             self._drain(queue, batch)
             if len(batch) < self.max_batch and self.linger:
                 await asyncio.sleep(self.linger)  # let a burst of single events gather
                 self._drain(queue, batch)
             await self._handle(batch)
+
+    async def _idle(self) -> None:
+        """Nothing came for a while: commit what the last batches made durable, and fetch
+        again any hole still open (no record behind it may come to show it)."""
+        if self._in_flight and not self._in_flight[-1].done():
+            return
+        await self.wait_idle()
+        if self.progress.generation != self.app.consumer_generation_id:
+            return
+        for tp, hole in list(self._holes.items()):
+            if self.progress.next.get(tp) != hole.offset:
+                del self._holes[tp]  # filled
+            else:
+                await self._reseek(tp, hole, time.monotonic())
 
     def _drain(self, queue: asyncio.Queue[EventT], batch: list[EventT]) -> None:
         while len(batch) < self.max_batch:
@@ -229,22 +424,64 @@ class BatchRunner:
             except asyncio.QueueEmpty:
                 return
 
+    async def _start_generation(self, generation: int) -> bool:
+        """Seek this stage's partitions to their committed offsets and start counting from
+        there. False if another rebalance began meanwhile."""
+        await self.wait_idle(commit=False)
+        app = self.app
+        tps = sorted(
+            (tp for tp in self.offsets.assignment() if tp.topic in self.topic_names),
+            key=lambda tp: (tp.topic, tp.partition),
+        )
+        try:
+            bases = await self.offsets.bases(tps) if tps else {}
+            if bases:
+                await self.offsets.seek(bases)
+        except Exception:  # noqa: BLE001 - a partition revoked meanwhile: try again
+            log.warning("%s: could not seek to the committed offsets", self.name, exc_info=True)
+            return False
+        if app.consumer_generation_id != generation or not app.flow_control.is_active():
+            return False
+        self.progress.start(generation, bases)
+        self._holes.clear()
+        log.info(
+            "%s: generation %d, starting at %s",
+            self.name,
+            generation,
+            {f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}": o for tp, o in bases.items()},
+        )
+        return True
+
     async def _handle(self, batch: list[EventT]) -> None:
         app = self.app
+        generation = app.consumer_generation_id
+        if not app.flow_control.is_active():
+            return  # a rebalance is under way: these records are fetched again after it
+        if self.progress.generation != generation and not await self._start_generation(generation):
+            return
         # the messages a rebalance waits for (Consumer.wait_empty)
         unacked = app.consumer._unacked_messages  # type: ignore[attr-defined]
-        generation = app.consumer_generation_id
-        active = app.flow_control.is_active()
+        progress = self.progress
         live = []
         msgs = []
+        ends: dict[TP, int] = {}
+        ahead: set[TP] = set()
         for event in batch:
             m = event.message
-            if not active or m.generation_id != generation:
-                continue  # fetched before a rebalance: never acked, fetched again after it
+            if m.generation_id != generation:
+                self.skipped["stale"] += 1
+                continue  # fetched before the rebalance: fetched again after it
+            verdict = progress.admit(m.tp, m.offset)
+            if verdict != PROCESS:
+                self.skipped[verdict] += 1
+                if verdict == AHEAD:
+                    ahead.add(m.tp)
+                continue
             if not m.tracked:  # a rebalance waits for tracked messages to be acked
                 m.tracked = True
                 unacked.add(m)
             live.append(event)
+            ends[m.tp] = m.offset + 1
             msgs.append(
                 InMessage(
                     m.topic,
@@ -255,6 +492,8 @@ class BatchRunner:
                     None if m.timestamp is None else int(m.timestamp * 1000),
                 )
             )
+        for tp in ahead:
+            await self._seek_back(tp)
         if not live:
             return
         outputs = self._process(msgs)
@@ -262,12 +501,55 @@ class BatchRunner:
         for out in outputs:
             futures += await self.sender.send(out)
         previous = self._in_flight[-1] if self._in_flight else None
-        self._in_flight.append(asyncio.ensure_future(self._ack(previous, futures, live)))
+        self._in_flight.append(
+            asyncio.ensure_future(self._ack(previous, futures, live, generation, ends))
+        )
         while len(self._in_flight) > self.MAX_IN_FLIGHT or (
             self._in_flight and self._in_flight[0].done()
         ):
             await self._in_flight.popleft()  # raises if a delivery failed: the worker stops
         self.processed += len(live)
+
+    async def _seek_back(self, tp: TP) -> None:
+        """A record is missing before the one that came: fetch again from the missing one."""
+        expected = self.progress.next[tp]
+        now = time.monotonic()
+        hole = self._holes.get(tp)
+        if hole is None or hole.offset != expected:
+            self._holes[tp] = Hole(expected, now)
+            log.info("%s: %s/%d has a hole at %d: fetching again from it", self.name,
+                     tp.topic, tp.partition, expected)  # fmt: skip
+            await self._seek_quietly(tp, expected)
+        elif now - hole.sought_at >= self.RESEEK_SECONDS:
+            await self._reseek(tp, hole, now)
+
+    async def _reseek(self, tp: TP, hole: Hole, now: float) -> None:
+        hole.seeks += 1
+        hole.sought_at = now
+        if hole.seeks % self.PROBE_AFTER_SEEKS == 0:
+            try:
+                first = await self.offsets.first_offset(tp, hole.offset)
+            except Exception:  # noqa: BLE001 - no answer: keep fetching
+                log.info("%s: probe of %s/%d failed", self.name, tp.topic, tp.partition,
+                         exc_info=True)  # fmt: skip
+                first = None
+            if first is not None and first > hole.offset:
+                log.warning(
+                    "%s: %s/%d has no records %d..%d (transaction markers or deleted "
+                    "records): going on from %d",
+                    self.name, tp.topic, tp.partition, hole.offset, first - 1, first,
+                )  # fmt: skip
+                self.progress.skip_to(tp, first)
+                self._holes.pop(tp, None)
+                await self._seek_quietly(tp, first)
+                return
+        await self._seek_quietly(tp, hole.offset)
+
+    async def _seek_quietly(self, tp: TP, offset: int) -> None:
+        try:
+            await self.offsets.seek({tp: offset})
+        except Exception:  # noqa: BLE001 - revoked meanwhile: the next generation seeks anew
+            log.info("%s: seek of %s/%d failed", self.name, tp.topic, tp.partition, exc_info=True)
 
     def _process(self, msgs: list[InMessage]) -> list[Output]:
         try:
@@ -302,16 +584,52 @@ class BatchRunner:
         previous: asyncio.Future[None] | None,
         futures: list[Awaitable[Any]],
         events: list[EventT],
+        generation: int,
+        ends: dict[TP, int],
     ) -> None:
-        """Acknowledge ``events`` once everything they produced is durable, after the batch
-        before them (acknowledgements stay in offset order)."""
-        if previous is not None:
-            await previous
-        if futures:
-            await asyncio.gather(*futures)
-        for event in events:
-            event.ack()
+        """Once everything ``events`` produced is durable, after the batch before them: mark
+        their offsets safe to commit, and commit now and then. A failed delivery commits
+        nothing (the worker stops), but never leaves a rebalance waiting for the events."""
+        try:
+            if previous is not None:
+                await previous
+            if futures:
+                await asyncio.gather(*futures)
+        finally:
+            unacked = self.app.consumer._unacked_messages  # type: ignore[attr-defined]
+            for event in events:
+                event.ack()
+                unacked.discard(event.message)
+        self.progress.done(generation, ends)
+        if time.monotonic() - self._last_commit >= self.commit_interval:
+            await self.commit()
 
-    async def wait_idle(self) -> None:
+    async def commit(self) -> None:
+        """Commit what is durable and not committed yet, for the partitions this stage
+        still has in the generation its progress belongs to."""
+        self._last_commit = time.monotonic()
+        if self.progress.generation != self.app.consumer_generation_id:
+            return  # a stale progress: its partitions may be someone else's by now
+        assigned = self.offsets.assignment()
+        offsets = {tp: o for tp, o in self.progress.to_commit().items() if tp in assigned}
+        if offsets and await self.offsets.commit(offsets):
+            self.progress.committed_to(offsets)
+        # a failed commit (a rebalance began) is harmless: the next owner starts from the
+        # last commit, and the stages take what was already applied as redeliveries
+
+    async def wait_idle(self, commit: bool = True) -> None:
         while self._in_flight:
             await self._in_flight.popleft()
+        if commit:
+            await self.commit()
+
+    async def on_revoked(self) -> None:
+        """Partitions are being revoked (Faust has waited for the tracked events): commit
+        what is durable while the generation still holds, so the next owner repeats less."""
+        try:
+            await asyncio.wait_for(self.wait_idle(), timeout=5.0)
+        except Exception:  # noqa: BLE001 - only an optimisation: the next owner repeats more
+            log.info("%s: no commit at revocation", self.name, exc_info=True)
+
+    async def stop(self) -> None:
+        await self.offsets.close()
