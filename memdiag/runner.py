@@ -112,7 +112,7 @@ def broker_for(settings: Settings, say: Say) -> Iterator[Settings]:
 
 def spawn_child(name: str, command: str, settings: Settings, log_dir: Path) -> Child:
     log_path = log_dir / f"{name}.log"
-    log_file = log_path.open("wb")
+    log_file = log_path.open("ab")  # a restarted process adds to its log
     env = {**os.environ, **settings.as_env()}
     proc = procs.spawn(
         [sys.executable, "-m", "memdiag.cli", command],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -69,13 +70,21 @@ class Pipeline:
         self.children: dict[str, Child] = {}
 
     def start(self, *names: str) -> None:
+        """Start processes by name: ``worker``, ``sink``, or ``worker2``... (more workers)."""
         for name in names or ("worker", "sink"):
-            self.children[name] = spawn_child(name, name, self.settings, self.workdir)
+            command = "worker" if name.startswith("worker") else name
+            self.children[name] = spawn_child(name, command, self.settings, self.workdir)
 
     def kill(self, name: str) -> None:
         child = self.children.pop(name)
         child.proc.kill()
         child.proc.wait(10)
+        child.log_file.close()
+
+    def terminate(self, name: str) -> None:
+        """Stop one process gracefully (SIGTERM), as a scale-in does."""
+        child = self.children.pop(name)
+        procs.stop(child.proc)
         child.log_file.close()
 
     def stop(self) -> None:
@@ -96,6 +105,40 @@ class Pipeline:
                 for key, value in messages:
                     raw = value if isinstance(value, bytes) else orjson.dumps(value)
                     await p.send_and_wait(topic or self.settings.topics.events, raw, key=key)
+            finally:
+                await p.stop()
+
+        asyncio.run(go())
+
+    def publish_events(
+        self, events: list[dict[str, Any]], keyed: bool = True, rate: float = 0.0
+    ) -> None:
+        """One event per message, in list order: keyed by session, or unkeyed (round-robin
+        over the partitions, as a producer without a key does), at ``rate`` a second."""
+
+        async def go() -> None:
+            p = AIOKafkaProducer(
+                bootstrap_servers=self.settings.bootstrap_servers, acks="all", linger_ms=2
+            )
+            await p.start()
+            try:
+                topic = self.settings.topics.events
+                partitions = self.settings.events_partitions
+                start = time.monotonic()
+                pending = []
+                for i, e in enumerate(events):
+                    if rate and i % 10 == 0:
+                        ahead = start + i / rate - time.monotonic()
+                        if ahead > 0:
+                            await asyncio.sleep(ahead)
+                    key = e["session_id"].encode() if keyed else None
+                    pending.append(
+                        await p.send(
+                            topic, orjson.dumps(e), key=key,
+                            partition=None if keyed else i % partitions,
+                        )
+                    )  # fmt: skip
+                await asyncio.gather(*pending)
             finally:
                 await p.stop()
 

@@ -1,0 +1,228 @@
+"""Same events, same results, however they arrive: the determinism suite (the event-time
+issue), through the real broker, with long-lived ``memdiag worker`` and ``memdiag sink``.
+
+One generated scenario (``tests.scenario``: hundreds of sessions over hours of event time,
+interleaved, late events beyond the turn TTL, injections after their outcome, sessions with
+several outcomes, redeliveries) is fed in seven ways. Every way must give the tables of the
+independent in-order reference (``tests.reference``), on the contract's columns; so all seven
+give the same tables. Events from the future are the one exception: they are dead letters.
+
+This suite is also the proof that memdiag scales out by adding workers: two workers share
+the partitions, one leaves halfway, and two are killed and restarted under load.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.compare import Snapshot, differences, from_duckdb, from_reference
+from tests.integration.conftest import Pipeline
+from tests.reference import reference
+from tests.scenario import future_events, generate
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 250
+#: events a second for the live modes: the scenario takes about 15 s to publish
+LIVE_RATE = 200.0
+#: events a second while processes are killed: publishing spans the ten restarts
+KILL_RATE = 25.0
+
+
+@pytest.fixture(scope="module")
+def scenario() -> list[dict[str, Any]]:
+    return generate(sessions=SESSIONS, seed=21)
+
+
+@pytest.fixture(scope="module")
+def expected(scenario: list[dict[str, Any]]) -> Snapshot:
+    return from_reference(reference(scenario))
+
+
+def tables(p: Pipeline) -> Snapshot:
+    return from_duckdb(p.query)
+
+
+def dead_letters(p: Pipeline) -> list[tuple[str, str]]:
+    return sorted(p.query("SELECT reason, payload FROM dead_letters"))
+
+
+def check(p: Pipeline, expected: Snapshot) -> None:
+    assert differences(expected, tables(p)) == []
+
+
+def test_single_events_in_file_order(
+    pipeline: Pipeline, scenario: list, expected: Snapshot
+) -> None:
+    pipeline.start()
+    pipeline.publish_events(scenario, keyed=True)
+    pipeline.drain(timeout=180)
+    check(pipeline, expected)
+    assert dead_letters(pipeline) == []
+
+
+def test_unkeyed_round_robin_over_partitions(
+    pipeline: Pipeline, scenario: list, expected: Snapshot
+) -> None:
+    pipeline.start()
+    pipeline.publish_events(scenario, keyed=False)
+    pipeline.drain(timeout=180)
+    check(pipeline, expected)
+
+
+def test_a_backlog_published_before_the_worker_starts(
+    pipeline: Pipeline, scenario: list, expected: Snapshot
+) -> None:
+    pipeline.publish_events(scenario, keyed=True)
+    pipeline.start()
+    pipeline.drain(timeout=180)
+    check(pipeline, expected)
+
+
+def test_future_dated_events_are_dead_letters_and_change_nothing(
+    pipeline: Pipeline, scenario: list, expected: Snapshot
+) -> None:
+    future = future_events(scenario, n=6)
+    mixed = list(scenario)
+    r = random.Random(3)
+    for e in future:
+        mixed.insert(r.randrange(len(mixed)), e)
+    pipeline.start()
+    pipeline.publish_events(mixed, keyed=True)
+    pipeline.drain(timeout=180)
+    check(pipeline, expected)
+    dead = dead_letters(pipeline)
+    assert [reason for reason, _ in dead] == ["bad_ts"] * len(future)
+    assert {orjson.loads(payload)["event_id"] for _, payload in dead} == {
+        e["event_id"] for e in future
+    }
+
+
+def assigned_partitions(log: Path) -> list[list[int]]:
+    """Every assignment a worker's log shows (a restarted worker appends to its log)."""
+    found = re.findall(r"assigned partitions \[([0-9, ]*)\] of \S+events", log.read_text())
+    return [[int(x) for x in a.split(",") if x.strip()] for a in found]
+
+
+def test_scaled_out_one_worker_leaves_halfway(
+    pipeline: Pipeline, scenario: list, expected: Snapshot
+) -> None:
+    pipeline.start("worker", "worker2", "sink")
+    half = len(scenario) // 2
+    pipeline.publish_events(scenario[:half], keyed=True, rate=LIVE_RATE)
+    pipeline.terminate("worker2")  # scale in: its partitions move to the other worker
+    pipeline.publish_events(scenario[half:], keyed=True, rate=LIVE_RATE)
+    pipeline.drain(timeout=180)
+    check(pipeline, expected)
+    first = assigned_partitions(pipeline.workdir / "worker.log")
+    second = assigned_partitions(pipeline.workdir / "worker2.log")
+    assert second and any(second[-1]), "worker2 never had a partition"
+    assert sorted(first[-1]) == list(range(pipeline.settings.events_partitions))
+
+
+def _count(path: Path, pattern: str) -> int:
+    return len(re.findall(pattern, path.read_text())) if path.exists() else 0
+
+
+#: what a process logs once it is back at work after a restart
+READY = {"worker": r"memdiag worker ready", "sink": r"sink assigned"}
+
+
+def _restarted(p: Pipeline, name: str, before: int, timeout: float = 60.0) -> None:
+    """Wait until ``name`` (restarted) has logged that it is at work again."""
+    pattern = READY["sink" if name == "sink" else "worker"]
+    deadline = time.monotonic() + timeout
+    while _count(p.workdir / f"{name}.log", pattern) <= before:
+        assert time.monotonic() < deadline, f"{name} did not come back:\n{p.children[name].tail()}"
+        p.children[name].check_alive()
+        time.sleep(0.1)
+
+
+def test_scaled_out_under_kills(pipeline: Pipeline, scenario: list, expected: Snapshot) -> None:
+    """Two workers and the sink while the scenario is published at a live rate: 8 SIGKILLs
+    of a worker or the sink, each restarted at once, and 2 graceful restarts of a worker
+    (its partitions go to the other worker, then half come back). Each kill waits until the
+    last victim is at work again, so every kill lands on a working process."""
+    pipeline.start("worker", "worker2", "sink")
+    publisher = threading.Thread(
+        target=pipeline.publish_events, args=(scenario,), kwargs={"rate": KILL_RATE}
+    )
+    publisher.start()
+    r = random.Random(8)
+    plan = ["kill"] * 8 + ["term"] * 2
+    r.shuffle(plan)
+    kills: list[str] = []
+    try:
+        for how in plan:
+            victim = r.choice(["worker", "worker2", "sink"] if how == "kill" else ["worker"])
+            pattern = READY["sink" if victim == "sink" else "worker"]
+            before = _count(pipeline.workdir / f"{victim}.log", pattern)
+            if how == "kill":
+                pipeline.kill(victim)
+            else:
+                pipeline.terminate(victim)
+            pipeline.start(victim)
+            kills.append(f"{how} {victim}")
+            _restarted(pipeline, victim, before)
+            time.sleep(r.uniform(0.2, 1.5))
+    finally:
+        publisher.join()
+    assert sum(k.startswith("kill") for k in kills) >= 8
+    pipeline.drain(timeout=300)
+    check(pipeline, expected)
+    assert dead_letters(pipeline) == []
+    # partitions really moved between the two workers
+    history = {
+        name: assigned_partitions(pipeline.workdir / f"{name}.log")
+        for name in ("worker", "worker2")
+    }
+    owners: dict[int, set[str]] = {}
+    for name, assignments in history.items():
+        for assignment in assignments:
+            for partition in assignment:
+                owners.setdefault(partition, set()).add(name)
+    assert any(len(o) == 2 for o in owners.values()), (kills, history)
+
+
+def test_memdiag_run_batched_per_session(
+    broker_url: str, tmp_path: Path, scenario: list, expected: Snapshot
+) -> None:
+    """``memdiag run`` on the scenario's file: batches per session, its own pipeline."""
+    path = tmp_path / "scenario.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in scenario) + b"\n")
+    db = tmp_path / "run.duckdb"
+    run = f"r{os.getpid()}{int(time.time() * 1000) % 100000}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIAG_")}
+    env.update(
+        MEMDIAG_BROKER=broker_url,
+        MEMDIAG_TOPIC_PREFIX=f"{run}.",
+        MEMDIAG_APP_ID=f"{run}-worker",
+        MEMDIAG_SINK_GROUP=f"{run}-sink",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "run", "--input", str(path), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        got = from_duckdb(lambda sql: con.execute(sql).fetchall())
+    finally:
+        con.close()
+    assert differences(expected, got) == []
