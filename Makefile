@@ -37,8 +37,11 @@ lint: $(STAMP) ## ruff and mypy.
 	$(BIN)/ruff format --check memdiag streams schemas analytics
 	$(BIN)/mypy
 
-bench: $(STAMP) ## Run the pipeline benchmark (prints figures and ratios).
+bench: $(STAMP) ## Pipeline benchmark: single events and batches, memdiag against Quix Streams and a bare loop, and the latency.
 	$(BIN)/python benchmarks/pipeline.py
+
+profile: $(STAMP) ## py-spy profile of the real worker on single-event traffic (profile-worker.txt).
+	$(BIN)/python benchmarks/profile_worker.py
 
 sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
 	$(BIN)/python scripts/make_sample.py memdiag/data/sample.jsonl
@@ -46,4 +49,4 @@ sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install demo test browser unit lint bench sample clean
+.PHONY: help install demo test browser unit lint bench profile sample clean

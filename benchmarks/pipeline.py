@@ -1,19 +1,32 @@
-"""Pipeline benchmark: memdiag end to end, against a bare aiokafka loop and Quix Streams.
+"""Pipeline benchmark: the memdiag worker against Quix Streams and a bare aiokafka loop.
 
-    .venv/bin/python benchmarks/pipeline.py [--events 200000] [--sessions 1000] [--no-quix]
+    .venv/bin/python benchmarks/pipeline.py [--events 60000] [--sessions 1000] [--runs 3]
 
-One embedded broker (Tansu) and one data set for every contender, in one process run:
+One embedded broker (Tansu) and one data set, every contender in this one run:
 
-1. memdiag end to end: ``memdiag publish``'s batching -> worker (Faust, state durable in its
-   changelog) -> sink -> DuckDB. Events per second from the first publish to the last row
-   in DuckDB, and p50/p99 latency from publish (the input message's Kafka timestamp) to row
-   (``ingested_at``), read from DuckDB itself.
-2. memdiag worker stage: a fresh worker over the same backlog, from ready to drained.
-3. Ceiling: a bare aiokafka consume-and-produce loop doing the same followup rule over a
-   dict (no validation, no durable state): the most a Python Kafka client does here.
-4. Peer: Quix Streams doing the same rule with its durable (changelog-backed) state.
+- **single** (the headline): one event per Kafka message, keyed by ``session_id``, as agent
+  runtimes publish live;
+- **batched**: what ``memdiag publish`` sends, arrays of up to 500 events of one session.
 
-Ratios are against the bare loop and Quix, measured here, now, on the same machine.
+Contenders, each over the same backlog of messages, each in its own process:
+
+1. ``memdiag worker``: the real worker (state durable in its changelog).
+2. Quix Streams: the same followup rule over its durable (changelog-backed) state, writing
+   state once per message.
+3. A bare aiokafka consume-and-produce loop: the same rule over a dict, no durability.
+
+Fairness. Every contender gets the same messages, parses ``ts`` with the same function
+(peers) or memdiag's own decoder, unpacks the same arrays, writes its state once per touched
+session per message, and produces one output message per input message. Every clock stops
+at the same point, seen from outside: the contender's consumer group has committed the end
+of the input (each flushes its output before it commits). Quix and memdiag commit every
+second. memdiag's clock starts when its worker logs "ready"; the peers' at their first
+message. Every contender's verdicts are checked against a reference. Each figure is the
+median of ``--runs`` runs, with the spread (min-max); contenders rotate their order per run.
+
+Then the latency: the worker and the sink (to DuckDB) run while single events are published
+at a steady rate, half the worker's median single-event capacity; p50/p99 from publish (the
+message's Kafka timestamp) to the row in DuckDB (``ingested_at``).
 """
 
 from __future__ import annotations
@@ -23,11 +36,14 @@ import asyncio
 import json
 import random
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -37,37 +53,41 @@ sys.path.insert(0, str(ROOT))
 
 from analytics.db import connect  # noqa: E402
 from memdiag.broker import EmbeddedBroker  # noqa: E402
-from memdiag.kafka import ensure_topics, true_end_offsets, wait_drained  # noqa: E402
-from memdiag.publish import publish_file  # noqa: E402
-from memdiag.runner import sink_inputs, spawn_child, worker_inputs  # noqa: E402
+from memdiag.kafka import ensure_topics, wait_drained  # noqa: E402
+from memdiag.runner import spawn_child  # noqa: E402
 from memdiag.settings import Settings  # noqa: E402
-from streams.followup import Remembered, is_evaluated, judge, query_key  # noqa: E402
+from schemas.decode import parse_ts  # noqa: E402
 
 WORDS = (
     "auth token refresh cookie vault deploy rollback canary index query pool migration "
     "invoice webhook retry bundle hydration reranker embedding recall"
 ).split()
+WINDOW_US = 30_000_000
+RETENTION_US = 24 * 3600 * 1_000_000
+BATCH = 500
 
 
-def make_events(path: Path, n: int, sessions: int, seed: int = 7) -> None:
-    """About 300-byte search events over ``sessions`` interleaved sessions."""
+# -- data and the rule ------------------------------------------------------------------------
+
+
+def make_events(n: int, sessions: int, seed: int = 7) -> list[dict[str, Any]]:
+    """About 300-byte search events over ``sessions`` interleaved sessions, each session's
+    in event-time order (so arrival order and event time agree for every contender)."""
     r = random.Random(seed)
     t0 = 1_795_000_000.0
     clock = [t0 + r.random() * 3600 for _ in range(sessions)]
     last_query = [" ".join(r.sample(WORDS, 3)) for _ in range(sessions)]
-    with path.open("w") as f:
-        for i in range(n):
-            s = r.randrange(sessions)
-            clock[s] += r.uniform(1, 45)
-            roll = r.random()
-            if roll < 0.15:
-                query = last_query[s]  # a retry
-            else:
-                query = " ".join(r.sample(WORDS, 3))
-            last_query[s] = query
-            ids = [] if roll > 0.95 else [f"obs_{r.randrange(50_000):05d}" for _ in range(4)]
-            ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock[s]))
-            event = {
+    events = []
+    for i in range(n):
+        s = r.randrange(sessions)
+        clock[s] += r.uniform(1, 45)
+        roll = r.random()
+        query = last_query[s] if roll < 0.15 else " ".join(r.sample(WORDS, 3))  # a retry
+        last_query[s] = query
+        ids = [] if roll > 0.95 else [f"obs_{r.randrange(50_000):05d}" for _ in range(4)]
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock[s]))
+        events.append(
+            {
                 "kind": "search",
                 "event_id": f"ev-{i:08d}",
                 "ts": f"{ts}.{i % 1000:03d}Z",
@@ -79,10 +99,132 @@ def make_events(path: Path, n: int, sessions: int, seed: int = 7) -> None:
                 "result_ids": ids,
                 "source": "viewer" if 0.90 < roll <= 0.95 else "agent",
             }
-            f.write(json.dumps(event, separators=(",", ":")) + "\n")
+        )
+    return events
 
 
-def wait_for_log(path: Path, needle: str, timeout: float = 60) -> float:
+def messages(events: list[dict[str, Any]], mode: str) -> list[tuple[bytes, bytes]]:
+    """The messages of a mode: one event each, or arrays of up to 500 of one session."""
+    if mode == "single":
+        return [(e["session_id"].encode(), orjson.dumps(e)) for e in events]
+    out: list[tuple[bytes, bytes]] = []
+    open_: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        batch = open_.setdefault(e["session_id"], [])
+        batch.append(e)
+        if len(batch) == BATCH:
+            out.append((e["session_id"].encode(), orjson.dumps(open_.pop(e["session_id"]))))
+    out += [(sid.encode(), orjson.dumps(b)) for sid, b in open_.items()]
+    return out
+
+
+def followup(last: dict[str, Any], e: dict[str, Any]) -> bool:
+    """The contract's followup rule against the session's last evaluated search (``last``:
+    session -> (ts_us, normalised query, result set)); the peers' whole per-event work."""
+    ids = e["result_ids"]
+    if e.get("source", "agent") != "agent" or not ids:
+        return False
+    ts = parse_ts(e["ts"])
+    assert ts is not None
+    query = e["query"].strip().lower()
+    prev = last.get(e["session_id"])
+    last[e["session_id"]] = (ts, query, ids)
+    if prev is None or ts - prev[0] > RETENTION_US:
+        return False
+    return ts - prev[0] <= WINDOW_US and query != prev[1] and not set(ids) & set(prev[2])
+
+
+def reference(events: list[dict[str, Any]]) -> dict[str, bool]:
+    last: dict[str, Any] = {}
+    return {e["event_id"]: followup(last, e) for e in events}
+
+
+# -- the peers, each a child process -------------------------------------------------------
+
+
+def child_bare(bootstrap: str, topic: str, out_topic: str, group: str, n: int, mark: str) -> None:
+    async def go() -> None:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+        )
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1024 * 1024, acks="all"
+        )
+        await c.start()
+        await p.start()
+        parts = c.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, i) for i in sorted(parts)]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        state: dict[str, Any] = {}
+        seen = 0
+        last_commit = time.monotonic()
+        try:
+            while seen < n:
+                batches = await c.getmany(timeout_ms=200, max_records=5000)
+                if batches and not Path(mark).exists():
+                    Path(mark).write_text(repr(time.monotonic()))
+                for records in batches.values():
+                    for m in records:
+                        doc = orjson.loads(m.value)
+                        evs = doc if isinstance(doc, list) else [doc]
+                        verdicts = [[e["event_id"], followup(state, e)] for e in evs]
+                        seen += len(evs)
+                        await p.send(out_topic, orjson.dumps(verdicts), key=m.key)
+                if time.monotonic() - last_commit >= 1.0:
+                    await p.flush()
+                    await c.commit()
+                    last_commit = time.monotonic()
+            await p.flush()
+            await c.commit()
+        finally:
+            await c.stop()
+            await p.stop()
+
+    asyncio.run(go())
+
+
+def child_quix(bootstrap: str, topic: str, out_topic: str, group: str, mark: str) -> None:
+    from quixstreams import Application
+
+    state_dir = tempfile.mkdtemp(prefix="quix-state-")
+    app = Application(
+        broker_address=bootstrap,
+        consumer_group=group,
+        auto_offset_reset="earliest",
+        state_dir=state_dir,
+        commit_interval=1.0,
+        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
+        loglevel="WARNING",
+    )
+    source = app.topic(topic, value_deserializer="bytes", key_deserializer="str")
+    out = app.topic(out_topic, value_serializer="bytes")
+    marked = [False]
+
+    def rule(value: bytes, state: Any) -> bytes:
+        if not marked[0]:
+            Path(mark).write_text(repr(time.monotonic()))
+            marked[0] = True
+        doc = orjson.loads(value)
+        evs = doc if isinstance(doc, list) else [doc]
+        raw = state.get("last")
+        last = {} if raw is None else {evs[0]["session_id"]: raw}
+        verdicts = [[e["event_id"], followup(last, e)] for e in evs]
+        state.set("last", list(last[evs[0]["session_id"]]) if last else None)
+        return orjson.dumps(verdicts)
+
+    app.dataframe(source).apply(rule, stateful=True).to_topic(out)
+    app.run()
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def wait_for_log(path: Path, needle: str, timeout: float = 90) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and needle in path.read_text("utf-8", "replace"):
@@ -91,259 +233,254 @@ def wait_for_log(path: Path, needle: str, timeout: float = 60) -> float:
     raise TimeoutError(f"{needle!r} not in {path} after {timeout}s")
 
 
-def memdiag_end_to_end(settings: Settings, data: Path, n: int, workdir: Path) -> dict:
-    asyncio.run(ensure_topics(settings))
-    worker = spawn_child("worker", "worker", settings, workdir)
-    sink = spawn_child("sink", "sink", settings, workdir)
-    try:
-        started = time.monotonic()
-        ready = wait_for_log(worker.log_path, "start-to-ready")
-        wait_for_log(sink.log_path, "sink assigned")
-        worker_ready_s = ready - started
-        t0_wall = time.time()
-        t0 = time.monotonic()
-        asyncio.run(publish_file(data, settings))
-        published = time.monotonic() - t0
-        lag = asyncio.run(
-            wait_drained(settings, settings.app_id, worker_inputs(settings), 600, 0.05)
-        )
-        assert lag.drained
-        lag = asyncio.run(
-            wait_drained(settings, settings.sink_group, sink_inputs(settings), 600, 0.05)
-        )
-        assert lag.drained
-    finally:
-        for child in (sink, worker):
-            child.proc.terminate()
-            child.proc.wait(20)
-            child.log_file.close()
-    con = connect(settings.duckdb_path, read_only=True)
-    try:
-        rows, last, p50, p99 = con.execute(
-            "SELECT count(*), epoch(max(ingested_at)), "
-            "quantile_cont(epoch(ingested_at) - epoch(published_at), 0.5), "
-            "quantile_cont(epoch(ingested_at) - epoch(published_at), 0.99) FROM searches"
-        ).fetchone()
-    finally:
-        con.close()
-    assert rows == n, f"{rows} rows for {n} events"
-    seconds = last - t0_wall
-    return {
-        "events_per_s": n / seconds,
-        "seconds": seconds,
-        "publish_s": published,
-        "p50_ms": p50 * 1000,
-        "p99_ms": p99 * 1000,
-        "worker_ready_s": worker_ready_s,
-    }
+def wait_for_mark(path: Path, timeout: float = 90) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return float(path.read_text())
+        time.sleep(0.01)
+    raise TimeoutError(f"no first message after {timeout}s")
 
 
-def memdiag_worker_stage(settings: Settings, n: int, workdir: Path) -> dict:
-    fresh = settings.with_(app_id=f"{settings.app_id}-again")
-    worker = spawn_child("worker2", "worker", fresh, workdir)
+def drained(settings: Settings, group: str, topic: str) -> float:
+    lag = asyncio.run(wait_drained(settings, group, [topic], 900, 0.02))
+    assert lag.drained, f"{group} still {lag.behind} behind"
+    return time.monotonic()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
     try:
-        started = time.monotonic()
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_memdiag(settings: Settings, workdir: Path) -> float:
+    worker = spawn_child(f"worker-{settings.app_id}", "worker", settings, workdir)
+    try:
         ready = wait_for_log(worker.log_path, "start-to-ready")
-        lag = asyncio.run(wait_drained(fresh, fresh.app_id, worker_inputs(fresh), 600, 0.05))
-        assert lag.drained
-        done = time.monotonic()
+        done = drained(settings, settings.app_id, settings.topics.events)
     finally:
-        worker.proc.terminate()
-        worker.proc.wait(20)
+        stop(worker.proc)
         worker.log_file.close()
-    return {"events_per_s": n / (done - ready), "seconds": done - ready, "ready_s": ready - started}
+    return done - ready
 
 
-async def _backlog(settings: Settings) -> tuple[list[TopicPartition], dict[TopicPartition, int]]:
-    c = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
-    await c.start()
+def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> float:
+    run = uuid.uuid4().hex[:6]
+    group, mark = f"{kind}-{run}", workdir / f"{kind}-{run}.mark"
+    out_topic = f"{settings.topic_prefix}{kind}-out"
+    args = [sys.executable, __file__, f"--child-{kind}", settings.bootstrap_servers,
+            settings.topics.events, out_topic, group, str(n), str(mark)]  # fmt: skip
+    log = (workdir / f"{kind}-{run}.log").open("wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:
-        tps = [TopicPartition(settings.topics.events, p) for p in range(settings.events_partitions)]
-        ends = await true_end_offsets(settings.bootstrap_servers, tps, await c.end_offsets(tps))
+        first = wait_for_mark(mark)
+        done = drained(settings, group, settings.topics.events)
     finally:
-        await c.stop()
-    return tps, ends
+        stop(proc)
+        log.close()
+    return done - first
 
 
-def followup_over_dict(last: dict, events: list) -> list:
-    """The contract's followup rule, last search per session in a dict: the ceiling's work."""
-    out = []
-    for e in events:
-        ids = e["result_ids"]
-        if not is_evaluated(e.get("source", "agent"), ids):
-            out.append((e["event_id"], False))
-            continue
-        ts = int(time.mktime(time.strptime(e["ts"][:19], "%Y-%m-%dT%H:%M:%S"))) * 1_000_000
-        cur = Remembered(ts, 0, e["event_id"], query_key(e["query"]), tuple(ids))
-        v = judge(last.get(e["session_id"]), cur, 30_000_000, 86_400_000_000)
-        last[e["session_id"]] = cur
-        out.append((e["event_id"], v.is_followup))
-    return out
+async def publish(settings: Settings, msgs: list[tuple[bytes, bytes]], rate: float = 0) -> None:
+    """Publish ``msgs`` to ``events``: as fast as the broker takes them, or at ``rate`` a
+    second (in small steps, as a live runtime does)."""
+    p = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, linger_ms=5, acks="all",
+                         max_batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024)  # fmt: skip
+    await p.start()
+    try:
+        pending = []
+        start = time.monotonic()
+        for i, (key, value) in enumerate(msgs):
+            if rate and i % 20 == 0:
+                ahead = start + i / rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+            pending.append(await p.send(settings.topics.events, value, key=key))
+            if len(pending) >= 5000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await p.stop()
 
 
-def bare_loop(settings: Settings, n: int) -> dict:
-    async def go() -> dict:
-        tps, ends = await _backlog(settings)
-        c = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers,
-            enable_auto_commit=False,
-            fetch_max_bytes=64 * 1024 * 1024,
-            max_partition_fetch_bytes=16 * 1024 * 1024,
-        )
-        p = AIOKafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers,
-            linger_ms=5,
-            max_batch_size=1024 * 1024,
-            max_request_size=8 * 1024 * 1024,
-        )
+def outputs(settings: Settings, topic: str) -> dict[str, bool]:
+    """The last verdict per event id on a contender's output topic."""
+
+    async def go() -> dict[str, bool]:
+        c = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
         await c.start()
-        await p.start()
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        state: dict = {}
-        seen = 0
-        t0 = None
-        out_topic = f"{settings.topic_prefix}bare-out"
         try:
-            while seen < n:
-                batches = await c.getmany(timeout_ms=200, max_records=5000)
-                if t0 is None and batches:
-                    t0 = time.monotonic()
+            parts = c.partitions_for_topic(topic) or set()
+            if not parts:
+                await c._client.force_metadata_update()
+                parts = c.partitions_for_topic(topic) or set()
+            tps = [TopicPartition(topic, i) for i in sorted(parts)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            got: dict[str, bool] = {}
+            while batches := await c.getmany(timeout_ms=1500, max_records=20_000):
                 for records in batches.values():
                     for m in records:
-                        events = orjson.loads(m.value)
-                        events = events if isinstance(events, list) else [events]
-                        seen += len(events)
-                        verdicts = followup_over_dict(state, events)
-                        await p.send(out_topic, orjson.dumps(verdicts), key=m.key)
-            await p.flush()
-            done = time.monotonic()
+                        for item in orjson.loads(m.value):
+                            if isinstance(item, list):
+                                got[item[0]] = item[1]
+                            elif item.get("kind") == "search":
+                                got[item["event_id"]] = item["is_followup"]
+            return got
         finally:
             await c.stop()
-            await p.stop()
-        assert seen == n, (seen, n)
-        return {"events_per_s": n / (done - t0), "seconds": done - t0}
 
     return asyncio.run(go())
 
 
-def quix(settings: Settings, n: int, workdir: Path) -> dict:
-    from quixstreams import Application
+def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> dict[str, Any]:
+    events = make_events(args.events, args.sessions)
+    expected = reference(events)
+    results: dict[str, Any] = {"events": args.events, "sessions": args.sessions, "modes": {}}
+    contenders = ["memdiag", "quix", "bare"] if not args.no_quix else ["memdiag", "bare"]
+    for mode in ("single", "batched"):
+        msgs = messages(events, mode)
+        seconds: dict[str, list[float]] = {c: [] for c in contenders}
+        for run in range(args.runs):
+            prefix = f"b{uuid.uuid4().hex[:6]}."
+            settings = Settings.from_env({}, broker=broker.url, topic_prefix=prefix,
+                                         app_id=f"bench-{prefix[:-1]}")  # fmt: skip
+            asyncio.run(ensure_topics(settings))
+            asyncio.run(publish(settings, msgs))
+            order = contenders[run % len(contenders) :] + contenders[: run % len(contenders)]
+            for c in order:
+                took = (
+                    run_memdiag(settings, workdir)
+                    if c == "memdiag"
+                    else run_peer(c, settings, args.events, workdir)
+                )
+                seconds[c].append(took)
+                print(f"  {mode} run {run + 1} {c}: {args.events / took:,.0f} events/s",
+                      file=sys.stderr)  # fmt: skip
+            if run == 0:
+                for c, topic in (("memdiag", settings.topics.diagnostics),
+                                 ("quix", f"{prefix}quix-out"), ("bare", f"{prefix}bare-out")):  # fmt: skip
+                    if c in contenders:
+                        got = outputs(settings, topic)
+                        wrong = sum(got.get(k) != v for k, v in expected.items())
+                        assert wrong == 0, f"{c} ({mode}): {wrong} verdicts differ from the reference"
+        results["modes"][mode] = {
+            "messages": len(msgs),
+            "contenders": {c: _summary(args.events, s) for c, s in seconds.items()},
+        }
+    if not args.no_latency:
+        capacity = results["modes"]["single"]["contenders"]["memdiag"]["events_per_s"]
+        results["latency"] = latency(events, capacity / 2, args.latency_seconds, broker, workdir)
+    return results
 
-    state_dir = workdir / "quix-state"
-    app = Application(
-        broker_address=settings.bootstrap_servers,
-        consumer_group=f"quix-{uuid.uuid4().hex[:6]}",
-        auto_offset_reset="earliest",
-        state_dir=str(state_dir),
-        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
-        loglevel="WARNING",
-    )
-    topic = app.topic(settings.topics.events, value_deserializer="bytes", key_deserializer="str")
-    out = app.topic(f"{settings.topic_prefix}quix-out", value_serializer="bytes")
-    marks: dict = {"seen": 0, "t0": None, "done": None}
 
-    def rule(value: bytes, state) -> bytes:  # noqa: ANN001
-        if marks["t0"] is None:
-            marks["t0"] = time.monotonic()
-        events = orjson.loads(value)
-        events = events if isinstance(events, list) else [events]
-        raw = state.get("last")
-        last = {} if raw is None else {events[0]["session_id"]: Remembered(*raw[:4], tuple(raw[4]))}
-        verdicts = followup_over_dict(last, events)
-        remembered = last.get(events[0]["session_id"])
-        if remembered is not None:
-            state.set(
-                "last",
-                [
-                    remembered.ts_us,
-                    remembered.seq,
-                    remembered.event_id,
-                    remembered.query_key,
-                    list(remembered.result_ids),
-                ],
-            )
-        marks["seen"] += len(events)
-        if marks["seen"] >= n:
-            marks["done"] = time.monotonic()
-            app.stop()
-        return orjson.dumps(verdicts)
-
-    sdf = app.dataframe(topic)
-    sdf = sdf.apply(rule, stateful=True)
-    sdf.to_topic(out)
-    app.run()
+def _summary(n: int, seconds: list[float]) -> dict[str, Any]:
+    rates = sorted(n / s for s in seconds)
     return {
-        "events_per_s": n / (marks["done"] - marks["t0"]),
-        "seconds": marks["done"] - marks["t0"],
+        "events_per_s": statistics.median(rates),
+        "min": rates[0],
+        "max": rates[-1],
+        "runs": [round(r) for r in rates],
     }
+
+
+def latency(
+    events: list[dict[str, Any]], rate: float, seconds: float, broker: EmbeddedBroker,
+    workdir: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """Worker and sink running, single events published at ``rate`` for ``seconds``."""
+    n = min(len(events), int(rate * seconds))
+    prefix = f"lat{uuid.uuid4().hex[:6]}."
+    settings = Settings.from_env({}, broker=broker.url, topic_prefix=prefix,
+                                 app_id=f"bench-{prefix[:-1]}", sink_group=f"sink-{prefix[:-1]}",
+                                 duckdb_path=str(workdir / f"{prefix}duckdb"))  # fmt: skip
+    asyncio.run(ensure_topics(settings))
+    worker = spawn_child("lat-worker", "worker", settings, workdir)
+    sink = spawn_child("lat-sink", "sink", settings, workdir)
+    try:
+        wait_for_log(worker.log_path, "start-to-ready")
+        wait_for_log(sink.log_path, "sink assigned")
+        # live traffic: the events in arrival order, stamped now
+        asyncio.run(publish(settings, messages(events[:n], "single"), rate))
+        drained(settings, settings.app_id, settings.topics.events)
+        assert asyncio.run(wait_drained(settings, settings.sink_group,
+                                        [settings.topics.diagnostics], 300, 0.05)).drained  # fmt: skip
+    finally:
+        for child in (sink, worker):
+            stop(child.proc)
+            child.log_file.close()
+    con = connect(settings.duckdb_path, read_only=True)
+    try:
+        rows, p50, p99, worst = con.execute(
+            "SELECT count(*), quantile_cont(s, 0.5), quantile_cont(s, 0.99), max(s) FROM ("
+            "SELECT epoch(ingested_at) - epoch(published_at) AS s FROM searches)"
+        ).fetchone()
+    finally:
+        con.close()
+    assert rows == n, f"{rows} rows for {n} events"
+    return {"rate": rate, "events": n, "p50_ms": p50 * 1000, "p99_ms": p99 * 1000,
+            "max_ms": worst * 1000}  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--no-quix", action="store_true")
+    parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", action="store_true")
+    if len(sys.argv) > 1 and sys.argv[1].startswith("--child-"):
+        kind, rest = sys.argv[1][len("--child-") :], sys.argv[2:]
+        if kind == "bare":
+            child_bare(rest[0], rest[1], rest[2], rest[3], int(rest[4]), rest[5])
+        else:
+            child_quix(rest[0], rest[1], rest[2], rest[3], rest[5])
+        return 0
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="memdiag-bench-"))
     try:
-        data = workdir / "events.jsonl"
-        make_events(data, args.events, args.sessions)
-        size = data.stat().st_size
-        print(
-            f"{args.events:,} events, {args.sessions:,} sessions, {size / args.events:.0f} bytes/event",
-            file=sys.stderr,
-        )
         with EmbeddedBroker() as broker:
-            run = uuid.uuid4().hex[:6]
-            settings = Settings.from_env(
-                {},
-                broker=broker.url,
-                topic_prefix=f"bench{run}.",
-                app_id=f"bench-{run}",
-                sink_group=f"bench-sink-{run}",
-                duckdb_path=str(workdir / "bench.duckdb"),
-            )
-            results = {
-                "memdiag_end_to_end": memdiag_end_to_end(settings, data, args.events, workdir)
-            }
-            print("memdiag end to end done", file=sys.stderr)
-            results["memdiag_worker_stage"] = memdiag_worker_stage(settings, args.events, workdir)
-            print("memdiag worker stage done", file=sys.stderr)
-            results["bare_aiokafka_loop"] = bare_loop(settings, args.events)
-            print("bare loop done", file=sys.stderr)
-            if not args.no_quix:
-                results["quix_streams"] = quix(settings, args.events, workdir)
-                print("quix done", file=sys.stderr)
+            results = measure(args, broker, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    e2e = results["memdiag_end_to_end"]
-    stage = results["memdiag_worker_stage"]
-    bare = results["bare_aiokafka_loop"]
-    ratios = {
-        "end_to_end_vs_bare_loop": e2e["events_per_s"] / bare["events_per_s"],
-        "worker_stage_vs_bare_loop": stage["events_per_s"] / bare["events_per_s"],
-    }
-    if "quix_streams" in results:
-        q = results["quix_streams"]
-        ratios["end_to_end_vs_quix"] = e2e["events_per_s"] / q["events_per_s"]
-        ratios["worker_stage_vs_quix"] = stage["events_per_s"] / q["events_per_s"]
     if args.json:
-        print(json.dumps({"events": args.events, "results": results, "ratios": ratios}, indent=2))
+        print(json.dumps(results, indent=2))
         return 0
-    print(f"\n{'contender':<24}{'events/s':>12}{'seconds':>10}")
-    for name, r in results.items():
-        print(f"{name:<24}{r['events_per_s']:>12,.0f}{r['seconds']:>10.2f}")
-    print(
-        f"\nmemdiag end to end: publish -> row latency p50 {e2e['p50_ms']:.0f} ms, "
-        f"p99 {e2e['p99_ms']:.0f} ms; worker start-to-ready {e2e['worker_ready_s']:.2f} s"
-    )
-    for name, value in ratios.items():
-        print(f"ratio {name:<28} {value:.2f}")
+    print(render(results))
     return 0
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        f"{results['events']:,} search events over {results['sessions']:,} sessions, "
+        f"4 partitions, one Tansu broker; median of runs (min-max)",
+        "",
+        f"{'mode':<9}{'contender':<10}{'events/s':>11}{'spread':>20}{'memdiag ÷':>11}",
+    ]
+    for mode, m in results["modes"].items():
+        base = m["contenders"]["memdiag"]["events_per_s"]
+        for c, r in m["contenders"].items():
+            ratio = "" if c == "memdiag" else f"{base / r['events_per_s']:.2f}"
+            spread = f"{r['min']:,.0f}-{r['max']:,.0f}"
+            lines.append(f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}")
+    if "latency" in results:
+        lat = results["latency"]
+        lines += [
+            "",
+            f"publish -> DuckDB row at {lat['rate']:,.0f} events/s (half the worker's "
+            f"single-event capacity), {lat['events']:,} events: p50 {lat['p50_ms']:,.0f} ms, "
+            f"p99 {lat['p99_ms']:,.0f} ms, max {lat['max_ms']:,.0f} ms",
+        ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
