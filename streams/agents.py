@@ -54,6 +54,7 @@ def register(w: Wiring) -> None:
         return (murmur2(session_id.encode("utf-8")) & 0x7FFFFFFF) % partitions
 
     sender = Sender(
+        app,
         w.diagnostics,
         w.deadletter,
         w.weights,
@@ -90,7 +91,7 @@ def register(w: Wiring) -> None:
         event: EventT
         async for event in stream.events():
             await sender.send(rollup.process([_message(event)], rollups))
-            rollups.take_futures()  # rollups are counters: Faust's own commit is enough
+            await rollups.flush(app.producer)  # counters: Faust's own commit is enough
 
     @app.timer(COUNTER_FLUSH_SECONDS)
     async def flush_counters() -> None:

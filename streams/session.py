@@ -57,7 +57,7 @@ from streams.turns import Change, Judged, Turn
 log = logging.getLogger("memdiag.worker")
 
 #: Records per changelog chunk of a session's log.
-CHUNK = 32
+CHUNK = 8
 
 # Log record layouts (JSON arrays; index 0 is the kind, 1 the event id, 2 the ts in µs):
 #   ["s", eid, ts, source, query_key, result_ids | result_count, scope, published_ms, query?]

@@ -29,6 +29,7 @@ from memdiag.contract import (
 from memdiag.settings import Settings
 from schemas.decode import parse_ts
 from streams.processor import HEAD, TOMBSTONE
+from streams.session import CHUNK
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World, partition_for
 from tests.reference import reference
@@ -436,8 +437,8 @@ def test_a_long_sessions_state_writes_stay_small() -> None:
              f"{i % 60:02d}Z", "session_id": "s", "query": f"q{i}", "result_ids": [f"r{i}"]}  # fmt: skip
         w.publish([e])
     sizes = [len(v) for k, v in w.store.data.items() if k.startswith(HEAD)]
-    assert max(sizes) < 6_000
-    assert len(w.store.data) > 600 // 32  # sealed chunks
+    assert max(sizes) < 2_000
+    assert len(w.store.data) > 600 // CHUNK  # sealed chunks
 
 
 # -- every arrival order gives the in-order result -------------------------------------------
