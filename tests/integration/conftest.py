@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
