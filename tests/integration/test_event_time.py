@@ -3,8 +3,8 @@ issue), through the real broker, with long-lived ``memdiag worker`` and ``memdia
 
 One generated scenario (``tests.scenario``: hundreds of sessions over hours of event time,
 interleaved, late events beyond the turn TTL, injections after their outcome, sessions with
-several outcomes, redeliveries) is fed in seven ways. Every way must give the tables of the
-independent in-order reference (``tests.reference``), on the contract's columns; so all seven
+several outcomes, redeliveries) is fed in eight ways. Every way must give the tables of the
+independent in-order reference (``tests.reference``), on the contract's columns; so all eight
 give the same tables. Events from the future are the one exception: they are dead letters.
 
 This suite is also the proof that memdiag scales out by adding workers: two workers share
@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 import pytest
 
+from memdiag.client import Publisher
 from tests.compare import Snapshot, differences, from_duckdb, from_reference
 from tests.integration.conftest import Pipeline
 from tests.reference import reference
@@ -67,6 +68,20 @@ def test_single_events_in_file_order(
 ) -> None:
     pipeline.start()
     pipeline.publish_events(scenario, keyed=True)
+    pipeline.drain(timeout=180)
+    check(pipeline, expected)
+    assert dead_letters(pipeline) == []
+
+
+def test_through_the_python_publisher(
+    pipeline: Pipeline, scenario: list, expected: Snapshot
+) -> None:
+    """``memdiag.client.Publisher``, as a runtime uses it: validated, keyed and batched per
+    session within its linger."""
+    pipeline.start()
+    with Publisher(settings=pipeline.settings, linger_ms=20) as publisher:
+        for e in scenario:
+            publisher.publish(e)
     pipeline.drain(timeout=180)
     check(pipeline, expected)
     assert dead_letters(pipeline) == []
