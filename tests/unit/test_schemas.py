@@ -4,12 +4,13 @@ and the compiled fast validator agrees with the reference implementation."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import fastjsonschema
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import EVENT_KINDS, load_schema
@@ -25,6 +26,7 @@ from schemas.models import (
     SessionOutcome,
     SessionScope,
     ToolCall,
+    format_ts,
     from_dict,
     to_dict,
 )
@@ -133,3 +135,18 @@ def test_fast_validator_agrees_with_reference(event, how: str, data) -> None:
     except fastjsonschema.JsonSchemaValueException:
         fast = False
     assert fast == reference
+
+
+@settings(max_examples=500)
+@given(st.integers(min_value=-62_135_596_800_000_000, max_value=253_402_300_799_999_999))
+def test_format_ts_is_rfc3339_utc_with_microseconds(ts_us: int) -> None:
+    """The fast formatter equals the plain ``isoformat`` one over the whole datetime range,
+    and parses back to the same microsecond."""
+    plain = (
+        datetime.fromtimestamp(ts_us // 1_000_000, tz=UTC)
+        .replace(microsecond=ts_us % 1_000_000)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
+    assert format_ts(ts_us) == plain
+    assert parse_ts(format_ts(ts_us)) == ts_us
