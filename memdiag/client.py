@@ -18,8 +18,10 @@
   ``max_batch_events`` events and ``max_batch_bytes`` bytes. The order of one key's events
   is kept.
 - **Flush and close.** :meth:`flush` sends everything and waits for the broker's
-  acknowledgement (``acks=all``); :meth:`close` flushes, and so does interpreter exit for a
-  :class:`Publisher` that is still open.
+  acknowledgement (``acks=all``), and raises :class:`PublishFailed` if the broker did not
+  take something; :meth:`close` flushes. Interpreter exit closes a :class:`Publisher` that
+  is still open, as a last resort (at most 30 s; at exit Python may already refuse the
+  connection a first send needs): close it, or use ``with``.
 
 What a crash loses: the events of the last ``linger_ms`` not yet handed to the producer, and
 whatever the producer had not yet had acknowledged. Call :meth:`flush` where the runtime
@@ -49,6 +51,8 @@ from schemas.decode import Decoder
 MAX_LINGER_MS = 100
 #: Messages waiting for the producer at most; publishing waits beyond (backpressure).
 MAX_OUTBOX = 10_000
+#: How long the blocking publisher's close (and so interpreter exit) waits for the broker.
+CLOSE_TIMEOUT_SECONDS = 30.0
 
 
 class EventRejected(ValueError):
@@ -58,6 +62,10 @@ class EventRejected(ValueError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class PublishFailed(RuntimeError):
+    """The broker did not take some events (the cause is chained); they may be lost."""
 
 
 class AsyncPublisher:
@@ -97,7 +105,9 @@ class AsyncPublisher:
         self._own_producer = producer is None
         # (topic, key) -> (encoded events, their bytes, when the first one came)
         self._buffers: dict[tuple[str, bytes], tuple[list[bytes], int, float]] = {}
-        self._pending: list[asyncio.Future[Any]] = []
+        self._pending: set[asyncio.Future[Any]] = set()  # sent, not yet acknowledged
+        self._failed: BaseException | None = None  # the first send or delivery that failed
+        self._closing = False
         self._outbox: deque[tuple[str, bytes, bytes]] = deque()
         self._timer: asyncio.Task[None] | None = None
         self._send_task: asyncio.Task[None] | None = None
@@ -149,6 +159,7 @@ class AsyncPublisher:
 
     async def publish(self, event: Mapping[str, Any]) -> None:
         """Validate and queue one event (sent within ``linger_ms``)."""
+        self._check()
         topic, key, raw = self.route(event)
         self.add(topic, key, raw)
         if len(self._outbox) >= MAX_OUTBOX:
@@ -179,32 +190,50 @@ class AsyncPublisher:
         self._has_mail.set()
 
     async def _sender(self) -> None:
-        while True:
-            if not self._outbox:
-                self._idle.set()
-                self._room.set()
-                self._has_mail.clear()
-                await self._has_mail.wait()
-                continue
-            self._idle.clear()
-            topic, key, value = self._outbox.popleft()
-            self._pending.append(await self._producer.send(topic, value=value, key=key))
-            self.messages += 1
-            if len(self._outbox) < MAX_OUTBOX // 2:
-                self._room.set()
-            if len(self._pending) >= 5_000:
-                await self._settle()
+        try:
+            while True:
+                if not self._outbox:
+                    self._idle.set()
+                    self._room.set()
+                    self._has_mail.clear()
+                    await self._has_mail.wait()
+                    continue
+                self._idle.clear()
+                topic, key, value = self._outbox.popleft()
+                future = await self._producer.send(topic, value=value, key=key)
+                self._pending.add(future)
+                future.add_done_callback(self._delivered)
+                self.messages += 1
+                if len(self._outbox) < MAX_OUTBOX // 2:
+                    self._room.set()
+                while len(self._pending) >= 5_000 and self._failed is None:
+                    await asyncio.wait(list(self._pending), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - kept, and raised to whoever waits
+            self._failed = self._failed or exc
+        finally:
+            self._idle.set()
+            self._room.set()
+
+    def _delivered(self, future: asyncio.Future[Any]) -> None:
+        self._pending.discard(future)
+        if not future.cancelled() and future.exception() is not None and self._failed is None:
+            self._failed = future.exception()
+
+    def _check(self) -> None:
+        if self._timer is None or self._closing:
+            raise RuntimeError("the publisher is closed (or was never started)")
+        if self._failed is not None:
+            raise PublishFailed(
+                f"an earlier send failed: {self._failed!r}; events since may be lost"
+            ) from self._failed
 
     async def wait_room(self) -> None:
         """Wait until the outbox has room again (backpressure on a slow broker)."""
         self._room.clear()
-        if len(self._outbox) >= MAX_OUTBOX // 2:
+        if len(self._outbox) >= MAX_OUTBOX // 2 and self._failed is None:
             await self._room.wait()
-
-    async def _settle(self) -> None:
-        pending, self._pending = self._pending, []
-        if pending:
-            await asyncio.gather(*pending)
 
     async def _linger_loop(self) -> None:
         while True:
@@ -222,17 +251,23 @@ class AsyncPublisher:
                 self._ready(k)
 
     async def flush(self) -> None:
-        """Send every queued event and wait until the broker has acknowledged all."""
+        """Send every queued event and wait until the broker has acknowledged all of them
+        (including those another caller sent meanwhile); raises :class:`PublishFailed` if
+        any send or delivery failed."""
         for k in list(self._buffers):
             self._ready(k)
-        while self._outbox or not self._idle.is_set():
+        while (self._outbox or not self._idle.is_set()) and self._failed is None:
             await self._idle.wait()
             await asyncio.sleep(0)
-        await self._settle()
+        if self._pending:
+            await asyncio.wait(list(self._pending))
+        if self._failed is not None:
+            raise PublishFailed(f"a send failed: {self._failed!r}") from self._failed
 
     async def close(self) -> None:
         if self._timer is None:
             return
+        self._closing = True  # what comes now would not be flushed: refuse it
         try:
             await self.flush()
         finally:
@@ -262,15 +297,18 @@ class Publisher:
     async def _make(self, bootstrap_servers: str | None, kwargs: dict[str, Any]) -> AsyncPublisher:
         return await AsyncPublisher(bootstrap_servers, **kwargs).start()
 
-    def _call(self, coro: Any) -> Any:
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result()
+        return future.result(timeout)
 
     def publish(self, event: Mapping[str, Any]) -> None:
         """Validate and queue one event; raises :class:`EventRejected` for a bad one.
         Validation runs in the caller's thread; the event joins the loop's queue without a
         round trip, in the order of the calls."""
         inner = self._inner
+        if self._closed:
+            raise RuntimeError("the publisher is closed")
+        inner._check()
         with self._lock:  # the decoder keeps per-call state
             topic, key, raw = inner.route(event)
             self._loop.call_soon_threadsafe(inner.add, topic, key, raw)
@@ -286,7 +324,7 @@ class Publisher:
         self._closed = True
         atexit.unregister(self.close)
         try:
-            self._call(self._inner.close())
+            self._call(self._inner.close(), CLOSE_TIMEOUT_SECONDS)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)

@@ -31,7 +31,6 @@ committed offset always means "its effects are durable", whatever Faust does whe
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter, deque
@@ -97,9 +96,9 @@ class TableStore:
         """Send the writes since the last flush (the last one of each key); their delivery
         futures."""
         pending, self._pending = self._pending, {}
-        send, topic, dumps = producer.send, self._changelog, json.dumps
+        send, topic, dumps = producer.send, self._changelog, orjson.dumps
         return [
-            await send(topic, dumps(key).encode(), value, partition, None, None)
+            await send(topic, dumps(key), value, partition, None, None)
             for key, (partition, value) in pending.items()
         ]
 

@@ -50,7 +50,7 @@ from schemas import SESSION_KINDS
 from schemas.decode import Decoder, Rejected
 from schemas.models import SessionEvent, format_ts
 from streams.envelope import InMessage, Output, StateStore
-from streams.session import CHUNK, Config, Session
+from streams.session import Config, Session
 
 log = logging.getLogger("memdiag.worker")
 
@@ -279,7 +279,7 @@ class Processor:
             if session is None:
                 continue
             session.flush_incomplete(out)
-            for i in range(session.sealed // CHUNK):
+            for i in range(session.sealed // session.chunk):
                 store.delete(chunk_key(key, i), partition)
             store.delete(HEAD + key, partition)
             store.put(TOMBSTONE + key, orjson.dumps([partition, now]), partition)

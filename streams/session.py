@@ -56,8 +56,10 @@ from streams.turns import Change, Judged, Turn
 
 log = logging.getLogger("memdiag.worker")
 
-#: Records per changelog chunk of a session's log.
+#: Records per changelog chunk of a new session's log. A session keeps the chunk size it was
+#: first written with (``cs`` in its head; heads without it were written with 32).
 CHUNK = 8
+LEGACY_CHUNK = 32
 
 # Log record layouts (JSON arrays; index 0 is the kind, 1 the event id, 2 the ts in µs):
 #   ["s", eid, ts, source, query_key, result_ids | result_count, scope, published_ms, query?]
@@ -140,6 +142,7 @@ class Session:
         self.config = config
         self.records: list[list[Any]] = []  # the log, in arrival order
         self.sealed = 0  # records[:sealed] are in sealed chunks of the store
+        self.chunk = CHUNK  # records per sealed chunk, for the session's whole life
         self.scopes: list[Scope] = []
         self._scope_index: dict[Scope, int] = {}
         self.last_seen_ms = 0  # processing time (Kafka timestamp) of the last event
@@ -537,7 +540,8 @@ class Session:
         head: dict[str, Any] = {
             "p": self.partition,
             "l": self.last_seen_ms,
-            "n": self.sealed // CHUNK,
+            "n": self.sealed // self.chunk,
+            "cs": self.chunk,
             "sc": self.scopes,
             "t": self.records[self.sealed :],
         }
@@ -549,11 +553,12 @@ class Session:
 
     def seal(self) -> tuple[int, list[list[Any]]] | None:
         """The next full chunk of the log to write under its own key, if there is one."""
-        if len(self.records) - self.sealed < CHUNK:
+        size = self.chunk
+        if len(self.records) - self.sealed < size:
             return None
-        chunk = self.records[self.sealed : self.sealed + CHUNK]
-        index = self.sealed // CHUNK
-        self.sealed += CHUNK
+        chunk = self.records[self.sealed : self.sealed + size]
+        index = self.sealed // size
+        self.sealed += size
         return index, chunk
 
     @classmethod
@@ -562,6 +567,7 @@ class Session:
     ) -> Session:
         """The inverse of :meth:`header` and :meth:`seal`."""
         session = cls(session_id, head["p"], config)
+        session.chunk = head.get("cs", LEGACY_CHUNK)
         session.last_seen_ms = head["l"]
         for agent_id, org_id, project_id in head["sc"]:
             scope = (agent_id, org_id, project_id)

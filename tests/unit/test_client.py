@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from memdiag.client import AsyncPublisher, EventRejected, Publisher
+from memdiag.client import AsyncPublisher, EventRejected, Publisher, PublishFailed
 from memdiag.settings import Settings
 
 SETTINGS = Settings.from_env({}, topic_prefix="u.")
@@ -107,6 +107,32 @@ async def test_close_sends_what_is_queued() -> None:
     await p.publish(search(0))
     await p.close()
     assert len(fake.sent) == 1
+
+
+class FailingProducer(FakeProducer):
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+        failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        failed.set_exception(ConnectionError("broker gone"))
+        return failed
+
+
+async def test_a_failed_delivery_is_raised_by_flush_and_close_does_not_hang() -> None:
+    p = AsyncPublisher(settings=SETTINGS, producer=FailingProducer(), linger_ms=1)
+    await p.start()
+    await p.publish(search(0))
+    with pytest.raises(PublishFailed, match="broker gone"):
+        await asyncio.wait_for(p.flush(), 5)
+    with pytest.raises(PublishFailed):
+        await p.publish(search(1))  # later events are refused, not silently lost
+    with pytest.raises(PublishFailed):
+        await asyncio.wait_for(p.close(), 5)
+
+
+async def test_a_closed_publisher_refuses_events() -> None:
+    p, _ = await publisher()
+    await p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await p.publish(search(0))
 
 
 def test_the_linger_is_bounded() -> None:
