@@ -164,11 +164,26 @@ def _restarted(p: Pipeline, name: str, before: int, timeout: float = 60.0) -> No
         time.sleep(0.1)
 
 
+def _took_over(p: Pipeline, name: str, before: int, timeout: float = 60.0) -> None:
+    """Wait until ``name`` has been assigned every partition (after ``before`` assignments):
+    a scale-in really moved the leaver's partitions to it."""
+    every = list(range(p.settings.events_partitions))
+    deadline = time.monotonic() + timeout
+    while True:
+        assignments = assigned_partitions(p.workdir / f"{name}.log")
+        if len(assignments) > before and every in (sorted(a) for a in assignments[before:]):
+            return
+        assert time.monotonic() < deadline, f"{name} never took every partition: {assignments}"
+        p.children[name].check_alive()
+        time.sleep(0.1)
+
+
 def test_scaled_out_under_kills(pipeline: Pipeline, scenario: list, expected: Snapshot) -> None:
     """Two workers and the sink while the scenario is published at a live rate: 8 SIGKILLs
     of a worker or the sink, each restarted at once, and 2 graceful restarts of a worker
-    (its partitions go to the other worker, then half come back). Each kill waits until the
-    last victim is at work again, so every kill lands on a working process."""
+    (it leaves, the other worker takes all its partitions, then it comes back and takes
+    half). Each kill waits until the last victim is at work again, so every kill lands on a
+    working process."""
     pipeline.start("worker", "worker2", "sink")
     publisher = threading.Thread(
         target=pipeline.publish_events, args=(scenario,), kwargs={"rate": KILL_RATE}
@@ -186,7 +201,9 @@ def test_scaled_out_under_kills(pipeline: Pipeline, scenario: list, expected: Sn
             if how == "kill":
                 pipeline.kill(victim)
             else:
+                taken = len(assigned_partitions(pipeline.workdir / "worker2.log"))
                 pipeline.terminate(victim)
+                _took_over(pipeline, "worker2", taken)
             pipeline.start(victim)
             kills.append(f"{how} {victim}")
             _restarted(pipeline, victim, before)
