@@ -30,7 +30,7 @@ from faust import StreamT
 from faust.types import EventT
 
 from streams.app import Wiring
-from streams.batches import BatchRunner, CounterBuffer, Sender, TableStore
+from streams.batches import BatchRunner, CounterBuffer, Sender, TableStore, in_message
 from streams.counters import Rollups
 from streams.envelope import InMessage
 from streams.judgements import JudgementProcessor
@@ -90,7 +90,7 @@ def register(w: Wiring) -> None:
     async def roll_up_counters(stream: StreamT) -> None:
         event: EventT
         async for event in stream.events():
-            await sender.send(rollup.process([_message(event)], rollups))
+            await sender.send(rollup.process([in_message(event.message)], rollups))
             await rollups.flush(app.producer)  # counters: Faust's own commit is enough
 
     @app.timer(COUNTER_FLUSH_SECONDS)
@@ -122,15 +122,3 @@ def register(w: Wiring) -> None:
             await runner.stop()
 
     app.on_before_shutdown.connect(_flush_on_stop)
-
-
-def _message(event: EventT) -> InMessage:
-    m = event.message
-    return InMessage(
-        m.topic,
-        m.partition,
-        m.offset,
-        m.key,
-        m.value,
-        None if m.timestamp is None else int(m.timestamp * 1000),
-    )

@@ -50,6 +50,18 @@ from streams.metrics import Counters
 log = logging.getLogger("memdiag.worker")
 
 
+def in_message(m: Any) -> InMessage:
+    """What the logic sees of a Faust message (its timestamp in integer milliseconds)."""
+    return InMessage(
+        m.topic,
+        m.partition,
+        m.offset,
+        m.key,
+        m.value,
+        None if m.timestamp is None else int(m.timestamp * 1000),
+    )
+
+
 class Stage(Protocol):
     def process(self, msgs: list[InMessage], store: StateStore) -> Output: ...
 
@@ -504,16 +516,7 @@ class BatchRunner:
                 unacked.add(m)
             live.append(event)
             ends[m.tp] = m.offset + 1
-            msgs.append(
-                InMessage(
-                    m.topic,
-                    m.partition,
-                    m.offset,
-                    m.key,
-                    m.value,
-                    None if m.timestamp is None else int(m.timestamp * 1000),
-                )
-            )
+            msgs.append(in_message(m))
         for tp in ahead:
             await self._seek_back(tp)
         if not live:
