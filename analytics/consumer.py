@@ -67,6 +67,7 @@ class SinkRunner:
             max_poll_interval_ms=300_000,
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
         )
         self.consumer.subscribe(
             [s.topics.diagnostics, s.topics.weights, s.topics.deadletter],

@@ -20,8 +20,8 @@ Fairness. Every contender gets the same messages, parses ``ts`` with the same fu
 session per message, and produces one output message per input message. Every clock stops
 at the same point, seen from outside: the contender's consumer group has committed the end
 of the input (each flushes its output before it commits). Quix and memdiag commit every
-second. memdiag's clock starts when its worker logs "ready"; the peers' at their first
-message. Every contender's verdicts are checked against a reference. Each figure is the
+second. Every clock starts at the contender's first record (for memdiag: when its session
+stage starts counting, after the group join and the seek to the committed offsets). Every contender's verdicts are checked against a reference. Each figure is the
 median of ``--runs`` runs, with the spread (min-max); contenders rotate their order per run.
 
 Then the latency: the worker and the sink (to DuckDB) run while single events are published
@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,7 @@ def child_bare(bootstrap: str, topic: str, out_topic: str, group: str, n: int, m
             while seen < n:
                 batches = await c.getmany(timeout_ms=200, max_records=5000)
                 if batches and not Path(mark).exists():
-                    Path(mark).write_text(repr(time.monotonic()))
+                    Path(mark).write_text(repr(time.time()))
                 for records in batches.values():
                     for m in records:
                         doc = orjson.loads(m.value)
@@ -207,7 +208,7 @@ def child_quix(bootstrap: str, topic: str, out_topic: str, group: str, mark: str
 
     def rule(value: bytes, state: Any) -> bytes:
         if not marked[0]:
-            Path(mark).write_text(repr(time.monotonic()))
+            Path(mark).write_text(repr(time.time()))
             marked[0] = True
         doc = orjson.loads(value)
         evs = doc if isinstance(doc, list) else [doc]
@@ -245,7 +246,7 @@ def wait_for_mark(path: Path, timeout: float = 90) -> float:
 def drained(settings: Settings, group: str, topic: str) -> float:
     lag = asyncio.run(wait_drained(settings, group, [topic], 900, 0.02))
     assert lag.drained, f"{group} still {lag.behind} behind"
-    return time.monotonic()
+    return time.time()
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -257,15 +258,26 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def first_batch(log_path: Path) -> float:
+    """When the worker's session stage took its first records (wall clock): the line it
+    logs as it starts counting, just before it processes them. The peers' clocks start at
+    their first record too."""
+    for line in log_path.read_text("utf-8", "replace").splitlines():
+        if "sessions: generation" in line and "starting at" in line:
+            stamp = line[1 : line.index("]")]  # [2026-11-23 03:39:03,114] (local time)
+            return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp()
+    raise AssertionError(f"the worker never started counting: see {log_path}")
+
+
 def run_memdiag(settings: Settings, workdir: Path) -> float:
     worker = spawn_child(f"worker-{settings.app_id}", "worker", settings, workdir)
     try:
-        ready = wait_for_log(worker.log_path, "start-to-ready")
+        wait_for_log(worker.log_path, "start-to-ready")
         done = drained(settings, settings.app_id, settings.topics.events)
     finally:
         stop(worker.proc)
         worker.log_file.close()
-    return done - ready
+    return done - first_batch(worker.log_path)
 
 
 def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> float:

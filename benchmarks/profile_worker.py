@@ -74,7 +74,7 @@ def main() -> int:
                  "--output", str(collapsed)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            started = time.monotonic()
+            started = time.time()
             done = drained(settings, settings.app_id, settings.topics.events)
             spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
             spy.wait(30)

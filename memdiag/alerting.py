@@ -40,7 +40,9 @@ async def watch(
     evaluator = Evaluator(rules)
     topic = settings.topics.counters
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False
+        bootstrap_servers=settings.bootstrap_servers,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
     )
     await consumer.start()
     try:

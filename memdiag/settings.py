@@ -93,6 +93,7 @@ _ENV: dict[str, tuple[str, str]] = {
     "session_timeout_seconds": ("MEMDIAG_SESSION_TIMEOUT_SECONDS", "float"),
     "heartbeat_interval_seconds": ("MEMDIAG_HEARTBEAT_INTERVAL_SECONDS", "float"),
     "commit_interval_seconds": ("MEMDIAG_COMMIT_INTERVAL_SECONDS", "float"),
+    "fetch_max_wait_ms": ("MEMDIAG_FETCH_MAX_WAIT_MS", "int"),
     "sink_batch_rows": ("MEMDIAG_SINK_BATCH_ROWS", "int"),
     "sink_batch_seconds": ("MEMDIAG_SINK_BATCH_SECONDS", "float"),
     "log_level": ("MEMDIAG_LOG_LEVEL", "str"),
@@ -161,6 +162,10 @@ class Settings:
     heartbeat_interval_seconds: float = 1.0
     #: MEMDIAG_COMMIT_INTERVAL_SECONDS: how often the worker commits processed offsets.
     commit_interval_seconds: float = 1.0
+    #: MEMDIAG_FETCH_MAX_WAIT_MS: how long a fetch of the worker and the sink waits at the
+    #: broker for new records. Apache Kafka answers as soon as a record arrives; Tansu waits
+    #: the time out, so on Tansu this bounds each hop's latency (Faust's own is 1,500 ms).
+    fetch_max_wait_ms: int = 100
     #: MEMDIAG_SINK_BATCH_ROWS: the sink writes at least every this many records...
     sink_batch_rows: int = 20_000
     #: MEMDIAG_SINK_BATCH_SECONDS: ...or every this many seconds, whichever comes first.
@@ -227,6 +232,7 @@ class Settings:
             "max_event_bytes",
             "deadletter_payload_bytes",
             "sink_batch_rows",
+            "fetch_max_wait_ms",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_ENV[name][0]} must be >= 1, got {getattr(self, name)}")

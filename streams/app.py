@@ -8,7 +8,9 @@ tables, and registers the stages (``streams.agents``).
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import faust
 from faust.types import TableT, TopicT
@@ -40,10 +42,15 @@ class Wiring:
 
 
 def faust_app(settings: Settings) -> faust.App:
+    # Faust creates its data directory even with memory tables; nothing durable lives
+    # there, so keep it out of the user's working directory.
+    datadir = Path(tempfile.gettempdir()) / "memdiag-faust"
+    datadir.mkdir(exist_ok=True)
     return faust.App(
         settings.app_id,
         broker=settings.broker,
         store="memory://",  # durable through the changelog topic; recovered on restart
+        datadir=str(datadir / settings.app_id),
         web_enabled=False,
         topic_partitions=settings.events_partitions,
         topic_replication_factor=settings.replication_factor,

@@ -24,7 +24,11 @@ def main(settings: Settings) -> None:
     import faust
 
     from streams.app import create_app
-    from streams.compat import patch_faust_delivery, patch_faust_highwaters
+    from streams.compat import (
+        patch_faust_delivery,
+        patch_faust_fetch_wait,
+        patch_faust_highwaters,
+    )
     from streams.telemetry import install_meter_provider
 
     _, exporting = install_meter_provider("memdiag-worker")
@@ -36,6 +40,7 @@ def main(settings: Settings) -> None:
         app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
     patch_faust_highwaters(settings.bootstrap_servers)
     patch_faust_delivery()
+    patch_faust_fetch_wait(settings.fetch_max_wait_ms)
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _log_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
