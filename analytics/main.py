@@ -8,6 +8,7 @@ import signal
 
 from analytics.consumer import SinkRunner
 from memdiag.kafka import ensure_topics
+from memdiag.procs import tune_gc
 from memdiag.settings import Settings
 
 
@@ -17,6 +18,7 @@ def main(settings: Settings) -> None:
         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
     )
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    tune_gc()
     asyncio.run(_run(settings))
 
 

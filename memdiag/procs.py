@@ -1,8 +1,10 @@
-"""Child processes that die with their parent (no orphans, even on SIGKILL of the parent)."""
+"""Child processes that die with their parent (no orphans, even on SIGKILL of the parent),
+and the garbage collector of the long-running ones."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import subprocess
@@ -46,3 +48,21 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(5)
+
+
+#: Allocations between young collections of a long-running process (CPython's is 700).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """For a long-running stream process, once set up: move what exists to the permanent
+    generation and collect the young one every 50,000 allocations instead of 700.
+
+    A stream process allocates a few short-lived objects per record, nearly all freed by
+    reference counting, so CPython's default collected the young generation hundreds of
+    times a second, each time walking the records still buffered: about a fifth of the
+    worker's time on single-event traffic (``make profile``). Cycles are still collected,
+    in larger steps; memory grows by at most that many young objects."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from memdiag.kafka import ensure_topics
+from memdiag.procs import tune_gc
 from memdiag.settings import Settings
 
 log = logging.getLogger("memdiag.worker")
@@ -53,4 +54,5 @@ def main(settings: Settings) -> None:
         redirect_stdouts=False,
         override_logging=True,
     )
+    tune_gc()
     worker.execute_from_commandline()

@@ -56,3 +56,27 @@ async def test_cancelling_the_rest_cancels_the_coroutine() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert cleaned == [True]
+
+
+def test_the_worker_consumer_waits_at_the_broker_as_configured() -> None:
+    from memdiag.settings import Settings
+    from streams.app import faust_app
+    from streams.compat import patch_faust_fetch_wait
+
+    patch_faust_fetch_wait(123)
+    patch_faust_fetch_wait(123)  # twice: still one wrapper
+    app = faust_app(Settings.from_env({}, broker="kafka://127.0.0.1:1", app_id="compat-test"))
+
+    async def create() -> tuple[int, int]:  # aiokafka builds its consumer in a running loop
+        consumer = thread._create_worker_consumer(app.transport)
+        await consumer.stop()
+        return consumer._fetch_max_wait_ms, consumer._max_partition_fetch_bytes
+
+    thread = app.consumer._thread
+    try:
+        wait_ms, fetch_bytes = thread.thread_loop.run_until_complete(create())
+    finally:
+        thread.thread_loop.close()
+        app.loop.close()
+    assert wait_ms == 123
+    assert fetch_bytes == app.conf.consumer_max_fetch_size
