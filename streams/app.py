@@ -68,6 +68,8 @@ def faust_app(settings: Settings) -> faust.App:
         producer_acks=-1,
         stream_wait_empty=True,
         stream_buffer_maxsize=4096,
+        # per partition and fetch; a quarter more events/s on batched messages than 1 MiB
+        consumer_max_fetch_size=4 * 1024 * 1024,
     )
 
 
