@@ -55,14 +55,16 @@ GC_YOUNG_THRESHOLD = 50_000
 
 
 def tune_gc() -> None:
-    """For a long-running stream process, once set up: move what exists to the permanent
-    generation and collect the young one every 50,000 allocations instead of 700.
+    """For a long-running stream process, before its services start: move what exists to
+    the permanent generation, and collect the young generation once 50,000 more container
+    objects exist instead of 700.
 
     A stream process allocates a few short-lived objects per record, nearly all freed by
     reference counting, so CPython's default collected the young generation hundreds of
     times a second, each time walking the records still buffered: about a fifth of the
     worker's time on single-event traffic (``make profile``). Cycles are still collected,
-    in larger steps; memory grows by at most that many young objects."""
+    in larger steps: at most 50,000 more objects wait for it (their size is another matter:
+    a cycle holding large values keeps them until then)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)

@@ -162,9 +162,10 @@ class Settings:
     heartbeat_interval_seconds: float = 1.0
     #: MEMDIAG_COMMIT_INTERVAL_SECONDS: how often the worker commits processed offsets.
     commit_interval_seconds: float = 1.0
-    #: MEMDIAG_FETCH_MAX_WAIT_MS: how long a fetch of the worker and the sink waits at the
-    #: broker for new records. Apache Kafka answers as soon as a record arrives; Tansu waits
-    #: the time out, so on Tansu this bounds each hop's latency (Faust's own is 1,500 ms).
+    #: MEMDIAG_FETCH_MAX_WAIT_MS: how long a fetch of the worker, the sink and ``memdiag
+    #: alert`` waits at the broker for new records. Apache Kafka answers as soon as a record
+    #: arrives; Tansu waits the time out, so on Tansu this bounds each hop's latency
+    #: (Faust's own is 1,500 ms, aiokafka's 500 ms).
     fetch_max_wait_ms: int = 100
     #: MEMDIAG_SINK_BATCH_ROWS: the sink writes at least every this many records...
     sink_batch_rows: int = 20_000

@@ -8,6 +8,7 @@ tables, and registers the stages (``streams.agents``).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,9 @@ class Wiring:
 
 def faust_app(settings: Settings) -> faust.App:
     # Faust creates its data directory even with memory tables; nothing durable lives
-    # there, so keep it out of the user's working directory.
-    datadir = Path(tempfile.gettempdir()) / "memdiag-faust"
-    datadir.mkdir(exist_ok=True)
+    # there, so keep it out of the user's working directory (one directory per user).
+    datadir = Path(tempfile.gettempdir()) / f"memdiag-faust-{os.getuid()}"
+    datadir.mkdir(mode=0o700, exist_ok=True)
     return faust.App(
         settings.app_id,
         broker=settings.broker,

@@ -42,6 +42,7 @@ import faust
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.types import TP, EventT, TableT, TopicT
+from mode.utils.futures import notify
 
 from streams.counters import increments, minute_of
 from streams.envelope import CounterKey, InMessage, Output, StateStore
@@ -221,15 +222,30 @@ class Sender:
 
 
 async def delivered(futures: list[asyncio.Future[Any]]) -> None:
-    """Wait until every one of ``futures`` (the producer's delivery futures) is done; raise
-    the first failure. ``asyncio.gather`` puts a callback on each future, and the producer
-    then schedules one call per record (a tenth of the worker's time on single events).
-    Waiting on the newest first usually finds the older ones done: one wait per batch."""
-    for future in reversed(futures):
-        if not future.done():
-            await future
-    for future in futures:
-        future.result()  # raises the first failure
+    """Return once every one of ``futures`` (the producer's delivery futures) succeeded;
+    raise as soon as one is seen failed. ``asyncio.gather`` puts a callback on each future,
+    and the producer then schedules one call per record (a tenth of the worker's time on
+    single events); waiting on the newest first usually finds the older ones done: one wait
+    per batch. On a failure the others' outcomes are marked seen, so the log shows the
+    failure once instead of once a record."""
+    try:
+        for future in reversed(futures):
+            if not future.done():
+                await future
+        for future in futures:
+            future.result()
+    except BaseException:
+        for future in futures:
+            if future.done():
+                _seen(future)
+            else:
+                future.add_done_callback(_seen)
+        raise
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 #: What :meth:`Progress.admit` says of a record.
@@ -442,6 +458,8 @@ class BatchRunner:
             except TimeoutError:
                 await self._idle()
                 continue
+            if not self.processed and not self.skipped:
+                log.info("%s: first records at %.3f", self.name, time.time())  # for benchmarks
             batch: list[EventT] = [first]
             self._drain(queue, batch)
             if len(batch) < self.max_batch and self.linger:
@@ -467,11 +485,12 @@ class BatchRunner:
         await self.wait_idle()
         if self.progress.generation != self.app.consumer_generation_id:
             return
+        now = time.monotonic()
         for tp, hole in list(self._holes.items()):
             if self.progress.next.get(tp) != hole.offset:
                 del self._holes[tp]  # filled
-            else:
-                await self._reseek(tp, hole, time.monotonic())
+            elif now - hole.sought_at >= self.RESEEK_SECONDS:
+                await self._reseek(tp, hole, now)
 
     def _drain(self, queue: asyncio.Queue[EventT], batch: list[EventT]) -> None:
         while len(batch) < self.max_batch:
@@ -534,15 +553,16 @@ class BatchRunner:
             live.append(event)
             ends[m.tp] = m.offset + 1
             msgs.append(in_message(m))
+        if live:
+            # A rebalance waits until the consumer's unacked messages are gone (wait_empty):
+            # one per batch holds it from here, before anything below awaits, until the
+            # batch is delivered, at the cost of one weak reference instead of one a record.
+            marker = live[-1].message
+            app.consumer._unacked_messages.add(marker)  # type: ignore[attr-defined]
         for tp in ahead:
             await self._seek_back(tp)
         if not live:
             return
-        # A rebalance waits until the consumer's unacked messages are gone (wait_empty):
-        # one per batch is enough to hold it until the batch is delivered, and costs one
-        # weak reference instead of one per record.
-        marker = live[-1].message
-        app.consumer._unacked_messages.add(marker)  # type: ignore[attr-defined]
         outputs = self._process(msgs)
         futures = await self.store.flush(self.app.producer) if self.store is not None else []
         for out in outputs:
@@ -645,7 +665,9 @@ class BatchRunner:
         finally:
             for event in events:
                 event.ack()
-            self.app.consumer._unacked_messages.discard(marker)  # type: ignore[attr-defined]
+            consumer: Any = self.app.consumer
+            consumer._unacked_messages.discard(marker)
+            notify(consumer._waiting_for_ack)  # a waiting rebalance looks again at once
         self.progress.done(generation, ends)
         if time.monotonic() - self._last_commit >= self.commit_interval:
             await self.commit()
@@ -665,7 +687,10 @@ class BatchRunner:
 
     async def wait_idle(self, commit: bool = True) -> None:
         while self._in_flight:
-            await self._in_flight.popleft()
+            # shielded: a caller that gives up waiting (on_revoked's time-out) must not
+            # cancel the batch's delivery, which the batches after it wait for
+            await asyncio.shield(self._in_flight[0])
+            self._in_flight.popleft()
         if commit:
             await self.commit()
 

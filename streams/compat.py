@@ -140,6 +140,11 @@ def patch_faust_fetch_wait(ms: int) -> None:
 
     def _create_worker_consumer(self: Any, transport: Any) -> Any:
         consumer = original(self, transport)
+        if not hasattr(consumer, "_fetch_max_wait_ms"):
+            raise RuntimeError(
+                "this aiokafka keeps its fetch wait elsewhere: update "
+                "streams.compat.patch_faust_fetch_wait"
+            )
         consumer._fetch_max_wait_ms = ms  # read when the consumer starts its fetcher
         return consumer
 

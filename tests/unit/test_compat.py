@@ -58,25 +58,37 @@ async def test_cancelling_the_rest_cancels_the_coroutine() -> None:
     assert cleaned == [True]
 
 
-def test_the_worker_consumer_waits_at_the_broker_as_configured() -> None:
+def test_the_worker_consumer_waits_at_the_broker_as_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiokafka import AIOKafkaConsumer
+    from faust.transport.drivers import aiokafka as driver
+
     from memdiag.settings import Settings
     from streams.app import faust_app
     from streams.compat import patch_faust_fetch_wait
 
+    cls = driver.AIOKafkaConsumerThread
+    original = cls._create_worker_consumer
+    monkeypatch.setattr(cls, "_create_worker_consumer", original)  # undone after the test
     patch_faust_fetch_wait(123)
-    patch_faust_fetch_wait(123)  # twice: still one wrapper
+    patch_faust_fetch_wait(123)  # twice: still one wrapper, around Faust's own
+    assert cls._create_worker_consumer.__wrapped__ is original  # type: ignore[attr-defined]
     app = faust_app(Settings.from_env({}, broker="kafka://127.0.0.1:1", app_id="compat-test"))
+    thread = app.consumer._thread
 
-    async def create() -> tuple[int, int]:  # aiokafka builds its consumer in a running loop
+    async def create() -> tuple[int, int, int]:  # aiokafka builds consumers in a running loop
         consumer = thread._create_worker_consumer(app.transport)
         await consumer.stop()
-        return consumer._fetch_max_wait_ms, consumer._max_partition_fetch_bytes
+        # the attribute the patch sets is the one aiokafka's own argument sets
+        plain = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1", fetch_max_wait_ms=7)
+        await plain.stop()
+        return consumer._fetch_max_wait_ms, consumer._max_partition_fetch_bytes, plain._fetch_max_wait_ms
 
-    thread = app.consumer._thread
     try:
-        wait_ms, fetch_bytes = thread.thread_loop.run_until_complete(create())
+        wait_ms, fetch_bytes, plain_ms = thread.thread_loop.run_until_complete(create())
     finally:
         thread.thread_loop.close()
         app.loop.close()
-    assert wait_ms == 123
-    assert fetch_bytes == app.conf.consumer_max_fetch_size
+    assert (wait_ms, plain_ms) == (123, 7)
+    assert fetch_bytes == app.conf.consumer_max_fetch_size == 4 * 1024 * 1024
