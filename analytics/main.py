@@ -6,7 +6,8 @@ import asyncio
 import logging
 import signal
 
-from analytics.consumer import SinkRunner
+from memdiag.analytics.consumer import SinkRunner
+
 from memdiag.kafka import ensure_topics
 from memdiag.procs import tune_gc
 from memdiag.settings import Settings

@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import duckdb
-
-from analytics.db import DatabaseError, sql
+from memdiag.analytics.db import DatabaseError, sql
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

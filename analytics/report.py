@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
+from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
 
-from analytics.status import feedback_per_observation, followup_over_time, status
 from memdiag import __version__
 
 USED, IGNORED = "#2a9d8f", "#e76f51"

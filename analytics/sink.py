@@ -3,7 +3,7 @@
 ``add`` buffers a record, ``flush`` writes everything buffered in one transaction, ``write``
 does both for a batch. Each table is written through Arrow and one ``INSERT ... SELECT``
 with ``ON CONFLICT`` on its natural key, so a redelivered or replayed record changes
-nothing. The file is opened per flush (see :mod:`analytics.db`).
+nothing. The file is opened per flush (see :mod:`memdiag.analytics.db`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
-
-from analytics.db import connect, init_schema, sql
+from memdiag.analytics.db import connect, init_schema, sql
 
 log = logging.getLogger("memdiag.sink")
 

@@ -6,17 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+from memdiag.analytics.queries import rows
 
-from analytics.queries import rows
-
-FOLLOWUP_CAVEAT = (
-    "a live proxy for 'the first results did not satisfy': it also counts genuine query "
-    "refinement; a longer AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS counts more, a shorter fewer"
-)
-USED_CAVEAT = (
-    "keyword overlap: a response that paraphrases a memory counts it ignored, one that "
-    "repeats its words without relying on it counts it used"
-)
+from memdiag.contract import FOLLOWUP_CAVEAT, USED_CAVEAT
 
 _FRESHNESS = """
 SELECT max(ts) AS newest_event, max(ingested_at) AS last_written FROM (

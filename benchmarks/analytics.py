@@ -33,8 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
-
-from analytics.db import init_schema, sql  # noqa: E402
+from memdiag.analytics.db import init_schema, sql  # noqa: E402
 
 FILL = """
 INSERT INTO session_diagnostics (session_id, outcome, failure_category, injected_observation_ids,

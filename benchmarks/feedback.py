@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.feedback import judge_observation, keywords, response_words  # noqa: E402
-from streams.turns import Turns  # noqa: E402
+from memdiag.streams.feedback import judge_observation, keywords, response_words  # noqa: E402
+from memdiag.streams.turns import Turns  # noqa: E402
 
 VOCAB = [
     "".join(

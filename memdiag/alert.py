@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.models import format_ts
-from streams.counters import MINUTE_US
-from streams.metrics import HELP
+from memdiag.contract import COUNTER_HELP as HELP
+from memdiag.contract.envelope import MINUTE_US
+from memdiag.schemas.models import format_ts
 
 OPS = {
     ">": lambda a, b: a > b,

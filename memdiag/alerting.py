@@ -12,8 +12,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memdiag.alert import Alert, Evaluator, Rule
+from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
-from schemas.decode import parse_ts
 
 log = logging.getLogger("memdiag.alert")
 

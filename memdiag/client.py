@@ -43,9 +43,10 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from memdiag.contract import UNKNOWN_KIND
+from memdiag.schemas import JUDGEMENT_KINDS, SESSION_KINDS
+from memdiag.schemas.decode import Decoder
 from memdiag.settings import Settings
-from schemas import JUDGEMENT_KINDS, SESSION_KINDS
-from schemas.decode import Decoder
 
 #: The longest an event waits in the publisher for others of its key.
 MAX_LINGER_MS = 100
@@ -146,7 +147,7 @@ class AsyncPublisher:
         route = self._routes.get(kind) if isinstance(kind, str) else None
         if route is None:
             raise EventRejected(
-                "unknown_kind",
+                UNKNOWN_KIND,
                 f"kind {kind!r} is not one of {', '.join(sorted(self._routes))}",
             )
         topic, key_field = route

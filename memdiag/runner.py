@@ -184,8 +184,8 @@ def _stop_all(children: list[Child]) -> None:
 
 def summary(db_path: str) -> dict[str, Any]:
     """The figures ``run`` prints, read back from DuckDB (the status figures, flattened)."""
-    from analytics.db import connect
-    from analytics.status import status
+    from memdiag.analytics.db import connect
+    from memdiag.analytics.status import status
 
     con = connect(db_path, read_only=True)
     try:

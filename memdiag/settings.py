@@ -18,7 +18,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Topics:
-    """Topic names, all derived from one prefix (CONTRACT section 1)."""
+    """Topic names, all derived from one prefix (docs/topics.md)."""
 
     prefix: str
 

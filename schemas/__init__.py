@@ -1,7 +1,7 @@
 """Event contracts: one JSON Schema (2020-12) file per input event kind, plus Python models.
 
 The schema files are the contract for producers in any language. :func:`load_schema`
-reads one; :mod:`schemas.decode` compiles each once and validates every message at the edge.
+reads one; :mod:`memdiag.schemas.decode` compiles each once and validates every message at the edge.
 """
 
 from __future__ import annotations

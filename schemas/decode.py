@@ -17,11 +17,15 @@ from typing import Any
 
 import fastjsonschema
 import orjson
+from memdiag.schemas import EVENT_KINDS, load_schema
+from memdiag.schemas.models import Event, format_ts, from_dict, ts_to_us
 
 from memdiag.contract import (
     BAD_TS,
     BAD_VALUE,
     ID_TOO_LONG,
+    INPUT_REASONS,
+    LATE_EVENT,
     MISSING_FIELD,
     NOT_AN_EVENT,
     NOT_JSON,
@@ -29,21 +33,10 @@ from memdiag.contract import (
     UNKNOWN_KIND,
     WRONG_TYPE,
 )
-from schemas import EVENT_KINDS, load_schema
-from schemas.models import Event, format_ts, from_dict, ts_to_us
 
-# Stable reasons the edge gives (the `reason` column, dead_letter_total{reason}).
-REASONS = (
-    TOO_LARGE,
-    NOT_JSON,
-    NOT_AN_EVENT,
-    UNKNOWN_KIND,
-    MISSING_FIELD,
-    WRONG_TYPE,
-    BAD_VALUE,
-    BAD_TS,
-    ID_TOO_LONG,
-)
+#: The reasons the decoder gives (the `reason` column, dead_letter_total{reason}): the input
+#: reasons but ``late_event``, which the session stage gives.
+REASONS = tuple(r for r in INPUT_REASONS if r != LATE_EVENT)
 
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"

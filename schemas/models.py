@@ -1,4 +1,4 @@
-"""Python models of the input events (CONTRACT section 2).
+"""Python models of the input events (docs/events.md).
 
 The JSON Schema files beside this module are the contract; these dataclasses are what the
 worker's logic sees after the edge has validated a message. Event time is kept as integer

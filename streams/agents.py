@@ -1,16 +1,16 @@
 """The worker's stages, wired to the app: decode, call the logic, send. Nothing else lives here.
 
-- sessions (``streams.processor``): ``events`` and the internal ``session-verdicts`` (both
+- sessions (``memdiag.streams.processor``): ``events`` and the internal ``session-verdicts`` (both
   keyed by session, co-partitioned) -> per-session state (``s:``, ``c:``, ``z:``): searches,
   turns, the session diagnostic; steps for the observation owners.
-- observations (``streams.observations``): internal steps, keyed by observation -> ``o:``:
+- observations (``memdiag.streams.observations``): internal steps, keyed by observation -> ``o:``:
   the ledger of each observation; weights, and verdicts back to the sessions.
-- judgements (``streams.judgements``): ``judgements`` -> a ``judgement`` record each
+- judgements (``memdiag.streams.judgements``): ``judgements`` -> a ``judgement`` record each
   (stateless).
-- counters (``streams.counters``): the increments on ``counters`` -> a per-minute rollup of
+- counters (``memdiag.streams.counters``): the increments on ``counters`` -> a per-minute rollup of
   each (``rollups`` table), back on ``counters`` (a Faust agent).
 
-These three run as :class:`streams.batches.BatchRunner` tasks: batches, one state write
+These three run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
 per touched key, offsets committed by the runner only once everything before them is
 durable. The two stateful ones share one table (and so one changelog); their source topics
 are co-partitioned, so Faust's assignor gives partition p of all of them to one worker, with
@@ -28,15 +28,16 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 from faust import StreamT
 from faust.types import EventT
+from memdiag.schemas.deadletters import failed_output
+from memdiag.streams.app import Wiring
+from memdiag.streams.batches import BatchRunner, CounterBuffer, Sender, TableStore, in_message
+from memdiag.streams.counters import Rollups
+from memdiag.streams.judgements import JudgementProcessor
+from memdiag.streams.metrics import Counters
+from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.processor import Processor
 
-from streams.app import Wiring
-from streams.batches import BatchRunner, CounterBuffer, Sender, TableStore, in_message
-from streams.counters import Rollups
-from streams.envelope import InMessage
-from streams.judgements import JudgementProcessor
-from streams.metrics import Counters
-from streams.observations import ObservationOwner
-from streams.processor import Processor, failed_output
+from memdiag.contract.envelope import InMessage
 
 log = logging.getLogger("memdiag.worker")
 

@@ -3,7 +3,7 @@
 Its id (``MEMDIAG_APP_ID``, default ``memdiag-worker``) names the worker's consumer group
 and its changelog topics: keep it stable. Building the app connects to nothing; the broker
 is reached only when the worker starts. :func:`create_app` builds the app, its topics and
-tables, and registers the stages (``streams.agents``).
+tables, and registers the stages (``memdiag.streams.agents``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Wiring:
     #: internal: observations' verdicts on a failed session, keyed by session_id
     verdicts: TopicT
     #: The worker's state, one table for its two stateful stages, apart by key prefix:
-    #: sessions (``streams.processor``) and observations (``streams.observations``).
+    #: sessions (``memdiag.streams.processor``) and observations (``memdiag.streams.observations``).
     state: TableT
     #: Counter rollups: counter name and attributes -> {minute: total} (streams.counters).
     rollups: TableT
@@ -53,6 +53,9 @@ def faust_app(settings: Settings) -> faust.App:
         store="memory://",  # durable through the changelog topic; recovered on restart
         datadir=str(datadir / settings.app_id),
         web_enabled=False,
+        # the agents are registered by create_app, never discovered by scanning modules
+        autodiscover=False,
+        origin="memdiag.streams",
         topic_partitions=settings.events_partitions,
         topic_replication_factor=settings.replication_factor,
         topic_allow_declare=True,
@@ -114,7 +117,7 @@ def create_app(settings: Settings) -> Wiring:
             partitions=settings.aux_partitions,
         ),
     )
-    from streams.agents import register
+    from memdiag.streams.agents import register
 
     register(wiring)
     return wiring

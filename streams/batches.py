@@ -42,11 +42,11 @@ import faust
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.types import TP, EventT, TableT, TopicT
+from memdiag.streams.counters import increments, minute_of
+from memdiag.streams.metrics import Counters
 from mode.utils.futures import notify
 
-from streams.counters import increments, minute_of
-from streams.envelope import CounterKey, InMessage, Output, StateStore
-from streams.metrics import Counters
+from memdiag.contract.envelope import CounterKey, InMessage, Output, StateStore
 
 log = logging.getLogger("memdiag.worker")
 
@@ -68,7 +68,7 @@ class Stage(Protocol):
 
 
 class TableStore:
-    """A :class:`streams.envelope.StateStore` over a Faust table.
+    """A :class:`memdiag.streams.envelope.StateStore` over a Faust table.
 
     Writes change the table at once and are kept until :meth:`flush` sends them to the
     changelog partition they name (inside a batch there is no "current event" for Faust to

@@ -11,7 +11,7 @@ is unchanged, at the cost of one small fetch per changelog partition at recovery
 fetch wait: Tansu holds an empty fetch that long even when records arrive meanwhile.
 
 :func:`patch_faust_delivery` takes the cost of four tasks per record out of Faust's fetch
-loop (see its docstring); the offsets Faust got wrong are handled in ``streams.batches``.
+loop (see its docstring); the offsets Faust got wrong are handled in ``memdiag.streams.batches``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def patch_faust_fetch_wait(ms: int) -> None:
         if not hasattr(consumer, "_fetch_max_wait_ms"):
             raise RuntimeError(
                 "this aiokafka keeps its fetch wait elsewhere: update "
-                "streams.compat.patch_faust_fetch_wait"
+                "memdiag.streams.compat.patch_faust_fetch_wait"
             )
         consumer._fetch_max_wait_ms = ms  # read when the consumer starts its fetcher
         return consumer

@@ -1,4 +1,4 @@
-"""The counter topic (CONTRACT section 4): every increment, and a rollup per minute.
+"""The counter topic (docs/topics.md): every increment, and a rollup per minute.
 
 Two shapes on ``memdiag.counters``, both keyed by the counter name (JSON Schema:
 ``schemas/counter.schema.json``):
@@ -21,12 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from memdiag.schemas.decode import parse_ts
+from memdiag.schemas.models import format_ts
 
-from schemas.decode import parse_ts
-from schemas.models import format_ts
-from streams.envelope import CounterKey, InMessage, Output, StateStore
+from memdiag.contract.envelope import MINUTE_US, CounterKey, InMessage, Output, StateStore
 
-MINUTE_US = 60 * 1_000_000
 #: Minutes of event time a rollup is kept open for late increments.
 KEEP_MINUTES = 60
 

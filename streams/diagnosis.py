@@ -1,10 +1,10 @@
-"""Session diagnostics, misleading observations and weights (CONTRACT section 3): pure code.
+"""Session diagnostics, misleading observations and weights (docs/rules.md): pure code.
 
 - :func:`failure_category`: the first rule of the contract's table that holds.
 - :func:`is_misleading`: seen in at least 3 failed sessions and in no accepted one.
 - :func:`ema_step`: one weight step per session, aggressive once misleading.
 - :class:`Ledger`: what the one owner of an observation keeps: its sessions in the order of
-  their outcomes' event time, and the steps that order implies (``streams.ledger``).
+  their outcomes' event time, and the steps that order implies (``memdiag.streams.ledger``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from memdiag.contract import ACCEPTED, CATEGORIES, FAILED_OUTCOMES
-
-__all__ = ["ACCEPTED", "CATEGORIES", "FAILED_OUTCOMES"]
+from memdiag.contract import (
+    INCOMPLETE,
+    OTHER,
+    REGRESSION,
+    STYLE,
+    TEST_FAILURE,
+    WRONG_APPROACH,
+)
 
 TEST_RUNNERS = frozenset(
     {
@@ -59,16 +64,16 @@ def failure_category(
     ``files_modified`` is ``None`` when the outcome cannot know its files (one mapped from
     spans without ``memdiag.file``): the ``incomplete`` rule then does not apply."""
     if any(not ok and tool_name(tool) in TEST_RUNNERS for tool, ok in tool_calls):
-        return "test_failure"
+        return TEST_FAILURE
     if any(_STYLE.search(m) for m in error_messages):
-        return "style"
+        return STYLE
     if any(_REGRESSION.search(m) for m in error_messages):
-        return "regression"
+        return REGRESSION
     if files_modified is not None and not files_modified:
-        return "incomplete"
+        return INCOMPLETE
     if error_messages:
-        return "wrong_approach"
-    return "other"
+        return WRONG_APPROACH
+    return OTHER
 
 
 def is_misleading(failed_sessions: int, accepted_sessions: int) -> bool:

@@ -1,4 +1,4 @@
-"""The used/ignored rule (CONTRACT section 3, "Used / ignored"): pure functions.
+"""The used/ignored rule (docs/rules.md, "Used / ignored"): pure functions.
 
 Normalise a text: lowercase, split on white space, drop every character that is not
 alphanumeric (``str.isalnum``) from each word. An observation's keywords are its distinct

@@ -1,4 +1,4 @@
-"""The followup rule (CONTRACT section 3, "Followup"): pure functions, no Faust, no Kafka.
+"""The followup rule (docs/rules.md, "Followup"): pure functions, no Faust, no Kafka.
 
 A search is *evaluated* only when it comes from the agent and returned results. An evaluated
 search is a followup of its predecessor (the session's evaluated search just before it in

@@ -1,4 +1,4 @@
-"""Benchmark judgements (CONTRACT section 3, "Benchmark judgement").
+"""Benchmark judgements (docs/rules.md, "Benchmark judgement").
 
 In a benchmark harness the truth is known, so every wrong answer is attributed:
 
@@ -19,22 +19,20 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from memdiag.schemas import JUDGEMENT_KINDS
+from memdiag.schemas.deadletters import add_dead_letter
+from memdiag.schemas.decode import Decoder
+from memdiag.schemas.models import Judgement, format_ts
+
 from memdiag.contract import (
-    FAILURE_MODES,
     READER_FAILURE,
     READER_FAILURES,
     RETRIEVAL_FAILURE,
     RETRIEVAL_FAILURES,
     UNATTRIBUTED,
 )
+from memdiag.contract.envelope import InMessage, Output
 from memdiag.settings import Settings
-from schemas import JUDGEMENT_KINDS
-from schemas.decode import Decoder
-from schemas.models import Judgement, format_ts
-from streams.envelope import InMessage, Output
-from streams.processor import add_dead_letter
-
-__all__ = ["FAILURE_MODES", "JudgementProcessor", "failure_mode"]
 
 
 def failure_mode(

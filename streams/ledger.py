@@ -1,5 +1,5 @@
 """One observation's sessions in the order of their outcomes, and the weight steps that order
-implies (CONTRACT section 3, "Misleading observation" and "Observation weights"): pure code.
+implies (docs/rules.md, "Misleading observation" and "Observation weights"): pure code.
 
 Every session that injected the observation and has an outcome takes one step, from its
 last outcome in event time. Steps apply in the order of those outcomes' ``ts`` (sessions
@@ -30,8 +30,9 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+from memdiag.streams.diagnosis import ema_step, is_misleading
+
 from memdiag.contract import ACCEPTED
-from streams.diagnosis import ema_step, is_misleading
 
 
 @dataclass(frozen=True, slots=True)

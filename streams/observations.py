@@ -6,7 +6,7 @@ stage sends one *step* per injected observation to an internal topic keyed by
 ``observation_id``: whichever worker owns that partition is the one owner of the
 observation, and sees every session's outcome for it.
 
-The owner keeps the observation's :class:`streams.ledger.Ledger` (its sessions in outcome
+The owner keeps the observation's :class:`memdiag.streams.ledger.Ledger` (its sessions in outcome
 order) and sends:
 
 - every step whose values changed to ``weights`` (the memory system applies the current
@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from memdiag.schemas.models import format_ts
+from memdiag.streams.ledger import Entry, Ledger, Step
 
 from memdiag.contract import LATE_EVENTS, LATE_OBSERVATION_WINDOW, MISLEADING
+from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.settings import Settings
-from schemas.models import format_ts
-from streams.envelope import InMessage, Output, StateStore
-from streams.ledger import Entry, Ledger, Step
 
 PREFIX = "o:"
 

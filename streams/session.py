@@ -1,6 +1,6 @@
 """One session: its events in, its records out, the same whatever order the events came in.
 
-Pure code: no Faust, no Kafka. The session stage (``streams.processor``) loads a
+Pure code: no Faust, no Kafka. The session stage (``memdiag.streams.processor``) loads a
 :class:`Session` from the state store, feeds it new events and the observation owners'
 verdicts, writes it back and sends what it emitted.
 
@@ -12,11 +12,11 @@ a restart or a rebalance. The log is what goes to the changelog, in chunks of
 long session costs no more per event than a short one.
 
 Event time. Every rule here is a function of the session's events, not of their arrival
-order (CONTRACT section 3):
+order (docs/rules.md):
 
-- followups: :class:`streams.followup.SearchHistory` keeps searches in ``(ts, seq)`` order
+- followups: :class:`memdiag.streams.followup.SearchHistory` keeps searches in ``(ts, seq)`` order
   and corrects a successor when a search lands before it;
-- turns: :class:`streams.turns.Turn` judges every injection against the turn's first
+- turns: :class:`memdiag.streams.turns.Turn` judges every injection against the turn's first
   response in event time;
 - the diagnostic summarises all of the session's events, whatever their ``ts`` relative to
   the outcome, with the fields of its **last outcome in event time**. An event that arrives
@@ -37,6 +37,19 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from memdiag.schemas.models import (
+    Injection,
+    Response,
+    Search,
+    SessionEvent,
+    SessionOutcome,
+    format_ts,
+)
+from memdiag.streams.diagnosis import failure_category
+from memdiag.streams.feedback import MIN_KEYWORD_LEN, USED, keywords, normalise_words
+from memdiag.streams.followup import Remembered, SearchHistory, Verdict, is_evaluated, query_key
+from memdiag.streams.turns import Change, Judged, Turn
+
 from memdiag.contract import (
     ACCEPTED,
     FEEDBACK,
@@ -47,12 +60,7 @@ from memdiag.contract import (
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
 )
-from schemas.models import Injection, Response, Search, SessionEvent, SessionOutcome, format_ts
-from streams.diagnosis import failure_category
-from streams.envelope import Output
-from streams.feedback import MIN_KEYWORD_LEN, USED, keywords, normalise_words
-from streams.followup import Remembered, SearchHistory, Verdict, is_evaluated, query_key
-from streams.turns import Change, Judged, Turn
+from memdiag.contract.envelope import Output
 
 log = logging.getLogger("memdiag.worker")
 

@@ -9,7 +9,7 @@ exporter is chosen by the standard ``OTEL_METRICS_EXPORTER`` variable, comma-sep
 - ``prometheus``: a scrape endpoint on ``OTEL_EXPORTER_PROMETHEUS_HOST``:
   ``OTEL_EXPORTER_PROMETHEUS_PORT`` (``localhost``:``9464`` by default).
 
-Views (``streams.metrics.views``) keep each counter to its own attributes and cap their
+Views (``memdiag.streams.metrics.views``) keep each counter to its own attributes and cap their
 cardinality, so an unbounded attribute (``run_id``) cannot grow the exporter's memory.
 """
 
@@ -80,7 +80,7 @@ def _prometheus() -> MetricReader | None:
 
 def install_meter_provider(service_name: str) -> tuple[MeterProvider, bool]:
     """Build and install the global provider; also say whether anything exports it."""
-    from streams.metrics import views
+    from memdiag.streams.metrics import views
 
     readers = _readers()
     provider = MeterProvider(

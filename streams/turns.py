@@ -1,4 +1,4 @@
-"""The turn join (CONTRACT section 3, "Used / ignored"): pure code, no Faust, no Kafka.
+"""The turn join (docs/rules.md, "Used / ignored"): pure code, no Faust, no Kafka.
 
 An ``injection`` and the ``response`` of one ``(session_id, turn_id)`` meet here, in either
 order, and the verdicts are a function of the turn's events alone, never of their arrival
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams.feedback import Feedback, judge_keywords
+from memdiag.streams.feedback import Feedback, judge_keywords
 
 INJECTION = "injection"
 RESPONSE = "response"

@@ -23,14 +23,13 @@ def main(settings: Settings) -> None:
     started = time.monotonic()
     asyncio.run(ensure_topics(settings))
     import faust
-
-    from streams.app import create_app
-    from streams.compat import (
+    from memdiag.streams.app import create_app
+    from memdiag.streams.compat import (
         patch_faust_delivery,
         patch_faust_fetch_wait,
         patch_faust_highwaters,
     )
-    from streams.telemetry import install_meter_provider
+    from memdiag.streams.telemetry import install_meter_provider
 
     _, exporting = install_meter_provider("memdiag-worker")
     app = create_app(settings).app

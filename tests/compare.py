@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.decode import parse_ts
+from memdiag.schemas.decode import parse_ts
 
 Snapshot = dict[str, dict[Any, tuple[Any, ...]]]
 

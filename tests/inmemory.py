@@ -1,7 +1,7 @@
 """The whole worker in memory: its stages, Kafka-like partitioned topics, and a sink.
 
 No broker and no Faust: partitioned logs, consumer positions and a commit point per
-partition, the stages' logic (``streams.processor``, ``streams.observations``) with a dict
+partition, the stages' logic (``memdiag.streams.processor``, ``memdiag.streams.observations``) with a dict
 store, and the sink's upsert rules folded in Python. A random scheduler decides which
 partitions a batch takes and how large it is, and can crash a stage mid-flight (its
 outputs lost, its offsets rewound to the last commit, its state writes kept up to a random
@@ -17,12 +17,12 @@ from typing import Any
 
 import orjson
 from aiokafka.partitioner import murmur2
+from memdiag.schemas.decode import parse_ts
+from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.processor import Processor
 
+from memdiag.contract.envelope import CounterKey, DictStore, InMessage, Output
 from memdiag.settings import Settings
-from schemas.decode import parse_ts
-from streams.envelope import CounterKey, DictStore, InMessage, Output
-from streams.observations import ObservationOwner
-from streams.processor import Processor
 
 
 def partition_for(key: str, partitions: int) -> int:

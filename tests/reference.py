@@ -1,4 +1,4 @@
-"""An independent, in-order reference of what memdiag computes (CONTRACT section 3).
+"""An independent, in-order reference of what memdiag computes (docs/rules.md).
 
 A plain loop over the events sorted by ``ts``: no state store, no partitions, no
 corrections. It shares no code with ``streams`` beyond the text rule's definition, written

@@ -1,4 +1,4 @@
--- memdiag's DuckDB schema (CONTRACT section 5). Idempotent: run on every sink start.
+-- memdiag's DuckDB schema (docs/tables.md). Idempotent: run on every sink start.
 -- Natural keys are primary keys, so every write is an upsert and a replay changes nothing.
 
 CREATE TABLE IF NOT EXISTS searches (

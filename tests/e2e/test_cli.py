@@ -13,7 +13,8 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples" / "events.jsonl"
+#: the contract's example events, as the project keeps them (tests/data)
+EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "contract_example.jsonl"
 
 
 def memdiag(
@@ -38,8 +39,7 @@ def small_file(tmp_path: Path) -> Path:
         "not json",
         '{"kind":"search","event_id":"f1","ts":"2026-11-21T09:30:00Z","session_id":"s2","query":"q","result_ids":[]}',
     ]
-    if EXAMPLES.exists():
-        lines += [line for line in EXAMPLES.read_text().splitlines() if '"judgement"' not in line]
+    lines += [line for line in EXAMPLES.read_text().splitlines() if '"judgement"' not in line]
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -50,19 +50,17 @@ def test_run_processes_a_file_into_duckdb(small_file: Path, tmp_path: Path) -> N
     result = memdiag("run", "--input", str(small_file), "--db", str(db), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    with_examples = EXAMPLES.exists()
-    assert report["searches"] == 4 + (3 if with_examples else 0)
-    assert report["followups"] == 1 + (1 if with_examples else 0)  # e1 -> e2 (30 s, inclusive)
+    assert report["searches"] == 4 + 3  # the examples' ev-0001..ev-0003
+    assert report["followups"] == 1 + 1  # e1 -> e2 (30 s, inclusive), ev-0001 -> ev-0002
     assert report["dead_letters"] == 1 and report["dead_letters_by_reason"] == {"not_json": 1}
     con = duckdb.connect(str(db), read_only=True)
     try:
         assert con.execute(
             "SELECT is_followup, prev_event_id, gap_seconds FROM searches WHERE event_id = 'e2'"
         ).fetchall() == [(True, "e1", 30.0)]
-        if with_examples:
-            assert con.execute(
-                "SELECT is_followup, prev_event_id FROM searches WHERE event_id = 'ev-0002'"
-            ).fetchall() == [(True, "ev-0001")]
+        assert con.execute(
+            "SELECT is_followup, prev_event_id FROM searches WHERE event_id = 'ev-0002'"
+        ).fetchall() == [(True, "ev-0001")]
     finally:
         con.close()
 
@@ -133,8 +131,7 @@ def test_scores_and_compare_on_the_bundled_sample(tmp_path: Path) -> None:
     """The demo's two benchmark runs: scores.json valid against its schema, and a paired
     comparison that says the candidate is better and where the failures moved."""
     import jsonschema
-
-    from schemas import load_schema
+    from memdiag.schemas import load_schema
 
     db = tmp_path / "demo.duckdb"
     page = tmp_path / "demo.html"

@@ -164,7 +164,7 @@ class Pipeline:
         assert lag.drained, f"sink behind by {lag.behind}:\n{self.children['sink'].tail()}"
 
     def query(self, sql: str) -> list[tuple]:
-        from analytics.db import connect
+        from memdiag.analytics.db import connect
 
         con = connect(self.settings.duckdb_path, read_only=True)
         try:

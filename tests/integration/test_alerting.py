@@ -60,8 +60,8 @@ def test_a_followup_spike_fires_an_alert_that_then_resolves(pipeline: Pipeline) 
     pipeline.drain()
 
     # in status: the rate, and the spike in the rate over time
-    from analytics.db import connect
-    from analytics.status import followup_over_time, status
+    from memdiag.analytics.db import connect
+    from memdiag.analytics.status import followup_over_time, status
 
     con = connect(pipeline.settings.duckdb_path, read_only=True)
     try:

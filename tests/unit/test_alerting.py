@@ -8,18 +8,20 @@ import json
 import jsonschema
 import orjson
 import pytest
+from memdiag.schemas import load_schema
+from memdiag.schemas.decode import parse_ts
+from memdiag.streams.counters import MINUTE_US, Rollups, increments
+from memdiag.streams.metrics import Counters, views
+from memdiag.streams.processor import Processor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from memdiag.alert import Evaluator, RuleError, parse_rule, parse_rules_file
+from memdiag.contract import COUNTER_ATTRIBUTES as ATTRIBUTES
+from memdiag.contract import COUNTER_HELP as HELP
 from memdiag.contract import FOLLOWUPS, SEARCH_CALLS
+from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.settings import Settings
-from schemas import load_schema
-from schemas.decode import parse_ts
-from streams.counters import MINUTE_US, Rollups, increments
-from streams.envelope import DictStore, InMessage
-from streams.metrics import ATTRIBUTES, HELP, Counters, views
-from streams.processor import Processor
 
 CONTRACT_COUNTERS = {
     "agentmemory.smart_search.calls_total",
@@ -221,7 +223,7 @@ def test_count_and_rate() -> None:
 def test_exporters_are_chosen_by_the_standard_variable(monkeypatch, caplog) -> None:
     import socket
 
-    from streams import telemetry
+    from memdiag.streams import telemetry
 
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     assert telemetry._readers() == []

@@ -1,4 +1,4 @@
-"""``streams.compat``: the rest of a coroutine, resumed after its first suspension, behaves
+"""``memdiag.streams.compat``: the rest of a coroutine, resumed after its first suspension, behaves
 as the whole coroutine would (results, exceptions, cancellation)."""
 
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from streams.compat import _finish
+from memdiag.streams.compat import _finish
 
 
 async def started(coro):  # type: ignore[no-untyped-def]
@@ -63,10 +62,10 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
 ) -> None:
     from aiokafka import AIOKafkaConsumer
     from faust.transport.drivers import aiokafka as driver
+    from memdiag.streams.app import faust_app
+    from memdiag.streams.compat import patch_faust_fetch_wait
 
     from memdiag.settings import Settings
-    from streams.app import faust_app
-    from streams.compat import patch_faust_fetch_wait
 
     cls = driver.AIOKafkaConsumerThread
     original = cls._create_worker_consumer

@@ -1,4 +1,6 @@
-"""The outside, exactly as CONTRACT.md writes it: tables, columns, views, topics, commands."""
+"""The outside, as the project's own reference docs write it (docs/): tables, columns,
+views, macros, topics, counters, dead-letter reasons, commands. tests/spec checks those docs
+against the product contract they were written from."""
 
 from __future__ import annotations
 
@@ -7,38 +9,36 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from memdiag.analytics.db import init_schema
 
-from analytics.db import init_schema
 from memdiag.cli import build_parser
+from memdiag.contract import (
+    COUNTER_ATTRIBUTES,
+    COUNTER_HELP,
+    INPUT_REASONS,
+    PROCESSING_ERROR,
+    SINK_REJECTED,
+)
 from memdiag.settings import Settings
 
-CONTRACT = Path(__file__).resolve().parents[3] / "shared" / "CONTRACT.md"
-# Implemented so far; the rest arrive with their issues.
-TABLES = {
-    "searches": "event_id, session_id, ts, source, result_count, is_followup, prev_event_id, "
-    "gap_seconds, agent_id, org_id, project_id",
-    "retrieval_feedback": "session_id, turn_id, observation_id, signal, match_ratio, "
-    "keyword_count, matched_count, ts, org_id, project_id",
-    "session_diagnostics": "session_id, outcome, failure_category, failure_context, "
-    "injected_observation_ids, injected_graph_entity_ids, injected_graph_edge_keys, "
-    "tool_call_summary, files_modified, errors_encountered, helpful_observation_ids, "
-    "misleading_observation_ids, ignored_observation_ids, search_count, followup_count, ts, "
-    "agent_id, org_id, project_id",
-    "observation_weights": "observation_id, weight, updated_at",
-    "observation_weight_history": "observation_id, session_id, outcome, alpha, "
-    "previous_weight, new_weight, aggressive, ts",
-    "judgements": "run_id, question_id, condition, repeat_index, judge_correct, failure_mode, "
-    "gold_evidence_ids, retrieved_context_ids, ts",
-    "dead_letters": 'topic, partition, "offset", reason, detail, payload, ts',
-}
-VIEWS = {
-    "followup_rate": "agent_searches, followups, rate",
-    "observation_feedback_stats": "observation_id, used, ignored",
-}
-#: table macro -> (call with the contract's defaults, its columns)
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def documented(page: str, kind: str) -> dict[str, str]:
+    """``name(columns)`` in backticks, from docs/PAGE, under its ``## KIND`` heading."""
+    text = (DOCS / page).read_text()
+    section = text.split(f"## {kind}", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"`([a-z_]+)\(([^)]*)\)`", section))
+
+
+TABLES = documented("tables.md", "Tables")
+VIEWS = documented("tables.md", "Views")
+#: macro -> its columns (the backticked list after "returns")
 MACROS = {
-    "failure_category_distribution": "failure_category, sessions",
-    "misleading_observations": "observation_id, fail_count, success_count",
+    name: re.search(
+        rf"`{name}\([^)]*\)` returns\s+`\(([^)]*)\)`", (DOCS / "tables.md").read_text()
+    ).group(1)  # type: ignore[union-attr]
+    for name in documented("tables.md", "Table macros")
 }
 
 
@@ -46,14 +46,20 @@ def _columns(spec: str) -> list[str]:
     return [c.strip().strip('"') for c in spec.split(",")]
 
 
-def test_the_contract_text_still_lists_these_columns() -> None:
-    if not CONTRACT.exists():
-        pytest.skip("shared/CONTRACT.md not beside the checkout")
-    text = CONTRACT.read_text()
-    for name, spec in {**TABLES, **VIEWS}.items():
-        match = re.search(rf"`{name}\(([^)]*)\)`", text)
-        assert match, name
-        assert _columns(match.group(1)) == _columns(spec), name
+def test_the_docs_list_every_table_view_and_macro(con: duckdb.DuckDBPyConnection) -> None:
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    views = {
+        r[0]
+        for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    }
+    macros = {
+        r[0]
+        for r in con.execute(
+            "SELECT function_name FROM duckdb_functions() "
+            "WHERE function_type = 'table_macro' AND NOT internal"
+        ).fetchall()
+    }
+    assert (set(TABLES), set(VIEWS), set(MACROS)) == (tables, views, macros)
 
 
 @pytest.fixture
@@ -64,23 +70,46 @@ def con() -> duckdb.DuckDBPyConnection:
 
 
 @pytest.mark.parametrize("table", sorted(TABLES))
-def test_tables_have_the_contract_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
+def test_tables_have_exactly_the_documented_columns(
+    con: duckdb.DuckDBPyConnection, table: str
+) -> None:
     have = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
-    missing = [c for c in _columns(TABLES[table]) if c not in have]
-    assert not missing
+    assert have == _columns(TABLES[table])
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))
-def test_views_have_exactly_the_contract_columns(con: duckdb.DuckDBPyConnection, view: str) -> None:
+def test_views_have_exactly_the_documented_columns(
+    con: duckdb.DuckDBPyConnection, view: str
+) -> None:
     have = [r[0] for r in con.execute(f"DESCRIBE {view}").fetchall()]
     assert have == _columns(VIEWS[view])
 
 
 def test_topics() -> None:
-    assert Settings().topics.all() == tuple(
+    topics = Settings().topics
+    assert topics.all() == tuple(
         f"memdiag.{t}"
         for t in ("events", "judgements", "diagnostics", "weights", "counters", "deadletter")
     )
+    text = (DOCS / "topics.md").read_text()
+    table = dict(re.findall(r"^\| `(memdiag\.[a-z]+)` \| ([^|]+) \|", text, re.M))
+    assert tuple(table) == topics.all()
+    for internal in (topics.observation_steps, topics.session_verdicts):
+        assert f"`{internal}`" in text
+
+
+def test_the_docs_list_every_counter_with_its_attributes() -> None:
+    text = (DOCS / "topics.md").read_text().split("## Counters", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_.]+)` \| ([^|]*) \|", text, re.M)
+    documented_attrs = {name: frozenset(re.findall(r"`(\w+)`", attrs)) for name, attrs in rows}
+    assert documented_attrs == COUNTER_ATTRIBUTES
+    assert set(documented_attrs) == set(COUNTER_HELP)
+
+
+def test_the_docs_list_every_dead_letter_reason() -> None:
+    text = (DOCS / "topics.md").read_text().split("## Dead letters", 1)[1]
+    reasons = re.findall(r"^\| `([a-z_]+)` \|", text, re.M)
+    assert reasons == [*INPUT_REASONS, PROCESSING_ERROR, SINK_REJECTED]
 
 
 def test_commands_and_flags() -> None:
@@ -93,17 +122,20 @@ def test_commands_and_flags() -> None:
 
 
 @pytest.mark.parametrize("macro", sorted(MACROS))
-def test_macros_have_exactly_the_contract_columns(
+def test_macros_have_exactly_the_documented_columns(
     con: duckdb.DuckDBPyConnection, macro: str
 ) -> None:
     have = [d[0] for d in con.execute(f"SELECT * FROM {macro}()").description]  # noqa: S608
     assert have == _columns(MACROS[macro])
-    text = CONTRACT.read_text() if CONTRACT.exists() else ""
-    if text:
-        assert re.search(rf"`{macro}\(", text), macro
 
 
-def test_macro_parameters_are_named_as_in_the_contract(con: duckdb.DuckDBPyConnection) -> None:
+def test_macro_parameters_are_named_as_documented(con: duckdb.DuckDBPyConnection) -> None:
+    for name, params in documented("tables.md", "Table macros").items():
+        names = [p.split(":=")[0].strip() for p in params.split(",")]
+        got = con.execute(
+            "SELECT parameters FROM duckdb_functions() WHERE function_name = ?", [name]
+        ).fetchone()
+        assert got is not None and list(got[0]) == names, name
     con.execute(
         "SELECT * FROM failure_category_distribution(org_id := 'o', project_id := 'p', "
         "since := TIMESTAMPTZ '2026-11-01 00:00:00+00')"
@@ -170,8 +202,7 @@ def test_benchmark_commands() -> None:
 
 def test_the_scores_file_schema_is_valid() -> None:
     from jsonschema import Draft202012Validator
-
-    from schemas import load_schema
+    from memdiag.schemas import load_schema
 
     Draft202012Validator.check_schema(load_schema("scores"))
 
@@ -183,17 +214,3 @@ def test_status_and_alert_commands() -> None:
     a = parser.parse_args(["alert", "--rule", "followup_rate > 0.3 for 5m", "--rules", "f"])
     assert (a.rule, a.rules) == (["followup_rate > 0.3 for 5m"], "f")
     assert parser.parse_args(["report", "html", "--out", "r.html"]).out == "r.html"
-
-
-#: Counters the contract names for work still open: each comes with its issue's tests.
-NOT_BUILT_YET = {"memdiag.unindexed_memory_total": "issue 14, recall pipeline health"}
-
-
-def test_every_contract_counter_is_defined() -> None:
-    from streams.metrics import HELP
-
-    text = CONTRACT.read_text() if CONTRACT.exists() else ""
-    names = set(re.findall(r"`((?:agentmemory|memdiag)\.[a-z_.]+)(?:\{[^}]*\})?`", text))
-    names = {n for n in names if n.endswith("_total")}
-    assert len(names) >= 8 or not text, names
-    assert names - set(NOT_BUILT_YET) <= set(HELP), names - set(HELP)

@@ -8,9 +8,8 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from schemas import SESSION_KINDS
-from schemas.decode import REASONS, Decoder, parse_ts
+from memdiag.schemas import SESSION_KINDS
+from memdiag.schemas.decode import REASONS, Decoder, parse_ts
 
 GOOD = {
     "kind": "search",

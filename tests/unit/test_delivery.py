@@ -1,4 +1,4 @@
-"""``streams.batches.delivered``: a batch counts as delivered only when every one of its
+"""``memdiag.streams.batches.delivered``: a batch counts as delivered only when every one of its
 delivery futures succeeded, whatever order the broker answers in."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memdiag.streams.batches import delivered
 
 from memdiag.procs import GC_YOUNG_THRESHOLD, tune_gc
-from streams.batches import delivered
 
 
 def resolve_later(futures: list[asyncio.Future[int]], order: list[int], fail: int | None) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from streams.diagnosis import (
-    CATEGORIES,
+from memdiag.streams.diagnosis import (
     TEST_RUNNERS,
     ema_step,
     failure_category,
     is_misleading,
 )
-from streams.ledger import Entry, Ledger
+from memdiag.streams.ledger import Entry, Ledger
+
+from memdiag.contract import CATEGORIES
 
 EDITED = ["src/a.py"]
 

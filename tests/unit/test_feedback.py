@@ -6,8 +6,7 @@ from fractions import Fraction
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from streams.feedback import (
+from memdiag.streams.feedback import (
     IGNORED,
     USED,
     judge_observation,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from streams.followup import (
+from memdiag.streams.followup import (
     Remembered,
     SearchHistory,
     is_evaluated,

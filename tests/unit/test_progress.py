@@ -1,4 +1,4 @@
-"""The batch runner's offset bookkeeping (``streams.batches.Progress``): whatever the fetcher
+"""The batch runner's offset bookkeeping (``memdiag.streams.batches.Progress``): whatever the fetcher
 drops, repeats or delivers from a stale position, each record is processed once, in offset
 order, and no offset is committed before everything below it is durable.
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from streams.batches import AHEAD, BEHIND, FOREIGN, PROCESS, Progress
+from memdiag.streams.batches import AHEAD, BEHIND, FOREIGN, PROCESS, Progress
 
 TP = ("events", 0)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from memdiag.streams.batches import BatchRunner, Progress
 
-from streams.batches import BatchRunner, Progress
-from streams.envelope import InMessage, Output
+from memdiag.contract.envelope import InMessage, Output
 
 TOPIC = "events"
 

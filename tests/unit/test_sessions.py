@@ -15,6 +15,9 @@ from typing import Any
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from memdiag.schemas.decode import parse_ts
+from memdiag.streams.session import CHUNK
+from memdiag.streams.sessions import HEAD, TOMBSTONE
 
 from memdiag.contract import (
     BAD_TS,
@@ -27,18 +30,13 @@ from memdiag.contract import (
     UNMATCHED_TURNS,
 )
 from memdiag.settings import Settings
-from schemas.decode import parse_ts
-from streams.processor import HEAD, TOMBSTONE
-from streams.session import CHUNK
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World, partition_for
 from tests.reference import reference
 from tests.scenario import future_events, generate
 
-#: A copy of CONTRACT's example events (shared/examples/events.jsonl), so the tests run on a
-#: clone without the shared folder; test_the_copy_is_current checks it where both exist.
+#: The contract's example events, as the project keeps them (tests/spec checks the copy).
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "contract_example.jsonl"
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "events.jsonl"
 SETTINGS = Settings()
 PARTITIONS = SETTINGS.events_partitions
 HOUR_MS = 3_600_000
@@ -66,11 +64,6 @@ def example_events() -> list[dict[str, Any]]:
         if line.strip() and json.loads(line)["kind"] != "judgement"
     ]
 
-
-def test_the_copy_is_current() -> None:
-    if not SHARED.exists():
-        return  # a clone without the shared folder: nothing to compare
-    assert EXAMPLES.read_text() == SHARED.read_text()
 
 
 def test_the_contract_example() -> None:
@@ -493,8 +486,8 @@ def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
 
 def test_a_session_written_with_the_old_chunk_size_still_loads_and_grows() -> None:
     """Heads written before chunks shrank to 8 records have no ``cs``: they keep 32."""
-    from streams.processor import chunk_key
-    from streams.session import LEGACY_CHUNK
+    from memdiag.streams.processor import chunk_key
+    from memdiag.streams.session import LEGACY_CHUNK
 
     w = Worker()
     events = [

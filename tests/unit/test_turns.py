@@ -7,9 +7,8 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from streams.feedback import MIN_KEYWORD_LEN, judge_observation, keywords, normalise_words
-from streams.turns import INJECTION, RESPONSE, Turn
+from memdiag.streams.feedback import MIN_KEYWORD_LEN, judge_observation, keywords, normalise_words
+from memdiag.streams.turns import INJECTION, RESPONSE, Turn
 
 OBS = [
     ("obs_7", "Access tokens expire after 15 minutes; the refresh endpoint rotates them."),

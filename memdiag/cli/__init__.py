@@ -1,0 +1,295 @@
+"""The ``memdiag`` command.
+
+Results go to stdout (``--json`` for scripts); progress and notes go to stderr, so a script
+can pipe the results and a person still sees what is happening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from memdiag import __version__
+from memdiag.cli.alerting import cmd_alert
+from memdiag.cli.analyst import cmd_compare, cmd_query, cmd_report_html, cmd_report_scores
+from memdiag.cli.common import err
+from memdiag.cli.pipeline import cmd_demo, cmd_publish, cmd_run, cmd_sink, cmd_status, cmd_worker
+from memdiag.settings import ConfigError
+
+#: What the `report` extra installs: the reports' charts and statistics only.
+REPORT_EXTRA = frozenset({"numpy", "matplotlib"})
+
+EPILOG = """\
+Configuration comes from the environment (MEMDIAG_BROKER, MEMDIAG_TOPIC_PREFIX,
+MEMDIAG_DUCKDB_PATH, AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS, ...; see the README).
+Start here:  memdiag demo        then:  memdiag run --input events.jsonl --db my.duckdb
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memdiag",
+        description=(
+            "Streaming diagnostics for AI-agent memory: which searches were followups, "
+            "which injected memories were used or ignored, why sessions failed, which "
+            "memories mislead, and reader vs retrieval failures in benchmarks."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"memdiag {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help,
+            description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    run = add(
+        "run",
+        "run the whole pipeline on one JSON Lines file, into DuckDB",
+        "Start a broker (embedded Tansu unless MEMDIAG_BROKER is set), the worker and the "
+        "sink; publish FILE; wait until every event is in DuckDB; stop everything; print a "
+        "summary. Exits 0 when done.",
+    )
+    run.add_argument("--input", required=True, metavar="FILE.jsonl", help="events, one a line")
+    _common_run(run)
+    run.set_defaults(func=cmd_run)
+
+    demo = add(
+        "demo",
+        "run the pipeline on a bundled realistic sample and print the report",
+        "Like `run`, on a bundled, deterministic sample of agent sessions (refinements, "
+        "retries, viewer searches, empty results and a few bad lines).",
+    )
+    _common_run(demo)
+    demo.add_argument(
+        "--report", default="memdiag-demo.html", metavar="FILE", help="the HTML report's path"
+    )
+    demo.set_defaults(func=cmd_demo, db=None)
+
+    worker = add(
+        "worker",
+        "run the stream worker (long-running) against MEMDIAG_BROKER",
+        "The Faust worker: reads memdiag.events, keeps per-session and per-observation "
+        "state, derives the diagnostics and the weight updates. Stop it with Ctrl-C or "
+        "SIGTERM.",
+    )
+    worker.set_defaults(func=cmd_worker)
+
+    sink = add(
+        "sink",
+        "run the DuckDB sink (long-running) against MEMDIAG_BROKER",
+        "Consumes memdiag.diagnostics, memdiag.weights and memdiag.deadletter in batches "
+        "and upserts them into DuckDB. It holds the file only while it writes a batch, so "
+        "analysts can open it read-only in between.",
+    )
+    sink.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    sink.set_defaults(func=cmd_sink)
+
+    publish = add(
+        "publish",
+        "publish a JSON Lines file of events to MEMDIAG_BROKER, with progress",
+        "Sends events to memdiag.events keyed by session_id and judgements to "
+        "memdiag.judgements keyed by run_id, batching consecutive events of one key into "
+        "one message. Lines that are not valid events are sent too: the worker "
+        "dead-letters them with a reason.",
+    )
+    publish.add_argument("file", metavar="FILE.jsonl")
+    publish.add_argument(
+        "--batch-size", type=int, default=500, help="most events per message (default 500)"
+    )
+    publish.add_argument("--json", action="store_true", help="print the result as JSON")
+    publish.add_argument("--quiet", action="store_true", help="no progress output")
+    publish.set_defaults(func=cmd_publish)
+
+    query = add(
+        "query",
+        "answer an analyst's question from DuckDB (see `memdiag query -h`)",
+        "Read-only questions to the DuckDB file. Each prints a table, or JSON with --json.\n"
+        "--since takes a date or date-time (2026-11-21, 2026-11-21T09:30:00Z, UTC if no\n"
+        "offset) or a duration back from now (30m, 24h, 7d, 2w).",
+    )
+    questions = query.add_subparsers(dest="question", metavar="QUESTION", required=True)
+
+    def question(name: str, help: str) -> argparse.ArgumentParser:
+        q = questions.add_parser(name, help=help, description=help)
+        _db_and_json(q, "print the result as JSON")
+        q.set_defaults(func=cmd_query)
+        return q
+
+    q = question(
+        "failure-distribution",
+        "failed sessions per failure category, all seven listed (zeros included)",
+    )
+    q.add_argument("--org", help="only this org_id")
+    q.add_argument("--project", help="only this project_id")
+    q.add_argument("--since", help="only outcomes at or after this time")
+    q = question(
+        "misleading",
+        "observations seen in >= 3 failed sessions and in no accepted one, most failures first",
+    )
+    q.add_argument("--org", help="only sessions of this org_id")
+    q.add_argument("--since", help="only sessions whose outcome is at or after this time")
+    q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    q = question("observation-stats", "how often one observation was used and ignored")
+    q.add_argument("observation_id", metavar="OBS_ID")
+    q = question("observation-history", "one observation's verdicts, most recent first")
+    q.add_argument("observation_id", metavar="OBS_ID")
+    q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    report = add(
+        "report",
+        "write a report from DuckDB (see `memdiag report -h`)",
+        "Reports read from the DuckDB file.",
+    )
+    reports = report.add_subparsers(dest="report", metavar="REPORT", required=True)
+    scores = reports.add_parser(
+        "scores",
+        help="one benchmark run's scores.json: accuracy, reader vs retrieval failures",
+        description=(
+            "Per condition of the run: questions, correct, accuracy, and the wrong answers "
+            "split into reader failures (the gold evidence was in the context), retrieval "
+            "failures (it was not) and unattributed (no gold evidence). Repeats of a question "
+            "are folded (each weighs 1/n) and their spread shown. The file's JSON Schema is "
+            "schemas/scores.schema.json."
+        ),
+    )
+    scores.add_argument("--run-id", required=True, metavar="RUN", help="the benchmark run")
+    scores.add_argument("--out", metavar="FILE", help="write scores.json here")
+    _db_and_json(scores, "print the scores JSON to stdout")
+    scores.set_defaults(func=cmd_report_scores)
+    page = reports.add_parser(
+        "html",
+        help="a self-contained HTML page with the status figures as charts",
+        description=(
+            "One page, no scripts, no network: failed sessions by category, the followup rate "
+            "over time, used/ignored per memory, misleading memories, and reader vs retrieval "
+            "failures per benchmark run (charts inlined as SVG)."
+        ),
+    )
+    page.add_argument("--out", default="report.html", metavar="FILE", help="default report.html")
+    _db_and_json(page, "print the report's path as JSON")
+    page.set_defaults(func=cmd_report_html)
+
+    compare = add(
+        "compare",
+        "compare two benchmark runs question by question: is the candidate better?",
+        "Pairs the judgements of two runs by (question_id, repeat_index) and reports both\n"
+        "accuracies and the delta, the exact McNemar p-value of the discordant pairs, a\n"
+        "paired bootstrap confidence interval of the delta (resampling questions with their\n"
+        "repeats; seeded), where the answers moved between correct, reader failure and\n"
+        "retrieval failure, latency and token deltas, and every unpaired question.\n"
+        "Two conditions of one run compare with --baseline-condition/--candidate-condition.",
+    )
+    compare.add_argument("--baseline", required=True, metavar="RUN_A")
+    compare.add_argument("--candidate", required=True, metavar="RUN_B")
+    compare.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
+    compare.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    compare.add_argument(
+        "--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)"
+    )
+    compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _db_and_json(compare, "print the comparison as JSON")
+    compare.set_defaults(func=cmd_compare)
+
+    status_p = add(
+        "status",
+        "one screen: followups, used/ignored, failures, misleading memories, runs, dead letters",
+        "How memory is doing, read from DuckDB: the followup rate (with its caveat), the share\n"
+        "of injected memories used, failed sessions by category, the misleading memories,\n"
+        "reader vs retrieval failures of the recent benchmark runs, dead letters by reason,\n"
+        "and how fresh the data is (the newest event time in DuckDB).",
+    )
+    _db_and_json(status_p, "print the figures as JSON")
+    status_p.add_argument(
+        "--top", type=int, default=5, help="misleading memories shown (default 5)"
+    )
+    status_p.add_argument("--runs", type=int, default=5, help="benchmark runs shown (default 5)")
+    status_p.set_defaults(func=cmd_status)
+
+    alert = add(
+        "alert",
+        "watch the counter topic and say when alert rules fire and resolve",
+        "Reads the per-minute rollups on memdiag.counters (MEMDIAG_BROKER) and prints, or\n"
+        "POSTs as JSON to --webhook, each time a rule starts or stops holding.\n\n"
+        "A rule:  EXPR OP NUMBER [for DURATION]   (the window, 5m by default, in event time)\n"
+        "  EXPR:  followup_rate | ignored_share | reader_failures | retrieval_failures |\n"
+        "         misleading | dead_letters | count(S) | rate(S) | ratio(S1, S2)\n"
+        "  S:     a counter, e.g. memdiag.dead_letter_total{reason=not_json}\n"
+        "e.g.     memdiag alert --rule 'followup_rate > 0.3 for 5m'\n"
+        "A rules file has one rule a line, optionally named (NAME: RULE); # comments.",
+    )
+    alert.add_argument("--rule", action="append", metavar="RULE", help="a rule (repeatable)")
+    alert.add_argument("--rules", metavar="FILE", help="a file of rules")
+    alert.add_argument("--webhook", metavar="URL", help="POST each alert as JSON here")
+    alert.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="read the topic from its start (default: from now on)",
+    )
+    alert.add_argument(
+        "--stop-after-idle",
+        type=float,
+        metavar="SECONDS",
+        help="exit once no counter message came for this long (default: run until stopped)",
+    )
+    alert.add_argument("--json", action="store_true", help="print alerts as JSON lines")
+    alert.add_argument("--quiet", action="store_true", help="no progress output")
+    alert.set_defaults(func=cmd_alert)
+
+    return parser
+
+
+def _db_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
+    """The two options of every command that reads DuckDB and prints results."""
+    p.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
+def _common_run(p: argparse.ArgumentParser) -> None:
+    _db_and_json(p, "print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="give up if a stage has not caught up after this many seconds (default 600)",
+    )
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops `run` in order, like Ctrl-C
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in ("run", "demo", "publish", "alert"):
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        err.print(f"[red]configuration error:[/red] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except ModuleNotFoundError as exc:
+        if exc.name not in REPORT_EXTRA:
+            raise
+        err.print(
+            f"[red]error:[/red] this command needs {exc.name}, which the worker's install "
+            "leaves out: pip install 'memdiag[report]'"
+        )
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a user-facing command: say what, not a traceback
+        from memdiag.broker import BrokerError
+        from memdiag.runner import PipelineError
+
+        if isinstance(exc, BrokerError | PipelineError) or type(exc).__name__ == "DatabaseError":
+            err.print(f"[red]error:[/red] {exc}")
+            return 1
+        raise

@@ -1,0 +1,200 @@
+"""The analyst's commands: ``query``, ``report scores``, ``report html``, ``compare``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from memdiag.cli.common import err, json_default, open_db, out, print_json, settings_of
+from memdiag.cli.render import print_comparison, print_observation_stats, rich_table
+
+
+def _filters(args: argparse.Namespace) -> str:
+    parts = [
+        f"{k}={v}"
+        for k, v in (
+            ("org", args.org),
+            ("project", getattr(args, "project", None)),
+            ("since", args.since),
+        )
+        if v
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from memdiag.analytics import queries
+
+    since = None
+    if getattr(args, "since", None):
+        try:
+            since = queries.parse_since(args.since)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            return 2
+    con = open_db(args)
+    try:
+        if args.question == "observation-stats":
+            result: Any = queries.observation_stats(con, args.observation_id)
+        elif args.question == "observation-history":
+            result = queries.observation_history(con, args.observation_id, args.limit)
+        elif args.question == "failure-distribution":
+            result = queries.failure_distribution(con, args.org, args.project, since)
+        else:
+            result = queries.misleading(con, args.org, since, args.limit)
+    finally:
+        con.close()
+    if args.json:
+        print_json(result)
+        return 0
+    if args.question == "observation-stats":
+        print_observation_stats(result)
+    elif args.question == "observation-history":
+        if not result:
+            err.print(f"no verdicts recorded for observation {args.observation_id}")
+        else:
+            out.print(
+                rich_table(
+                    f"{args.observation_id}: most recent {len(result)} verdicts",
+                    result,
+                    [
+                        "ts",
+                        "session_id",
+                        "turn_id",
+                        "signal",
+                        "match_ratio",
+                        "matched_count",
+                        "keyword_count",
+                    ],
+                )
+            )
+    elif args.question == "failure-distribution":
+        total = sum(r["sessions"] for r in result)
+        for r in result:
+            r["share"] = f"{r['sessions'] / total:.1%}" if total else "—"
+        out.print(
+            rich_table(
+                f"failed sessions by category{_filters(args)}: {total:,}",
+                result,
+                ["failure_category", "sessions", "share"],
+            )
+        )
+    else:
+        if not result:
+            out.print(f"no misleading observations{_filters(args)}")
+        else:
+            out.print(
+                rich_table(
+                    f"misleading observations{_filters(args)}: "
+                    "in >= 3 failed sessions, no accepted one",
+                    result,
+                    ["observation_id", "fail_count", "success_count", "weight"],
+                )
+            )
+    return 0
+
+
+def cmd_report_scores(args: argparse.Namespace) -> int:
+    from memdiag.analytics import scores as sc
+
+    con = open_db(args)
+    try:
+        report = sc.scores(con, args.run_id, settings_of(args).duckdb_path)
+    except sc.UnknownRun as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    finally:
+        con.close()
+    text = json.dumps(report, indent=2, default=json_default) + "\n"
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    if args.json:
+        sys.stdout.write(text)
+        return 0
+    table = Table(title=f"scores — run {args.run_id}", title_justify="left")
+    for col in (
+        "condition",
+        "questions",
+        "accuracy",
+        "correct",
+        "reader fail",
+        "retrieval fail",
+        "unattributed",
+        "repeat spread",
+    ):
+        table.add_column(col, justify="left" if col == "condition" else "right", no_wrap=True)
+    for c in report["conditions"]:
+        spread = c["spread"]
+        table.add_row(
+            c["condition"] or "(none)",
+            f"{c['questions']:,}",
+            f"{c['accuracy']:.1%}",
+            f"{c['correct']:g}",
+            f"{c['reader_failure_with_evidence']:g}",
+            f"{c['retrieval_failure']:g}",
+            f"{c['unattributed']:g}",
+            "—" if spread["min"] == spread["max"] else f"{spread['min']:.1%}–{spread['max']:.1%}",
+        )
+    out.print(table)
+    prov = report["provenance"]
+    out.print(
+        f"[dim]{prov['judgements']:,} judgements, {prov['first_event_ts']} to "
+        f"{prov['last_event_ts']}; reader fail = the gold evidence was in the context and the "
+        "answer was still wrong[/dim]"
+    )
+    if args.out:
+        out.print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_report_html(args: argparse.Namespace) -> int:
+    path = write_html_report(settings_of(args).duckdb_path, Path(args.out))
+    if args.json:
+        print_json({"report": str(path)})
+    else:
+        out.print(f"report: {path}")
+    return 0
+
+
+def write_html_report(db: str, target: Path) -> Path:
+    from memdiag.analytics.db import connect
+    from memdiag.analytics.report import render
+
+    con = connect(db, read_only=True)
+    try:
+        page = render(con, db)
+    finally:
+        con.close()
+    target.write_text(page, encoding="utf-8")
+    return target.resolve()
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from memdiag.analytics import scores as sc
+
+    con = open_db(args)
+    try:
+        r = sc.compare(
+            con,
+            args.baseline,
+            args.candidate,
+            args.baseline_condition,
+            args.candidate_condition,
+            resamples=args.resamples,
+            seed=args.seed,
+        )
+    except sc.UnknownRun as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    finally:
+        con.close()
+    if args.json:
+        print_json(r)
+        return 0
+    print_comparison(r)
+    return 0

@@ -1,0 +1,84 @@
+"""What every command shares: the consoles, settings from the flags, progress, JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from memdiag.settings import Settings
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "db", None):
+        overrides["duckdb_path"] = args.db
+    return Settings.from_env(**overrides)
+
+
+def notifier(args: argparse.Namespace) -> Any:
+    def say(text: str) -> None:
+        if not getattr(args, "quiet", False):
+            err.print(f"[dim]·[/dim] {text}")
+
+    return say
+
+
+class FileProgress:
+    """A progress bar over a file's bytes on stderr; silent with --quiet or off a terminal."""
+
+    def __init__(self, args: argparse.Namespace, label: str):
+        self._bar: Progress | None = None
+        if not getattr(args, "quiet", False) and err.is_terminal:
+            self._bar = Progress(
+                TextColumn(f"[bold]{label}[/bold]"),
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            )
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        if self._task is None:
+            self._task = self._bar.add_task("", total=total)
+        self._bar.update(self._task, completed=done)
+
+    def __enter__(self) -> FileProgress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def json_default(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).isoformat()
+    return str(v)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
+
+
+# -- run / demo ------------------------------------------------------------------------
+
+
+def open_db(args: argparse.Namespace) -> Any:
+    from memdiag.analytics.db import connect
+
+    return connect(settings_of(args).duckdb_path, read_only=True)

@@ -1,0 +1,157 @@
+"""The pipeline's commands: ``run``, ``demo``, ``worker``, ``sink``, ``publish``, ``status``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from memdiag.cli.analyst import write_html_report
+from memdiag.cli.common import FileProgress, err, notifier, open_db, out, print_json, settings_of
+from memdiag.cli.render import print_run_report, print_status
+
+
+def _run_pipeline(args: argparse.Namespace) -> Any:
+    from memdiag.runner import run_pipeline
+
+    with FileProgress(args, "publishing") as progress:
+        return run_pipeline(
+            Path(args.input), settings_of(args), notifier(args), progress, args.timeout
+        )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from memdiag.runner import summary
+
+    result = _run_pipeline(args)
+    figures = summary(result.db_path)
+    report = {
+        "input": str(args.input),
+        "db": result.db_path,
+        "events": result.publish.events,
+        "messages": result.publish.messages,
+        "seconds": round(result.seconds, 2),
+        "stage_seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
+        **figures,
+    }
+    if args.json:
+        print_json(report)
+    else:
+        print_run_report(report)
+    return 0
+
+
+def sample_path() -> Path:
+    return Path(str(resources.files("memdiag").joinpath("data", "sample.jsonl")))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`run` on the bundled sample, then the status screen and the HTML report."""
+    from memdiag.analytics.db import connect
+    from memdiag.analytics.status import status
+
+    args.input = str(sample_path())
+    if not args.db:
+        args.db = "memdiag-demo.duckdb"
+    notifier(args)(f"demo: the bundled sample ({args.input}) into {args.db}")
+    if args.json:
+        return cmd_run(args)
+    result = _run_pipeline(args)
+    con = connect(result.db_path, read_only=True)
+    try:
+        figures = status(con)
+    finally:
+        con.close()
+    out.print(
+        f"[bold]{result.publish.events:,} events[/bold] through broker, worker and sink into "
+        f"{result.db_path} in {result.seconds:.1f}s"
+    )
+    print_status(figures, result.db_path)
+    report = write_html_report(result.db_path, Path(args.report))
+    out.print(f"\n[bold]report:[/bold] {report}")
+    out.print(
+        f"[dim]next: memdiag query misleading --db {args.db} · memdiag compare --baseline "
+        f"longmem-baseline --candidate longmem-rerank --db {args.db} · memdiag report scores "
+        f"--run-id longmem-rerank --db {args.db}[/dim]"
+    )
+    return 0
+
+
+# -- long-running processes ------------------------------------------------------------
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from memdiag.streams.worker import main
+
+    main(settings_of(args))
+    return 0
+
+
+def cmd_sink(args: argparse.Namespace) -> int:
+    from memdiag.analytics.main import main
+
+    main(settings_of(args))
+    return 0
+
+
+# -- publish ---------------------------------------------------------------------------
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from memdiag.kafka import ensure_topics
+    from memdiag.publish import publish_file
+
+    settings = settings_of(args)
+    path = Path(args.file)
+    if not path.is_file():
+        err.print(f"[red]error:[/red] no such file: {path}")
+        return 2
+
+    async def go(progress: FileProgress) -> Any:
+        await ensure_topics(settings)
+        return await publish_file(path, settings, batch_size=args.batch_size, progress=progress)
+
+    with FileProgress(args, f"publishing {path.name}") as progress:
+        stats = asyncio.run(go(progress))
+    result = {
+        "file": str(path),
+        "broker": settings.broker,
+        "lines": stats.lines,
+        "events": stats.events,
+        "messages": stats.messages,
+        "unkeyed_lines": stats.unkeyed_lines,
+        "bytes": stats.bytes,
+    }
+    if args.json:
+        print_json(result)
+    else:
+        out.print(
+            f"published {stats.events:,} events from {path} in {stats.messages:,} messages "
+            f"to {settings.broker}"
+            + (
+                f" ({stats.unkeyed_lines} without a session key, sent for the worker to judge)"
+                if stats.unkeyed_lines
+                else ""
+            )
+        )
+    return 0
+
+
+# -- query -----------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from memdiag.analytics.status import status
+
+    con = open_db(args)
+    try:
+        st = status(con, top=args.top, runs=args.runs)
+    finally:
+        con.close()
+    if args.json:
+        print_json(st)
+    else:
+        print_status(st, settings_of(args).duckdb_path)
+    return 0

@@ -1,0 +1,278 @@
+"""How results look in a terminal: Rich tables for runs, queries, scores, comparisons and
+the status screen."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.table import Table
+
+from memdiag.cli.common import err, out
+from memdiag.contract import FOLLOWUP_CAVEAT
+
+
+def print_run_report(r: dict[str, Any]) -> None:
+    table = Table(title=f"memdiag run — {r['input']}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rate = r["followup_rate"]
+    table.add_row("events", f"{r['events']:,}")
+    table.add_row("searches", f"{r['searches']:,}")
+    table.add_row("agent searches", f"{r['agent_searches']:,}")
+    table.add_row("followups", f"{r['followups']:,}")
+    table.add_row("followup rate", "n/a" if rate is None else f"{rate:.1%}")
+    fb = r["feedback"]
+    judged = fb["used"] + fb["ignored"]
+    table.add_row(
+        "injected memories used",
+        f"{fb['used']:,} of {judged:,} ({fb['used'] / judged:.0%})" if judged else "n/a",
+    )
+    outcomes = r["sessions_by_outcome"]
+    if outcomes:
+        table.add_row(
+            "sessions",
+            ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items(), key=lambda kv: -kv[1])),
+        )
+        top = [(k, v) for k, v in r["failure_categories"].items() if v]
+        top.sort(key=lambda kv: -kv[1])
+        if top:
+            table.add_row("failures by category", ", ".join(f"{k} {v}" for k, v in top))
+        table.add_row("misleading memories", f"{r['misleading_observations']:,}")
+    for run in r["benchmark_runs"]:
+        table.add_row(
+            f"run {run['run_id']}",
+            f"accuracy {run['accuracy']:.1%} of {run['judgements']:,}; reader failures "
+            f"{run['reader_failures']}, retrieval failures {run['retrieval_failures']}",
+        )
+    dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
+    table.add_row("dead letters", f"{r['dead_letters']:,}" + (f"  ({dead})" if dead else ""))
+    table.add_row("time", f"{r['seconds']:.1f}s")
+    out.print(table)
+    out.print(f"[dim]followup rate: {FOLLOWUP_CAVEAT}.[/dim]")
+    out.print(f'[dim]query it: duckdb -readonly {r["db"]} "SELECT * FROM followup_rate"[/dim]')  # noqa: S608 - a hint printed for the user, not executed
+    runs = [run["run_id"] for run in r["benchmark_runs"]]
+    if len(runs) >= 2:
+        out.print(
+            f"[dim]compare runs: memdiag compare --baseline {runs[0]} --candidate {runs[1]} "
+            f"--db {r['db']}[/dim]"
+        )
+
+
+_HEADERS = {
+    "ts": "time (UTC)",
+    "match_ratio": "ratio",
+    "matched_count": "matched",
+    "keyword_count": "keywords",
+}
+
+
+def rich_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        numeric = bool(rows) and _numeric(rows[0].get(c))
+        table.add_column(_HEADERS.get(c, c), justify="right" if numeric else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(*(_cell(r.get(c)) for c in columns))
+    return table
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def print_observation_stats(r: dict[str, Any]) -> None:
+    judged = r["used"] + r["ignored"]
+    table = Table(
+        title=f"observation {r['observation_id']}", show_header=False, title_justify="left"
+    )
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("used", f"{r['used']:,}")
+    table.add_row("ignored", f"{r['ignored']:,}")
+    table.add_row("used share", "—" if r["used_share"] is None else f"{r['used_share']:.1%}")
+    if r["weight"] is not None:
+        table.add_row("weight", f"{r['weight']:.3f}")
+        table.add_row(
+            "sessions failed / accepted", f"{r['failed_sessions']} / {r['accepted_sessions']}"
+        )
+        table.add_row("misleading", "yes" if r["misleading"] else "no")
+    out.print(table)
+    if not judged:
+        err.print(
+            "no turn has judged this observation yet (check the id, or whether its "
+            "injections got responses)"
+        )
+
+
+# -- benchmark: report scores, compare ------------------------------------------------
+
+
+def _side_name(side: dict[str, Any]) -> str:
+    return side["run_id"] + (f" [{side['condition']}]" if side["condition"] else "")
+
+
+def print_comparison(r: dict[str, Any]) -> None:
+    b, c = r["baseline"], r["candidate"]
+    ci = r["bootstrap_ci"]
+    m = r["mcnemar"]
+    out.print(f"[bold]{r['verdict']}[/bold]")
+    summary = Table(show_header=False, box=None, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("baseline", f"{_side_name(b)}: accuracy {b['accuracy']:.1%}")
+    summary.add_row("candidate", f"{_side_name(c)}: accuracy {c['accuracy']:.1%}")
+    summary.add_row(
+        "delta",
+        f"{r['delta'] * 100:+.1f} pts, {ci['level']:.0%} CI {ci['low'] * 100:+.1f} to "
+        f"{ci['high'] * 100:+.1f} (paired bootstrap over questions, {ci['resamples']:,} "
+        f"resamples, seed {ci['seed']})",
+    )
+    summary.add_row(
+        "McNemar",
+        f"exact p = {m['p_value']:.3g} ({m['right_to_wrong']} right→wrong, "
+        f"{m['wrong_to_right']} wrong→right; {r['pairs']:,} pairs over {r['questions']:,} "
+        "questions)",
+    )
+    for label, key, unit in (
+        ("latency", "latency_ms_delta", " ms"),
+        ("tokens", "tokens_delta", ""),
+    ):
+        d = r[key]
+        if d:
+            summary.add_row(
+                label, f"{d['mean']:+,.1f}{unit} mean, {d['median']:+,.1f}{unit} median per pair"
+            )
+    out.print(summary)
+    states = r["transitions"]["states"]
+    table = Table(
+        title="where the answers moved (rows: baseline, columns: candidate)", title_justify="left"
+    )
+    table.add_column("baseline ↓ / candidate →")
+    for s in states:
+        table.add_column(s, justify="right")
+    for s in states:
+        row = r["transitions"]["baseline_to_candidate"][s]
+        table.add_row(s, *(f"[bold]{row[t]}[/bold]" if s == t else str(row[t]) for t in states))
+    out.print(table)
+    un = r["unpaired"]
+    for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
+        if items:
+            shown = ", ".join(f"{i['question_id']}#{i['repeat_index']}" for i in items[:10])
+            more = f" and {len(items) - 10} more (--json lists all)" if len(items) > 10 else ""
+            out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
+
+
+# -- status -----------------------------------------------------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _ago(when: datetime | None) -> str:
+    if when is None:
+        return "never"
+    seconds = (datetime.now(UTC) - when.astimezone(UTC)).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{max(seconds, 0):.0f}s ago"
+
+
+def print_status(st: dict[str, Any], db: str) -> None:
+    from rich.columns import Columns
+    from rich.panel import Panel
+
+    fu, fb = st["followup"], st["feedback"]
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row(
+        "followup rate",
+        f"{_pct(fu['rate'])} of {fu['agent_searches']:,} agent searches "
+        f"[dim]({fu['caveat']})[/dim]",
+    )
+    head.add_row(
+        "memories used",
+        f"{_pct(fb['used_share'])} of {fb['used'] + fb['ignored']:,} injected-and-answered "
+        f"({fb['observations']:,} observations) [dim]({fb['caveat']})[/dim]",
+    )
+    sessions = st["sessions"]
+    total = sum(sessions.values())
+    failed = total - sessions.get("accepted", 0)
+    head.add_row(
+        "sessions",
+        f"{total:,}: "
+        + ", ".join(f"{k} {v:,}" for k, v in sessions.items())
+        + (f"  ({failed / total:.0%} failed)" if total else ""),
+    )
+    fresh = st["freshness"]
+    newest = fresh["newest_event"]
+    head.add_row(
+        "freshness",
+        f"newest event {newest.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S') if newest else '—'}"
+        f" UTC; last written {_ago(fresh['last_written'])}",
+    )
+    out.print(Panel(head, title=f"memdiag status — {db}", title_align="left"))
+
+    cats = Table(title="failed sessions by category", title_justify="left", box=None)
+    cats.add_column("category")
+    cats.add_column("sessions", justify="right")
+    cats.add_column("", no_wrap=True)
+    most = max((c["sessions"] for c in st["failure_categories"]), default=0) or 1
+    for c in st["failure_categories"]:
+        cats.add_row(
+            c["failure_category"], f"{c['sessions']:,}", "█" * round(12 * c["sessions"] / most)
+        )
+
+    mis = Table(
+        title=f"misleading memories: {st['misleading']['count']}", title_justify="left", box=None
+    )
+    mis.add_column("observation")
+    mis.add_column("failed", justify="right")
+    mis.add_column("weight", justify="right")
+    for m in st["misleading"]["top"]:
+        mis.add_row(m["observation_id"], str(m["fail_count"]), _cell(m["weight"]))
+    out.print(Columns([cats, mis], padding=(0, 4)))
+
+    runs = Table(title="benchmark runs (most recent first)", title_justify="left", box=None)
+    for col in ("run", "accuracy", "reader fail", "retrieval fail", "unattributed", "judgements"):
+        runs.add_column(col, justify="left" if col == "run" else "right")
+    for r in st["runs"]:
+        runs.add_row(
+            r["run_id"],
+            _pct(r["accuracy"]),
+            str(r["reader_failures"]),
+            str(r["retrieval_failures"]),
+            str(r["unattributed"]),
+            f"{r['judgements']:,}",
+        )
+    dead = Table(title="dead letters", title_justify="left", box=None)
+    dead.add_column("reason")
+    dead.add_column("count", justify="right")
+    for d in st["dead_letters"]:
+        dead.add_row(d["reason"], f"{d['dead_letters']:,}")
+    if not st["dead_letters"]:
+        dead.add_row("none", "0")
+    out.print(
+        Columns(
+            [runs if st["runs"] else Table(title="no benchmark runs", box=None), dead],
+            padding=(0, 4),
+        )
+    )
+
+
+# -- alert ------------------------------------------------------------------------------

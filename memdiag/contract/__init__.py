@@ -1,0 +1,175 @@
+"""memdiag's shared vocabulary: the names two or more stages agree on, defined once.
+
+Counter names and help texts, dead-letter reasons (docs/topics.md), outcomes, failure
+categories and failure modes (docs/rules.md), the caveats of the two proxies; the envelope a
+stage's logic works on is :mod:`memdiag.contract.envelope`. This package imports nothing
+of the project, so every layer can import it.
+"""
+
+from __future__ import annotations
+
+# -- counters (OpenTelemetry names; each increment is also sent on memdiag.counters) ------
+
+SEARCH_CALLS = "agentmemory.smart_search.calls_total"
+FOLLOWUPS = "agentmemory.smart_search.followup_within_window_total"
+FEEDBACK = "agentmemory.retrieval_feedback_total"
+SESSION_OUTCOMES = "agentmemory.session_outcome_total"
+MISLEADING = "agentmemory.misleading_observation_total"
+READER_FAILURES = "agentmemory.reader_failure_with_evidence_total"
+RETRIEVAL_FAILURES = "agentmemory.retrieval_failure_total"
+DEAD_LETTERS = "memdiag.dead_letter_total"
+UNMATCHED_TURNS = "memdiag.unmatched_turn_total"
+LATE_EVENTS = "memdiag.late_event_total"
+
+# -- what each counter says, and what it over- or under-counts --------------------------
+# Its OpenTelemetry description. An alert on a proxy metric is only as good as its caveat.
+
+#: The description of each counter (its OpenTelemetry help text).
+COUNTER_HELP: dict[str, str] = {
+    SEARCH_CALLS: (
+        "Memory searches seen, by source (agent or viewer). Counts every search event, "
+        "empty results included; a redelivered event may be counted again."
+    ),
+    FOLLOWUPS: (
+        "Agent searches that followed another within AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS with "
+        "a different query and no result in common: a live proxy for 'the first results did "
+        "not satisfy'. Overcounts genuine query refinement; a long window overcounts, a short "
+        "one undercounts."
+    ),
+    FEEDBACK: (
+        "Injected observations judged per evaluated turn, by signal (used or ignored): the "
+        "response shares more than 30% of the observation's long words. A keyword proxy: "
+        "overcounts 'used' when the agent repeats words without relying on the memory, "
+        "undercounts it when the agent paraphrases; short observations without keywords "
+        "always count as ignored."
+    ),
+    UNMATCHED_TURNS: (
+        "Turns whose injection or response (by half) was still without its partner when the "
+        "session's own clock passed it by MEMDIAG_TURN_TTL_SECONDS. The half is kept and "
+        "still joins if its partner comes later, so this overcounts slow partners; a TTL "
+        "shorter than real turns overcounts."
+    ),
+    LATE_EVENTS: (
+        "Events too late to be applied exactly, by reason: session_forgotten (its session "
+        "was idle longer than MEMDIAG_SESSION_KEEP_HOURS of processing time and forgotten: "
+        "the event is dead-lettered as late_event), beyond_retention (an agent search older "
+        "than the search retention behind its session's newest event: written, not judged), "
+        "observation_window (a session outcome older than every step an observation still "
+        "keeps in order: its weight does not take it). A redelivered event may count again."
+    ),
+    SESSION_OUTCOMES: (
+        "Session outcomes, by outcome and failure category (empty for accepted). Each "
+        "outcome event counts once; a session reported with two outcomes counts twice."
+    ),
+    MISLEADING: (
+        "Observations that became misleading (in 3 or more failed sessions and no accepted "
+        "one), counted once, when that happens. Undercounts memories that mislead in "
+        "sessions that also succeed sometimes; a fresh state (new app id) counts again."
+    ),
+    READER_FAILURES: (
+        "Wrong benchmark answers whose gold evidence was all in the retrieved context (the "
+        "reader failed), by run. Undercounts reader failures on questions without gold "
+        "evidence (unattributed); a re-judged or redelivered answer may be counted again."
+    ),
+    RETRIEVAL_FAILURES: (
+        "Wrong benchmark answers with some gold evidence missing from the context (retrieval "
+        "failed), by run. Overcounts when the gold list names more evidence than the answer "
+        "needs; a re-judged or redelivered answer may be counted again."
+    ),
+    DEAD_LETTERS: (
+        "Input events sent to the dead-letter topic, by reason. A redelivered bad message "
+        "may be counted again; the dead_letters table holds each bad input once."
+    ),
+}
+
+#: The attributes each counter may carry; anything else is dropped by a View.
+COUNTER_ATTRIBUTES: dict[str, frozenset[str]] = {
+    SEARCH_CALLS: frozenset({"source"}),
+    FOLLOWUPS: frozenset(),
+    FEEDBACK: frozenset({"signal"}),
+    UNMATCHED_TURNS: frozenset({"half"}),
+    LATE_EVENTS: frozenset({"reason"}),
+    SESSION_OUTCOMES: frozenset({"outcome", "failure_category"}),
+    MISLEADING: frozenset(),
+    READER_FAILURES: frozenset({"run_id"}),
+    RETRIEVAL_FAILURES: frozenset({"run_id"}),
+    DEAD_LETTERS: frozenset({"reason"}),
+}
+
+#: The two proxies' caveats, as the status screen, the run summary and the report show them.
+FOLLOWUP_CAVEAT = (
+    "a live proxy for 'the first results did not satisfy': it also counts genuine query "
+    "refinement; a longer AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS counts more, a shorter fewer"
+)
+USED_CAVEAT = (
+    "keyword overlap: a response that paraphrases a memory counts it ignored, one that "
+    "repeats its words without relying on it counts it used"
+)
+
+# -- why an event arrived too late to be applied exactly (late_event_total{reason}) -------
+
+#: an event for a session whose state was already forgotten (no event for
+#: MEMDIAG_SESSION_KEEP_HOURS of processing time): dead-lettered, never applied
+LATE_SESSION_FORGOTTEN = "session_forgotten"
+#: an agent search more than the search retention behind its session's newest event: it is
+#: written and counted, but not judged (its predecessor is no longer remembered)
+LATE_BEYOND_RETENTION = "beyond_retention"
+#: a session outcome older than every step an observation still keeps in order: the
+#: observation's weight and counts do not take it
+LATE_OBSERVATION_WINDOW = "observation_window"
+
+# -- dead-letter reasons (the `reason` column and dead_letter_total{reason}) -------------
+
+TOO_LARGE = "too_large"
+NOT_JSON = "not_json"
+NOT_AN_EVENT = "not_an_event"
+UNKNOWN_KIND = "unknown_kind"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+BAD_VALUE = "bad_value"
+BAD_TS = "bad_ts"
+ID_TOO_LONG = "id_too_long"
+#: a valid event that arrived after its session was forgotten (see LATE_SESSION_FORGOTTEN)
+LATE_EVENT = "late_event"
+#: the worker raised on a message: a memdiag bug, never bad input
+PROCESSING_ERROR = "processing_error"
+#: a record the worker produced but DuckDB refused (a bug or a foreign producer)
+SINK_REJECTED = "sink_rejected"
+
+#: reasons that describe the input itself (what a producer must fix)
+INPUT_REASONS = (
+    TOO_LARGE,
+    NOT_JSON,
+    NOT_AN_EVENT,
+    UNKNOWN_KIND,
+    MISSING_FIELD,
+    WRONG_TYPE,
+    BAD_VALUE,
+    BAD_TS,
+    ID_TOO_LONG,
+    LATE_EVENT,
+)
+
+# -- outcomes, categories, failure modes ---------------------------------------------------
+
+ACCEPTED = "accepted"
+FAILED_OUTCOMES = frozenset({"rejected", "rework"})
+
+#: The failure categories the rule gives (docs/rules.md), first match wins in this order.
+TEST_FAILURE = "test_failure"
+STYLE = "style"
+REGRESSION = "regression"
+INCOMPLETE = "incomplete"
+WRONG_APPROACH = "wrong_approach"
+OTHER = "other"
+#: never given by the rule: the distribution counts failed sessions whose category is
+#: missing or foreign under it
+UNKNOWN = "unknown"
+
+#: Every category the distribution reports, in its order.
+CATEGORIES = (TEST_FAILURE, STYLE, REGRESSION, INCOMPLETE, WRONG_APPROACH, OTHER, UNKNOWN)
+
+READER_FAILURE = "reader_failure"
+RETRIEVAL_FAILURE = "retrieval_failure"
+UNATTRIBUTED = "unattributed"
+FAILURE_MODES = (READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED)

@@ -1,0 +1,62 @@
+"""Dead letters (the ``memdiag.deadletter`` topic and the ``dead_letters`` table): what a
+stage sends for an input it cannot apply, built in one place for every stage and the sink.
+A bad input never vanishes and never stops a stage: it becomes one of these, with a reason
+(``memdiag.contract``) and a detail a person can act on."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from memdiag.schemas.decode import Rejected
+from memdiag.schemas.models import format_ts
+
+from memdiag.contract import DEAD_LETTERS, PROCESSING_ERROR
+from memdiag.contract.envelope import InMessage, Output
+from memdiag.settings import Settings
+
+
+def failed_output(msg: InMessage, exc: BaseException, settings: Settings) -> Output:
+    """The output for a message whose processing raised: it is dead-lettered whole
+    (``processing_error``), so the agent goes on and the message does not vanish."""
+    out = Output()
+    detail = (
+        f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
+        "processed. This is a memdiag bug: report it with this payload"
+    )
+    add_dead_letter(out, msg, Rejected(0, PROCESSING_ERROR, detail, msg.value or b""), settings)
+    return out
+
+
+def add_dead_letter(out: Output, msg: InMessage, rejected: Rejected, settings: Settings) -> None:
+    """Send ``rejected`` (from ``msg``) to the dead-letter topic, and count it."""
+    out.deadletters.append((msg.key, dead_letter_record(msg, rejected, settings)))
+    out.count(DEAD_LETTERS, reason=rejected.reason)
+
+
+def dead_letter_id(topic: str, payload: bytes, prefix: str) -> str:
+    """The identity of a dead letter: its source topic (without the prefix) and its bytes.
+
+    A replay of the same bad input therefore lands on the same row.
+    """
+    base = topic[len(prefix) :] if topic.startswith(prefix) else topic
+    return hashlib.sha256(base.encode() + b"\0" + payload).hexdigest()
+
+
+def dead_letter_record(msg: InMessage, rejected: Rejected, settings: Settings) -> dict[str, Any]:
+    limit = settings.deadletter_payload_bytes
+    payload = rejected.payload
+    return {
+        "dead_letter_id": dead_letter_id(msg.topic, payload, settings.topic_prefix),
+        "topic": msg.topic,
+        "partition": msg.partition,
+        "offset": msg.offset,
+        "batch_index": rejected.index,
+        "key": msg.key.decode("utf-8", "replace") if msg.key is not None else None,
+        "reason": rejected.reason,
+        "detail": rejected.detail,
+        "payload": payload[:limit].decode("utf-8", "replace"),
+        "payload_bytes": len(payload),
+        "payload_truncated": len(payload) > limit,
+        "ts": format_ts((msg.timestamp_ms or 0) * 1000),
+    }

@@ -1,0 +1,85 @@
+"""The Faust wiring, through Faust's own ``agent.test_context()``: the app comes from a
+factory and its settings only (never the environment), and the thin counter agent turns
+increments into per-minute rollups and their changelog writes. The stage logic behind the
+other agents is tested as pure functions; these tests are about the wiring."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from memdiag.streams.app import Wiring, create_app
+
+from memdiag.contract import SEARCH_CALLS
+from memdiag.settings import Settings
+
+
+class Producer:
+    """Records what the agents send; every delivery succeeds at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes, int | None]] = []
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+                   timestamp: float | None, headers: Any, **kwargs: Any) -> asyncio.Future[None]:  # fmt: skip
+        self.sent.append((topic, key, value, partition))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+@pytest.fixture
+async def wiring(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Wiring, Producer]]:
+    monkeypatch.setenv("MEMDIAG_TOPIC_PREFIX", "from-the-environment.")
+    w = create_app(Settings(broker="kafka://127.0.0.1:1", topic_prefix="t.", app_id="agents-test"))
+    producer = Producer()
+    w.app.producer = producer  # type: ignore[misc]  # no broker: what would be sent
+    yield w, producer
+
+
+def increment(value: int, ts: str, source: str = "agent") -> bytes:
+    return orjson.dumps(
+        {"type": "increment", "name": SEARCH_CALLS, "value": value,
+         "attributes": {"source": source}, "ts": ts}  # fmt: skip
+    )
+
+
+async def test_the_app_is_built_from_its_settings_alone(wiring: tuple[Wiring, Producer]) -> None:
+    w, _ = wiring
+    assert w.app.conf.id == "agents-test"
+    assert w.events.get_topic_name() == "t.events"
+    assert w.counters.get_topic_name() == "t.counters"
+    assert w.state.changelog_topic.get_topic_name() == "agents-test-state-changelog"
+    assert set(w.app.agents) == {"roll_up_counters"}
+
+
+async def test_increments_become_running_minute_rollups(wiring: tuple[Wiring, Producer]) -> None:
+    w, producer = wiring
+    agent = w.app.agents["roll_up_counters"]
+    async with agent.test_context() as stream:
+        await stream.put(increment(2, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
+        await stream.put(increment(1, "2026-11-21T09:30:50Z"), key=SEARCH_CALLS.encode())
+        await stream.put(increment(5, "2026-11-21T09:31:00Z"), key=SEARCH_CALLS.encode())
+    rollups = [orjson.loads(v) for t, _, v, _ in producer.sent if t == "t.counters"]
+    assert [(r["minute"][:16], r["value"]) for r in rollups] == [
+        ("2026-11-21T09:30", 2),
+        ("2026-11-21T09:30", 3),  # the running total of its minute: keep the last one
+        ("2026-11-21T09:31", 5),
+    ]
+    assert all(r["type"] == "rollup" and r["attributes"] == {"source": "agent"} for r in rollups)
+    changelog = [(k, p) for t, k, _, p in producer.sent if t == "agents-test-rollups-changelog"]
+    assert len(changelog) == 3 and {p for _, p in changelog} == {0}  # partition named
+
+
+async def test_a_bad_counter_message_does_not_stop_the_agent(
+    wiring: tuple[Wiring, Producer],
+) -> None:
+    w, producer = wiring
+    agent = w.app.agents["roll_up_counters"]
+    async with agent.test_context() as stream:
+        await stream.put(b"not json", key=b"x")
+        await stream.put(increment(1, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
+    assert [orjson.loads(v)["value"] for t, _, v, _ in producer.sent if t == "t.counters"] == [1]
