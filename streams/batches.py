@@ -329,11 +329,14 @@ class FaustOffsets:
         thread = consumer._thread
         client = thread._ensure_consumer()
         earliest = await consumer.earliest_offsets(*tps)
+        atps = [TopicPartition(tp.topic, tp.partition) for tp in tps]
+        # one OffsetFetch for all of them (aiokafka's ``committed`` asks per partition: a
+        # round trip each, which delayed every generation's first record)
+        found = await thread.call_thread(client._coordinator.fetch_committed_offsets, atps)
         bases: dict[TP, int] = {}
-        for tp in tps:
-            committed = await thread.call_thread(
-                client.committed, TopicPartition(tp.topic, tp.partition)
-            )
+        for tp, atp in zip(tps, atps, strict=True):
+            meta = found.get(atp)
+            committed = None if meta is None or meta.offset < 0 else meta.offset
             start = earliest.get(tp) or 0
             bases[tp] = start if committed is None or committed < start else committed
         return bases
