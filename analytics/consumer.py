@@ -18,18 +18,15 @@ import duckdb
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
+
 from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.sink import DuckDBSink
+from memdiag.contract import SINK_REJECTED
+from memdiag.contract.envelope import InMessage
 from memdiag.schemas.deadletters import dead_letter_id, dead_letter_record
 from memdiag.schemas.decode import NOT_AN_EVENT, NOT_JSON, Rejected
 from memdiag.schemas.models import format_ts
-
-from memdiag.contract import SINK_REJECTED
-from memdiag.contract.envelope import InMessage
 from memdiag.settings import Settings
-
-#: reason of a record the worker produced but DuckDB refused (a bug or a foreign producer)
-
 
 log = logging.getLogger("memdiag.sink")
 

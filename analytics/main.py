@@ -7,7 +7,6 @@ import logging
 import signal
 
 from memdiag.analytics.consumer import SinkRunner
-
 from memdiag.kafka import ensure_topics
 from memdiag.procs import tune_gc
 from memdiag.settings import Settings

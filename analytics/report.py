@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
-from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
 
 from memdiag import __version__
+from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
 
 USED, IGNORED = "#2a9d8f", "#e76f51"
 READER, RETRIEVAL, CORRECT, OTHER = "#f4a261", "#e63946", "#2a9d8f", "#adb5bd"

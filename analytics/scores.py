@@ -18,9 +18,9 @@ from typing import Any
 
 import duckdb
 import numpy as np
-from memdiag.analytics.stats import cluster_bootstrap_ci, describe_deltas, mcnemar_exact
 
 from memdiag import __version__
+from memdiag.analytics.stats import cluster_bootstrap_ci, describe_deltas, mcnemar_exact
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 
 SCORES_SCHEMA = "https://memdiag.dev/schemas/scores.schema.json"

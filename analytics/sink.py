@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+
 from memdiag.analytics.db import connect, init_schema, sql
 
 log = logging.getLogger("memdiag.sink")

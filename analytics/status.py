@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
-from memdiag.analytics.queries import rows
 
+from memdiag.analytics.queries import rows
 from memdiag.contract import FOLLOWUP_CAVEAT, USED_CAVEAT
 
 _FRESHNESS = """

@@ -30,9 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import duckdb  # noqa: E402
+
 from memdiag.analytics.db import init_schema, sql  # noqa: E402
 
 FILL = """

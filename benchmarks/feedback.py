@@ -15,12 +15,9 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memdiag.streams.feedback import judge_observation, keywords, response_words  # noqa: E402
-from memdiag.streams.turns import Turns  # noqa: E402
+from memdiag.streams.turns import Turn  # noqa: E402
 
 VOCAB = [
     "".join(
@@ -78,10 +75,10 @@ def main() -> int:
     keywords.cache_clear()
     t0 = time.perf_counter()
     joined = 0
-    for i, (obs, response) in enumerate(turns):
-        t = Turns()
-        t.add_injection(f"i{i}", 1, "t", [(f"o{j}", c) for j, c in enumerate(obs)])
-        joined += len(t.add_response(f"r{i}", 2, "t", response).feedback)
+    for obs, response in turns:
+        t = Turn()
+        t.add_injection(1, 1, 0, [(f"o{j}", keywords(c)) for j, c in enumerate(obs)])
+        joined += len(t.add_response(2, 2, 0, response_words(response)))
     join = time.perf_counter() - t0
     assert joined == pairs
 

@@ -50,14 +50,12 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from memdiag.analytics.db import connect  # noqa: E402
-from memdiag.schemas.decode import parse_ts  # noqa: E402
-
 from memdiag.broker import EmbeddedBroker  # noqa: E402
 from memdiag.kafka import ensure_topics, wait_drained  # noqa: E402
 from memdiag.runner import spawn_child  # noqa: E402
+from memdiag.schemas.decode import parse_ts  # noqa: E402
 from memdiag.settings import Settings  # noqa: E402
 
 WORDS = (

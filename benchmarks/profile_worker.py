@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pipeline import drained, make_events, messages, publish, stop, wait_for_log  # noqa: E402

@@ -25,7 +25,6 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pipeline import make_events  # noqa: E402

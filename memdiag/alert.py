@@ -22,7 +22,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from memdiag.contract import COUNTER_HELP as HELP
+from memdiag.contract import (
+    COUNTER_HELP,
+    DEAD_LETTERS,
+    FEEDBACK,
+    FOLLOWUPS,
+    MISLEADING,
+    READER_FAILURES,
+    RETRIEVAL_FAILURES,
+    SEARCH_CALLS,
+)
 from memdiag.contract.envelope import MINUTE_US
 from memdiag.schemas.models import format_ts
 
@@ -35,14 +44,12 @@ OPS = {
     "!=": lambda a, b: a != b,
 }
 ALIASES = {
-    "followup_rate": "ratio(agentmemory.smart_search.followup_within_window_total, "
-    "agentmemory.smart_search.calls_total{source=agent})",
-    "ignored_share": "ratio(agentmemory.retrieval_feedback_total{signal=ignored}, "
-    "agentmemory.retrieval_feedback_total)",
-    "reader_failures": "count(agentmemory.reader_failure_with_evidence_total)",
-    "retrieval_failures": "count(agentmemory.retrieval_failure_total)",
-    "misleading": "count(agentmemory.misleading_observation_total)",
-    "dead_letters": "count(memdiag.dead_letter_total)",
+    "followup_rate": f"ratio({FOLLOWUPS}, {SEARCH_CALLS}{{source=agent}})",
+    "ignored_share": f"ratio({FEEDBACK}{{signal=ignored}}, {FEEDBACK})",
+    "reader_failures": f"count({READER_FAILURES})",
+    "retrieval_failures": f"count({RETRIEVAL_FAILURES})",
+    "misleading": f"count({MISLEADING})",
+    "dead_letters": f"count({DEAD_LETTERS})",
 }
 _RULE = re.compile(
     r"^\s*(?P<expr>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<num>-?\d+(?:\.\d+)?)"
@@ -104,9 +111,9 @@ def _resolve(name: str) -> str:
         f"agentmemory.smart_search.{name}",
         f"memdiag.{name}",
     ):
-        if candidate in HELP:
+        if candidate in COUNTER_HELP:
             return candidate
-    known = ", ".join(sorted(HELP))
+    known = ", ".join(sorted(COUNTER_HELP))
     raise RuleError(f"unknown counter {name!r}; the counters are: {known}")
 
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from memdiag.schemas.decode import Rejected
-from memdiag.schemas.models import format_ts
-
 from memdiag.contract import DEAD_LETTERS, PROCESSING_ERROR
 from memdiag.contract.envelope import InMessage, Output
+from memdiag.schemas.decode import Rejected
+from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
 
 

@@ -17,8 +17,6 @@ from typing import Any
 
 import fastjsonschema
 import orjson
-from memdiag.schemas import EVENT_KINDS, load_schema
-from memdiag.schemas.models import Event, format_ts, from_dict, ts_to_us
 
 from memdiag.contract import (
     BAD_TS,
@@ -33,6 +31,8 @@ from memdiag.contract import (
     UNKNOWN_KIND,
     WRONG_TYPE,
 )
+from memdiag.schemas import EVENT_KINDS, load_schema
+from memdiag.schemas.models import Event, format_ts, from_dict, ts_to_us
 
 #: The reasons the decoder gives (the `reason` column, dead_letter_total{reason}): the input
 #: reasons but ``late_event``, which the session stage gives.

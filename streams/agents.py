@@ -28,6 +28,8 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 from faust import StreamT
 from faust.types import EventT
+
+from memdiag.contract.envelope import InMessage
 from memdiag.schemas.deadletters import failed_output
 from memdiag.streams.app import Wiring
 from memdiag.streams.batches import BatchRunner, CounterBuffer, Sender, TableStore, in_message
@@ -36,8 +38,6 @@ from memdiag.streams.judgements import JudgementProcessor
 from memdiag.streams.metrics import Counters
 from memdiag.streams.observations import ObservationOwner
 from memdiag.streams.processor import Processor
-
-from memdiag.contract.envelope import InMessage
 
 log = logging.getLogger("memdiag.worker")
 
@@ -91,7 +91,12 @@ def register(w: Wiring) -> None:
     async def roll_up_counters(stream: StreamT) -> None:
         event: EventT
         async for event in stream.events():
-            await sender.send(rollup.process([in_message(event.message)], rollups))
+            try:
+                out = rollup.process([in_message(event.message)], rollups)
+            except Exception:  # noqa: BLE001 - the alerting signal, never a reason to stop
+                log.exception("counters: a rollup failed; the increment is left out")
+                continue
+            await sender.send(out)
             await rollups.flush(app.producer)  # counters: Faust's own commit is enough
 
     @app.timer(COUNTER_FLUSH_SECONDS)

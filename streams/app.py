@@ -38,7 +38,7 @@ class Wiring:
     #: The worker's state, one table for its two stateful stages, apart by key prefix:
     #: sessions (``memdiag.streams.processor``) and observations (``memdiag.streams.observations``).
     state: TableT
-    #: Counter rollups: counter name and attributes -> {minute: total} (streams.counters).
+    #: Counter rollups: counter name and attributes -> {minute: total} (memdiag.streams.counters).
     rollups: TableT
 
 
@@ -53,9 +53,7 @@ def faust_app(settings: Settings) -> faust.App:
         store="memory://",  # durable through the changelog topic; recovered on restart
         datadir=str(datadir / settings.app_id),
         web_enabled=False,
-        # the agents are registered by create_app, never discovered by scanning modules
-        autodiscover=False,
-        origin="memdiag.streams",
+        autodiscover=False,  # create_app registers the agents itself (Faust's default too)
         topic_partitions=settings.events_partitions,
         topic_replication_factor=settings.replication_factor,
         topic_allow_declare=True,

@@ -42,11 +42,11 @@ import faust
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.types import TP, EventT, TableT, TopicT
-from memdiag.streams.counters import increments, minute_of
-from memdiag.streams.metrics import Counters
 from mode.utils.futures import notify
 
 from memdiag.contract.envelope import CounterKey, InMessage, Output, StateStore
+from memdiag.streams.counters import increments, minute_of
+from memdiag.streams.metrics import Counters
 
 log = logging.getLogger("memdiag.worker")
 
@@ -68,7 +68,7 @@ class Stage(Protocol):
 
 
 class TableStore:
-    """A :class:`memdiag.streams.envelope.StateStore` over a Faust table.
+    """A :class:`memdiag.contract.envelope.StateStore` over a Faust table.
 
     Writes change the table at once and are kept until :meth:`flush` sends them to the
     changelog partition they name (inside a batch there is no "current event" for Faust to
@@ -394,6 +394,12 @@ class BatchRunner:
     #: A partition with a hole is sought back at most this often (seconds): records fetched
     #: before the seek still arrive for a moment, and each of them shows the same hole.
     RESEEK_SECONDS = 0.2
+    #: A commit that has not returned by then is given up (it may still land): the next
+    #: batches wait for their commit, and the group coordinator may hold one through a
+    #: rebalance.
+    COMMIT_TIMEOUT_SECONDS = 10.0
+    #: A batch whose outputs the broker has not acknowledged by then is logged (and waited for).
+    SLOW_DELIVERY_SECONDS = 30.0
     #: After this many seeks, ask the broker whether the missing records exist at all
     #: (a transactional producer's commit markers and deleted records leave real holes).
     PROBE_AFTER_SEEKS = 3
@@ -664,7 +670,7 @@ class BatchRunner:
         try:
             if previous is not None:
                 await previous
-            await delivered(futures)
+            await self._delivered(futures)
         finally:
             for event in events:
                 event.ack()
@@ -675,6 +681,19 @@ class BatchRunner:
         if time.monotonic() - self._last_commit >= self.commit_interval:
             await self.commit()
 
+    async def _delivered(self, futures: list[asyncio.Future[Any]]) -> None:
+        """:func:`delivered`, saying so in the log while the broker keeps a batch waiting."""
+        waiting = asyncio.ensure_future(delivered(futures))
+        waited = 0.0
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(waiting), self.SLOW_DELIVERY_SECONDS)
+                return
+            except TimeoutError:
+                waited += self.SLOW_DELIVERY_SECONDS
+                log.warning("%s: %d outputs of a batch still not acknowledged by the broker "
+                            "after %.0f s", self.name, len(futures), waited)  # fmt: skip
+
     async def commit(self) -> None:
         """Commit what is durable and not committed yet, for the partitions this stage
         still has in the generation its progress belongs to."""
@@ -683,8 +702,23 @@ class BatchRunner:
             return  # a stale progress: its partitions may be someone else's by now
         assigned = self.offsets.assignment()
         offsets = {tp: o for tp, o in self.progress.to_commit().items() if tp in assigned}
-        if offsets and await self.offsets.commit(offsets):
+        if not offsets:
+            return
+        started = time.monotonic()
+        try:
+            done = await asyncio.wait_for(
+                asyncio.shield(self.offsets.commit(offsets)), self.COMMIT_TIMEOUT_SECONDS
+            )
+        except TimeoutError:
+            # never wait on the group coordinator forever: the batches behind this one wait
+            # for it. The commit may still land; the next one covers the same offsets.
+            log.warning("%s: a commit took over %.0f s; going on without it", self.name,
+                        self.COMMIT_TIMEOUT_SECONDS)  # fmt: skip
+            return
+        if done:
             self.progress.committed_to(offsets)
+        elif time.monotonic() - started > 1:
+            log.info("%s: commit refused (a rebalance began)", self.name)
         # a failed commit (a rebalance began) is harmless: the next owner starts from the
         # last commit, and the stages take what was already applied as redeliveries
 

@@ -17,17 +17,21 @@ Increments are per message, not per event: a batch of 500 searches sends one inc
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from memdiag.contract.envelope import MINUTE_US, CounterKey, InMessage, Output, StateStore
 from memdiag.schemas.decode import parse_ts
 from memdiag.schemas.models import format_ts
 
-from memdiag.contract.envelope import MINUTE_US, CounterKey, InMessage, Output, StateStore
-
 #: Minutes of event time a rollup is kept open for late increments.
 KEEP_MINUTES = 60
+
+log = logging.getLogger("memdiag.worker")
 
 
 def increments(counts: Mapping[CounterKey, int], ts_us: int) -> list[tuple[str, dict[str, Any]]]:
@@ -57,6 +61,25 @@ class Rollups:
     """Per counter and attribute set: totals per minute of event time (the one owner of
     each counter name is the partition of ``counters`` the name hashes to)."""
 
+    #: At most one warning about malformed increments this often (seconds).
+    WARN_EVERY_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self._warned_at: float | None = None
+
+    def _skip(self, msg: InMessage) -> None:
+        """A malformed increment (not memdiag's): skipped, and said once a minute at most."""
+        self.skipped += 1
+        now = time.monotonic()
+        if self._warned_at is None or now - self._warned_at >= self.WARN_EVERY_SECONDS:
+            self._warned_at = now
+            log.warning(
+                "counters: skipped a malformed increment at %s/%d/%d (%d so far): not memdiag's, "
+                "see schemas/counter.schema.json", msg.topic, msg.partition, msg.offset,
+                self.skipped,
+            )  # fmt: skip
+
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
         for msg in msgs:
@@ -64,19 +87,31 @@ class Rollups:
         return out
 
     def _one(self, msg: InMessage, store: StateStore, out: Output) -> None:
-        doc = orjson.loads(msg.value or b"null")
+        try:
+            doc = orjson.loads(msg.value or b"null")
+        except orjson.JSONDecodeError:
+            doc = None
         if not isinstance(doc, dict) or doc.get("type") != "increment":
             return  # a rollup (ours), or a foreign message: nothing to add up
-        name = doc["name"]
-        attributes = doc.get("attributes") or {}
-        ts_us = parse_ts(doc["ts"])
-        if ts_us is None:
+        name, attributes, value, ts = (
+            doc.get("name"), doc.get("attributes") or {}, doc.get("value"), doc.get("ts")
+        )  # fmt: skip
+        ts_us = parse_ts(ts) if isinstance(ts, str) else None
+        if (
+            not isinstance(name, str)
+            or not isinstance(attributes, dict)
+            or not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < 1
+            or ts_us is None
+        ):
+            self._skip(msg)
             return
         key = name + "\0" + orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
         raw = store.get(key)
         minutes: dict[str, int] = orjson.loads(raw) if raw is not None else {}
         minute = minute_of(ts_us)
-        total = minutes.get(str(minute), 0) + int(doc["value"])
+        total = minutes.get(str(minute), 0) + value
         minutes[str(minute)] = total
         newest = max(int(m) for m in minutes)
         minutes = {m: v for m, v in minutes.items() if int(m) > newest - KEEP_MINUTES * MINUTE_US}
@@ -90,7 +125,7 @@ class Rollups:
                     "attributes": attributes,
                     "minute": format_ts(minute),
                     "value": total,
-                    "ts": doc["ts"],
+                    "ts": ts,
                 },
             )
         )

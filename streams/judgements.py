@@ -19,11 +19,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from memdiag.schemas import JUDGEMENT_KINDS
-from memdiag.schemas.deadletters import add_dead_letter
-from memdiag.schemas.decode import Decoder
-from memdiag.schemas.models import Judgement, format_ts
-
 from memdiag.contract import (
     READER_FAILURE,
     READER_FAILURES,
@@ -32,6 +27,10 @@ from memdiag.contract import (
     UNATTRIBUTED,
 )
 from memdiag.contract.envelope import InMessage, Output
+from memdiag.schemas import JUDGEMENT_KINDS
+from memdiag.schemas.deadletters import add_dead_letter
+from memdiag.schemas.decode import Decoder
+from memdiag.schemas.models import Judgement, format_ts
 from memdiag.settings import Settings
 
 

@@ -30,9 +30,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
-from memdiag.streams.diagnosis import ema_step, is_misleading
-
 from memdiag.contract import ACCEPTED
+from memdiag.streams.diagnosis import ema_step, is_misleading
 
 
 @dataclass(frozen=True, slots=True)

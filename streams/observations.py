@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from memdiag.schemas.models import format_ts
-from memdiag.streams.ledger import Entry, Ledger, Step
 
 from memdiag.contract import LATE_EVENTS, LATE_OBSERVATION_WINDOW, MISLEADING
 from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
+from memdiag.streams.ledger import Entry, Ledger, Step
 
 PREFIX = "o:"
 

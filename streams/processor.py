@@ -28,18 +28,11 @@ The sessions' keys in the state store, their cache and their forgetting are
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
-from memdiag.schemas import SESSION_KINDS
-from memdiag.schemas.deadletters import add_dead_letter
-from memdiag.schemas.decode import Decoder, Rejected
-from memdiag.schemas.models import SessionEvent
-from memdiag.streams.session import Config, Session
-from memdiag.streams.sessions import SessionStates
 
 from memdiag.contract import (
     LATE_EVENT,
@@ -47,9 +40,13 @@ from memdiag.contract import (
     LATE_SESSION_FORGOTTEN,
 )
 from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.schemas import SESSION_KINDS
+from memdiag.schemas.deadletters import add_dead_letter
+from memdiag.schemas.decode import Decoder, Rejected
+from memdiag.schemas.models import SessionEvent
 from memdiag.settings import Settings
-
-log = logging.getLogger("memdiag.worker")
+from memdiag.streams.session import Config, Session
+from memdiag.streams.sessions import SessionStates
 
 
 class Processor:

@@ -37,6 +37,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from memdiag.contract import (
+    ACCEPTED,
+    FEEDBACK,
+    FOLLOWUPS,
+    LATE_BEYOND_RETENTION,
+    LATE_EVENTS,
+    SEARCH_CALLS,
+    SESSION_OUTCOMES,
+    UNMATCHED_TURNS,
+)
+from memdiag.contract.envelope import Output
 from memdiag.schemas.models import (
     Injection,
     Response,
@@ -49,18 +60,6 @@ from memdiag.streams.diagnosis import failure_category
 from memdiag.streams.feedback import MIN_KEYWORD_LEN, USED, keywords, normalise_words
 from memdiag.streams.followup import Remembered, SearchHistory, Verdict, is_evaluated, query_key
 from memdiag.streams.turns import Change, Judged, Turn
-
-from memdiag.contract import (
-    ACCEPTED,
-    FEEDBACK,
-    FOLLOWUPS,
-    LATE_BEYOND_RETENTION,
-    LATE_EVENTS,
-    SEARCH_CALLS,
-    SESSION_OUTCOMES,
-    UNMATCHED_TURNS,
-)
-from memdiag.contract.envelope import Output
 
 log = logging.getLogger("memdiag.worker")
 

@@ -14,9 +14,9 @@ timestamps (capped by the wall clock). A forgotten session leaves a tombstone fo
 from __future__ import annotations
 
 import orjson
-from memdiag.streams.session import Config, Session
 
 from memdiag.contract.envelope import Output, StateStore
+from memdiag.streams.session import Config, Session
 
 HEAD, CHUNK_PREFIX, TOMBSTONE = "s:", "c:", "z:"
 

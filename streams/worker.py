@@ -23,6 +23,7 @@ def main(settings: Settings) -> None:
     started = time.monotonic()
     asyncio.run(ensure_topics(settings))
     import faust
+
     from memdiag.streams.app import create_app
     from memdiag.streams.compat import (
         patch_faust_delivery,

@@ -17,12 +17,12 @@ from typing import Any
 
 import orjson
 from aiokafka.partitioner import murmur2
-from memdiag.schemas.decode import parse_ts
-from memdiag.streams.observations import ObservationOwner
-from memdiag.streams.processor import Processor
 
 from memdiag.contract.envelope import CounterKey, DictStore, InMessage, Output
+from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
+from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.processor import Processor
 
 
 def partition_for(key: str, partitions: int) -> int:

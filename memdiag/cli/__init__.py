@@ -12,12 +12,9 @@ import signal
 from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
 from memdiag.cli.analyst import cmd_compare, cmd_query, cmd_report_html, cmd_report_scores
-from memdiag.cli.common import err
+from memdiag.cli.common import REPORT_EXTRA, err
 from memdiag.cli.pipeline import cmd_demo, cmd_publish, cmd_run, cmd_sink, cmd_status, cmd_worker
 from memdiag.settings import ConfigError
-
-#: What the `report` extra installs: the reports' charts and statistics only.
-REPORT_EXTRA = frozenset({"numpy", "matplotlib"})
 
 EPILOG = """\
 Configuration comes from the environment (MEMDIAG_BROKER, MEMDIAG_TOPIC_PREFIX,
@@ -282,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         err.print(
             f"[red]error:[/red] this command needs {exc.name}, which the worker's install "
-            "leaves out: pip install 'memdiag[report]'"
+            "leaves out: pip install 'memdiag\\[report]'"  # \[: not Rich markup
         )
         return 1
     except Exception as exc:  # noqa: BLE001 - a user-facing command: say what, not a traceback

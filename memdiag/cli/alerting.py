@@ -58,6 +58,3 @@ def cmd_alert(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-# -- the parser ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from datetime import UTC, datetime
@@ -15,6 +16,17 @@ from memdiag.settings import Settings
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
+
+
+#: What the `report` extra installs: the reports' charts and statistics only.
+REPORT_EXTRA = frozenset({"numpy", "matplotlib"})
+
+
+def require_report_extra() -> None:
+    """Fail before any work when the report extra is missing (``main`` says what to do)."""
+    for name in sorted(REPORT_EXTRA):
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -73,9 +85,6 @@ def json_default(v: Any) -> Any:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
-
-
-# -- run / demo ------------------------------------------------------------------------
 
 
 def open_db(args: argparse.Namespace) -> Any:

@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from memdiag.cli.analyst import write_html_report
-from memdiag.cli.common import FileProgress, err, notifier, open_db, out, print_json, settings_of
+from memdiag.cli.common import (
+    FileProgress,
+    err,
+    notifier,
+    open_db,
+    out,
+    print_json,
+    require_report_extra,
+    settings_of,
+)
 from memdiag.cli.render import print_run_report, print_status
 
 
@@ -52,6 +61,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from memdiag.analytics.db import connect
     from memdiag.analytics.status import status
 
+    require_report_extra()  # its HTML report: say so before the pipeline runs, not after
     args.input = str(sample_path())
     if not args.db:
         args.db = "memdiag-demo.duckdb"
@@ -137,9 +147,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
             )
         )
     return 0
-
-
-# -- query -----------------------------------------------------------------------------
 
 
 def cmd_status(args: argparse.Namespace) -> int:

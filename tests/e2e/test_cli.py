@@ -131,6 +131,7 @@ def test_scores_and_compare_on_the_bundled_sample(tmp_path: Path) -> None:
     """The demo's two benchmark runs: scores.json valid against its schema, and a paired
     comparison that says the candidate is better and where the failures moved."""
     import jsonschema
+
     from memdiag.schemas import load_schema
 
     db = tmp_path / "demo.duckdb"

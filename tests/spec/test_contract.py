@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from memdiag.contract import COUNTER_HELP
-from tests.spec.conftest import CONTRACT, ROOT, SHARED
+from tests.spec import CONTRACT, ROOT, SHARED
 
 TEXT = CONTRACT.read_text() if CONTRACT.is_file() else ""
 DOCS = ROOT / "docs"

@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 import pytest
-from memdiag.streams.app import Wiring, create_app
 
 from memdiag.contract import SEARCH_CALLS
 from memdiag.settings import Settings
+from memdiag.streams.app import Wiring, create_app
 
 
 class Producer:
@@ -81,5 +81,7 @@ async def test_a_bad_counter_message_does_not_stop_the_agent(
     agent = w.app.agents["roll_up_counters"]
     async with agent.test_context() as stream:
         await stream.put(b"not json", key=b"x")
+        await stream.put(b'{"type":"increment","name":1,"value":"x"}', key=b"x")
+        await stream.put(increment(0, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
         await stream.put(increment(1, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
     assert [orjson.loads(v)["value"] for t, _, v, _ in producer.sent if t == "t.counters"] == [1]

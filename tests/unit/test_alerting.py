@@ -8,11 +8,6 @@ import json
 import jsonschema
 import orjson
 import pytest
-from memdiag.schemas import load_schema
-from memdiag.schemas.decode import parse_ts
-from memdiag.streams.counters import MINUTE_US, Rollups, increments
-from memdiag.streams.metrics import Counters, views
-from memdiag.streams.processor import Processor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -21,7 +16,12 @@ from memdiag.contract import COUNTER_ATTRIBUTES as ATTRIBUTES
 from memdiag.contract import COUNTER_HELP as HELP
 from memdiag.contract import FOLLOWUPS, SEARCH_CALLS
 from memdiag.contract.envelope import DictStore, InMessage
+from memdiag.schemas import load_schema
+from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
+from memdiag.streams.counters import MINUTE_US, Rollups, increments
+from memdiag.streams.metrics import Counters, views
+from memdiag.streams.processor import Processor
 
 CONTRACT_COUNTERS = {
     "agentmemory.smart_search.calls_total",

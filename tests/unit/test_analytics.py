@@ -13,10 +13,10 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from memdiag.analytics import queries
 from memdiag.analytics.db import DatabaseError, sql
 from memdiag.analytics.sink import DuckDBSink
-
 from tests.unit.test_sessions import (
     Worker,
     example_events,

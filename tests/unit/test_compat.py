@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from memdiag.streams.compat import _finish
 
 
@@ -62,10 +63,10 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
 ) -> None:
     from aiokafka import AIOKafkaConsumer
     from faust.transport.drivers import aiokafka as driver
-    from memdiag.streams.app import faust_app
-    from memdiag.streams.compat import patch_faust_fetch_wait
 
     from memdiag.settings import Settings
+    from memdiag.streams.app import faust_app
+    from memdiag.streams.compat import patch_faust_fetch_wait
 
     cls = driver.AIOKafkaConsumerThread
     original = cls._create_worker_consumer

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from memdiag.analytics.db import init_schema
 
+from memdiag.analytics.db import init_schema
 from memdiag.cli import build_parser
 from memdiag.contract import (
     COUNTER_ATTRIBUTES,
@@ -100,7 +100,7 @@ def test_topics() -> None:
 
 def test_the_docs_list_every_counter_with_its_attributes() -> None:
     text = (DOCS / "topics.md").read_text().split("## Counters", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `([a-z_.]+)` \| ([^|]*) \|", text, re.M)
+    rows = re.findall(r"^\| `([a-z_.]+)` \|\s*([^|]*?)\s*\|", text, re.M)
     documented_attrs = {name: frozenset(re.findall(r"`(\w+)`", attrs)) for name, attrs in rows}
     assert documented_attrs == COUNTER_ATTRIBUTES
     assert set(documented_attrs) == set(COUNTER_HELP)
@@ -202,6 +202,7 @@ def test_benchmark_commands() -> None:
 
 def test_the_scores_file_schema_is_valid() -> None:
     from jsonschema import Draft202012Validator
+
     from memdiag.schemas import load_schema
 
     Draft202012Validator.check_schema(load_schema("scores"))

@@ -8,6 +8,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.decode import REASONS, Decoder, parse_ts
 

@@ -9,9 +9,9 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memdiag.streams.batches import delivered
 
 from memdiag.procs import GC_YOUNG_THRESHOLD, tune_gc
+from memdiag.streams.batches import delivered
 
 
 def resolve_later(futures: list[asyncio.Future[int]], order: list[int], fail: int | None) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from memdiag.contract import CATEGORIES
 from memdiag.streams.diagnosis import (
     TEST_RUNNERS,
     ema_step,
@@ -12,8 +14,6 @@ from memdiag.streams.diagnosis import (
     is_misleading,
 )
 from memdiag.streams.ledger import Entry, Ledger
-
-from memdiag.contract import CATEGORIES
 
 EDITED = ["src/a.py"]
 

@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memdiag.streams.feedback import (
     IGNORED,
     USED,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
 from memdiag.streams.followup import (
     Remembered,
     SearchHistory,

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.stats import binomtest
+
 from memdiag.analytics import scores as sc
 from memdiag.analytics.sink import DuckDBSink
 from memdiag.analytics.stats import cluster_bootstrap_ci, mcnemar_exact
-from memdiag.schemas import load_schema
-from memdiag.streams.judgements import JudgementProcessor, failure_mode
-from scipy.stats import binomtest
-
 from memdiag.contract import READER_FAILURES, RETRIEVAL_FAILURES
 from memdiag.contract.envelope import InMessage
+from memdiag.schemas import load_schema
 from memdiag.settings import Settings
+from memdiag.streams.judgements import JudgementProcessor, failure_mode
 
 # -- the rule -----------------------------------------------------------------------------
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import orjson
-from memdiag.schemas.deadletters import dead_letter_id, failed_output
-from memdiag.schemas.decode import parse_ts
-from memdiag.streams.processor import Processor
-from memdiag.streams.sessions import HEAD, TOMBSTONE
 
 from memdiag.contract import DEAD_LETTERS, FOLLOWUPS, SEARCH_CALLS
 from memdiag.contract.envelope import DictStore, InMessage
+from memdiag.schemas.deadletters import dead_letter_id, failed_output
+from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
+from memdiag.streams.processor import Processor
+from memdiag.streams.sessions import HEAD, TOMBSTONE
 
 SETTINGS = Settings()
 #: a publish time just after the events below (2026-11-21T09:30-ish)

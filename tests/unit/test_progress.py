@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memdiag.streams.batches import AHEAD, BEHIND, FOREIGN, PROCESS, Progress
 
 TP = ("events", 0)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from memdiag.streams.batches import BatchRunner, Progress
 
 from memdiag.contract.envelope import InMessage, Output
+from memdiag.streams.batches import BatchRunner, Progress
 
 TOPIC = "events"
 

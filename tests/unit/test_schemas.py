@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memdiag.schemas import EVENT_KINDS, load_schema
 from memdiag.schemas.decode import parse_ts
 from memdiag.schemas.models import (

@@ -15,9 +15,6 @@ from typing import Any
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memdiag.schemas.decode import parse_ts
-from memdiag.streams.session import CHUNK
-from memdiag.streams.sessions import HEAD, TOMBSTONE
 
 from memdiag.contract import (
     BAD_TS,
@@ -29,7 +26,10 @@ from memdiag.contract import (
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
 )
+from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
+from memdiag.streams.session import CHUNK
+from memdiag.streams.sessions import HEAD, TOMBSTONE
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World, partition_for
 from tests.reference import reference
@@ -486,8 +486,8 @@ def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
 
 def test_a_session_written_with_the_old_chunk_size_still_loads_and_grows() -> None:
     """Heads written before chunks shrank to 8 records have no ``cs``: they keep 32."""
-    from memdiag.streams.processor import chunk_key
     from memdiag.streams.session import LEGACY_CHUNK
+    from memdiag.streams.sessions import chunk_key
 
     w = Worker()
     events = [

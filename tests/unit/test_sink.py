@@ -7,6 +7,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+
 from memdiag.analytics.db import DatabaseError, connect
 from memdiag.analytics.sink import DuckDBSink
 
@@ -141,7 +142,6 @@ def test_reader_waits_for_the_writer_lock(sink: DuckDBSink) -> None:
 
 def test_a_poison_record_is_isolated_and_dead_lettered(tmp_path: Path) -> None:
     from memdiag.analytics.consumer import SINK_REJECTED, SinkRunner
-
     from memdiag.settings import Settings
 
     settings = Settings().with_(duckdb_path=str(tmp_path / "p.duckdb"))

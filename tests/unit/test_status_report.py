@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+
 from memdiag.analytics.report import BAR, CORRECT, IGNORED, RETRIEVAL, render
 from memdiag.analytics.sink import DuckDBSink
 from memdiag.analytics.status import followup_over_time, status
-
 from tests.unit.test_judgements import judgement
 from tests.unit.test_sessions import Worker, example_events, session
 

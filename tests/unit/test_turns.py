@@ -7,6 +7,7 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memdiag.streams.feedback import MIN_KEYWORD_LEN, judge_observation, keywords, normalise_words
 from memdiag.streams.turns import INJECTION, RESPONSE, Turn
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memdiag.schemas.decode import REASONS
-
 from memdiag.contract import (
     ACCEPTED,
     CATEGORIES,
@@ -16,6 +14,7 @@ from memdiag.contract import (
     INPUT_REASONS,
     LATE_EVENT,
 )
+from memdiag.schemas.decode import REASONS
 
 SQL = Path(__file__).resolve().parents[2] / "analytics" / "sql"
 
@@ -34,14 +33,23 @@ def test_the_category_distribution_lists_the_contract_categories_in_order() -> N
 
 
 def test_every_outcome_and_failure_mode_the_sql_names_is_the_contracts() -> None:
+    outcomes, modes = [], []
     for path in SQL.glob("*.sql"):
         text = path.read_text()
-        for outcome in re.findall(r"outcome = '(\w+)'", text):
-            assert outcome == ACCEPTED, path.name
-        for mode in re.findall(r"failure_mode = '(\w+)'", text):
-            assert mode in FAILURE_MODES, path.name
+        outcomes += re.findall(r"outcome = '(\w+)'", text)
+        modes += re.findall(r"failure_mode = '(\w+)'", text)
+    assert outcomes and set(outcomes) == {ACCEPTED}
+    assert sorted(set(modes)) == sorted(FAILURE_MODES)
 
 
 def test_the_decoder_gives_the_input_reasons_but_late_event() -> None:
     assert (*REASONS, LATE_EVENT) == INPUT_REASONS
 
+
+
+def test_the_counter_schema_names_every_counter() -> None:
+    from memdiag.contract import COUNTER_HELP
+    from memdiag.schemas import load_schema
+
+    names = load_schema("counter")["$defs"]["name"]["enum"]
+    assert sorted(names) == sorted(COUNTER_HELP)
