@@ -32,11 +32,12 @@ from faust.types import EventT
 from memdiag.contract.envelope import InMessage
 from memdiag.schemas.deadletters import failed_output
 from memdiag.streams.app import Wiring
-from memdiag.streams.batches import BatchRunner, CounterBuffer, Sender, TableStore, in_message
+from memdiag.streams.batches import BatchRunner
 from memdiag.streams.counters import Rollups
 from memdiag.streams.judgements import JudgementProcessor
 from memdiag.streams.metrics import Counters
 from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.outputs import CounterBuffer, Sender, TableStore, in_message
 from memdiag.streams.processor import Processor
 
 log = logging.getLogger("memdiag.worker")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memdiag.procs import GC_YOUNG_THRESHOLD, tune_gc
-from memdiag.streams.batches import delivered
+from memdiag.streams.outputs import delivered
 
 
 def resolve_later(futures: list[asyncio.Future[int]], order: list[int], fail: int | None) -> None:

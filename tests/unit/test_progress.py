@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memdiag.streams.batches import AHEAD, BEHIND, FOREIGN, PROCESS, Progress
+from memdiag.streams.progress import AHEAD, BEHIND, FOREIGN, PROCESS, Progress
 
 TP = ("events", 0)
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from memdiag.contract.envelope import InMessage, Output
-from memdiag.streams.batches import BatchRunner, Progress
+from memdiag.streams.batches import BatchRunner
+from memdiag.streams.progress import Progress
 
 TOPIC = "events"
 
