@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The DuckDB CLIs the file must open in (the oldest supported, the newest 1.x): the client
+# test runs each (tests/unit/test_duckdb_clients.py).
+DUCKDB_CLIENTS := 1.4.4 1.5.6
 
 .DEFAULT_GOAL := help
 
@@ -16,12 +19,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[embedded,report,test,bench,dev]'
 	touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install memdiag with everything it needs.
+CLIENTS := $(foreach v,$(DUCKDB_CLIENTS),$(VENV)/clients/duckdb-$(v)/duckdb)
+
+# the wheel's own binary: under duckdb_cli/ from 1.5 (bin/duckdb is then a Python wrapper),
+# bin/duckdb before
+$(VENV)/clients/duckdb-%/duckdb: $(STAMP)
+	$(BIN)/pip install -q --target $(VENV)/clients/duckdb-$* duckdb-cli==$*
+	cd $(VENV)/clients/duckdb-$* && b=duckdb_cli/duckdb && { [ -f $$b ] || b=bin/duckdb; } && \
+		chmod +x $$b && ln -sf $$b duckdb
+
+install: $(STAMP) $(CLIENTS) ## Create .venv and install memdiag with everything it needs.
 
 demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): status screen and HTML report.
 	$(BIN)/memdiag demo
 
-test: $(STAMP) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
+test: $(STAMP) $(CLIENTS) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
 	$(BIN)/pytest
 
 browser: ## Debian's headless Chromium, for the test that looks at the HTML report (root: installed if missing).
@@ -29,7 +41,7 @@ browser: ## Debian's headless Chromium, for the test that looks at the HTML repo
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium is not installed (needs root): the report rendering test will be skipped"
 
-unit: $(STAMP) ## Run the unit tests only (no broker).
+unit: $(STAMP) $(CLIENTS) ## Run the unit tests only (no broker).
 	$(BIN)/pytest tests/unit
 
 # mypy and import-linter read a regular install: the editable one maps memdiag.streams and

@@ -45,7 +45,9 @@ class _FlushOnRevoke(ConsumerRebalanceListener):
 class SinkRunner:
     def __init__(self, settings: Settings, sink: DuckDBSink | None = None):
         self.settings = settings
-        self.sink = sink or DuckDBSink(settings.duckdb_path)
+        self.sink = sink or DuckDBSink(
+            settings.duckdb_path, storage_version=settings.duckdb_storage_version
+        )
         self.consumer: AIOKafkaConsumer | None = None
         self._first_pending_at: float | None = None
         self._stopping = asyncio.Event()

@@ -32,10 +32,21 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text.lower() or "Conflicting lock" in text
 
 
+#: The storage version memdiag creates DuckDB files in (MEMDIAG_DUCKDB_STORAGE_VERSION):
+#: the oldest that the DuckDB clients analysts use (1.4 and later: the CLI, notebooks,
+#: DBeaver) read. DuckDB 2.0 writes version 2.0 by default, which no 1.x client opens.
+STORAGE_VERSION = "v1.4.0"
+
+
 def connect(
-    path: str | Path, read_only: bool = False, timeout: float = 30.0
+    path: str | Path,
+    read_only: bool = False,
+    timeout: float = 30.0,
+    storage_version: str = STORAGE_VERSION,
 ) -> duckdb.DuckDBPyConnection:
-    """Open ``path``, waiting up to ``timeout`` seconds for another process's lock."""
+    """Open ``path``, waiting up to ``timeout`` seconds for another process's lock. A file
+    created here is written in ``storage_version`` (``latest``: this DuckDB's own); an
+    existing file keeps the version it has."""
     path = str(path)
     if read_only and path != ":memory:" and not Path(path).exists():
         raise DatabaseError(
@@ -46,7 +57,9 @@ def connect(
     delay = 0.01
     while True:
         try:
-            return duckdb.connect(path, read_only=read_only)
+            if read_only or storage_version == "latest":
+                return duckdb.connect(path, read_only=read_only)
+            return duckdb.connect(path, config={"storage_compatibility_version": storage_version})
         except duckdb.IOException as exc:
             if not _is_lock_error(exc) or time.monotonic() > deadline:
                 if _is_lock_error(exc):
@@ -57,6 +70,15 @@ def connect(
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+
+def storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The storage version of the connection's main database file, e.g. ``v1.4.0+``."""
+    row = con.execute(
+        "SELECT tags['storage_version'] FROM duckdb_databases() "
+        "WHERE database_name = current_database()"
+    ).fetchone()
+    return None if row is None else row[0]
 
 
 def init_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -18,7 +18,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from memdiag.analytics.db import connect, init_schema, sql
+from memdiag.analytics.db import STORAGE_VERSION, connect, init_schema, sql, storage_version
 
 log = logging.getLogger("memdiag.sink")
 
@@ -198,9 +198,12 @@ SPECS: dict[str, TableSpec] = {
 
 
 class DuckDBSink:
-    def __init__(self, path: str | Path, lock_timeout: float = 60.0):
+    def __init__(
+        self, path: str | Path, lock_timeout: float = 60.0, storage_version: str = STORAGE_VERSION
+    ):
         self.path = str(path)
         self.lock_timeout = lock_timeout
+        self.storage_version = storage_version
         self._buffers: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SPECS}
         self._pending = 0
         self.rows_written = 0
@@ -208,11 +211,28 @@ class DuckDBSink:
         self.unknown_kinds: dict[str, int] = {}
 
     def init(self) -> None:
-        con = connect(self.path, timeout=self.lock_timeout)
+        con = connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version)
         try:
             init_schema(con)
+            self._check_storage_version(con)
         finally:
             con.close()
+
+    def _check_storage_version(self, con: Any) -> None:
+        """A file made before memdiag chose its storage version (or by another tool) keeps
+        its own: say so once, with how to get a file the 1.x clients open."""
+        have = storage_version(con)
+        want = self.storage_version
+        if want == "latest" or have is None or _version(have) <= _version(want):
+            return
+        log.warning(
+            "%s is in DuckDB storage version %s, which clients older than it cannot open "
+            "(MEMDIAG_DUCKDB_STORAGE_VERSION=%s applies to new files). To convert it, stop "
+            "the sink and run: python -c \"import duckdb; c = duckdb.connect(); "
+            "c.execute(\\\"ATTACH 'new.duckdb' AS new (STORAGE_VERSION '%s'); ATTACH '%s' AS "
+            "old (READ_ONLY); COPY FROM DATABASE old TO new\\\")\", then replace the file with "
+            "new.duckdb", self.path, have, want, want, self.path,
+        )  # fmt: skip
 
     @property
     def pending(self) -> int:
@@ -237,7 +257,7 @@ class DuckDBSink:
         the buffer is kept, so the caller may retry (and must not commit offsets)."""
         if not self._pending:
             return 0
-        con = connect(self.path, timeout=self.lock_timeout)
+        con = connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version)
         try:
             con.execute("BEGIN TRANSACTION")
             written = 0
@@ -266,7 +286,7 @@ class DuckDBSink:
         can neither stall the sink nor take good records down with it. Slow, and only
         used on that failure path.
         """
-        con = connect(self.path, timeout=self.lock_timeout)
+        con = connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version)
         written = 0
         rejected: list[dict[str, Any]] = []
         try:
@@ -324,3 +344,8 @@ def _write_table(
     finally:
         con.unregister("batch")
     return len(rows)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``v1.4.0+`` -> (1, 4, 0)."""
+    return tuple(int(part) for part in text.strip("v+").split(".") if part.isdigit())

@@ -7,6 +7,7 @@ anything; building a ``Settings`` only reads ``os.environ`` (or the mapping you 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -75,6 +76,7 @@ _ENV: dict[str, tuple[str, str]] = {
     "app_id": ("MEMDIAG_APP_ID", "str"),
     "sink_group": ("MEMDIAG_SINK_GROUP", "str"),
     "duckdb_path": ("MEMDIAG_DUCKDB_PATH", "str"),
+    "duckdb_storage_version": ("MEMDIAG_DUCKDB_STORAGE_VERSION", "str"),
     "followup_window_seconds": ("AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS", "float"),
     "recent_search_retention_hours": ("MEMDIAG_RECENT_SEARCH_RETENTION_HOURS", "float"),
     "turn_ttl_seconds": ("MEMDIAG_TURN_TTL_SECONDS", "float"),
@@ -116,6 +118,10 @@ class Settings:
     sink_group: str = "memdiag-sink"
     #: MEMDIAG_DUCKDB_PATH: the analyst's DuckDB file.
     duckdb_path: str = "memdiag.duckdb"
+    #: MEMDIAG_DUCKDB_STORAGE_VERSION: the DuckDB storage version a new file is written in.
+    #: ``v1.4.0`` (the default) opens in every DuckDB client from 1.4 on (the CLI, notebooks,
+    #: DBeaver); ``latest`` is this DuckDB's own, which older clients cannot open.
+    duckdb_storage_version: str = "v1.4.0"
     #: AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS: a search this close (inclusive) after the
     #: previous one with other results is a followup. Longer overcounts, shorter undercounts.
     followup_window_seconds: float = 30.0
@@ -237,6 +243,13 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_ENV[name][0]} must be >= 1, got {getattr(self, name)}")
+        if self.duckdb_storage_version != "latest" and not re.fullmatch(
+            r"v\d+\.\d+\.\d+", self.duckdb_storage_version
+        ):
+            raise ConfigError(
+                "MEMDIAG_DUCKDB_STORAGE_VERSION must be a DuckDB version like v1.4.0, or "
+                f"latest; got {self.duckdb_storage_version!r}"
+            )
         if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
             raise ConfigError("MEMDIAG_TOPIC_PREFIX must be non-empty and without spaces")
 

@@ -50,3 +50,10 @@ def test_round_trip_through_the_environment() -> None:
 def test_bootstrap_servers() -> None:
     assert bootstrap_servers("kafka://a:1;kafka://b:2") == "a:1,b:2"
     assert bootstrap_servers("localhost:9092") == "localhost:9092"
+
+
+def test_the_duckdb_storage_version_is_a_version_or_latest() -> None:
+    assert Settings().duckdb_storage_version == "v1.4.0"
+    assert Settings.from_env({"MEMDIAG_DUCKDB_STORAGE_VERSION": "latest"}).duckdb_storage_version
+    with pytest.raises(ConfigError, match="MEMDIAG_DUCKDB_STORAGE_VERSION"):
+        Settings.from_env({"MEMDIAG_DUCKDB_STORAGE_VERSION": "1.4"})
