@@ -23,7 +23,8 @@ CLIENTS := $(foreach v,$(DUCKDB_CLIENTS),$(VENV)/clients/duckdb-$(v)/duckdb)
 
 # the wheel's own binary: under duckdb_cli/ from 1.5 (bin/duckdb is then a Python wrapper),
 # bin/duckdb before
-$(VENV)/clients/duckdb-%/duckdb: $(STAMP)
+$(VENV)/clients/duckdb-%/duckdb: | $(STAMP)
+	rm -rf $(VENV)/clients/duckdb-$*
 	$(BIN)/pip install -q --target $(VENV)/clients/duckdb-$* duckdb-cli==$*
 	cd $(VENV)/clients/duckdb-$* && b=duckdb_cli/duckdb && { [ -f $$b ] || b=bin/duckdb; } && \
 		chmod +x $$b && ln -sf $$b duckdb

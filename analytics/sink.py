@@ -9,6 +9,8 @@ nothing. The file is opened per flush (see :mod:`memdiag.analytics.db`).
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,11 +229,9 @@ class DuckDBSink:
             return
         log.warning(
             "%s is in DuckDB storage version %s, which clients older than it cannot open "
-            "(MEMDIAG_DUCKDB_STORAGE_VERSION=%s applies to new files). To convert it, stop "
-            "the sink and run: python -c \"import duckdb; c = duckdb.connect(); "
-            "c.execute(\\\"ATTACH 'new.duckdb' AS new (STORAGE_VERSION '%s'); ATTACH '%s' AS "
-            "old (READ_ONLY); COPY FROM DATABASE old TO new\\\")\", then replace the file with "
-            "new.duckdb", self.path, have, want, want, self.path,
+            "(MEMDIAG_DUCKDB_STORAGE_VERSION=%s applies to new files). To convert it, stop the "
+            "sink and run: %s ; then replace the file with %s",
+            self.path, have, want, *conversion(self.path, want),
         )  # fmt: skip
 
     @property
@@ -349,3 +349,20 @@ def _write_table(
 def _version(text: str) -> tuple[int, ...]:
     """``v1.4.0+`` -> (1, 4, 0)."""
     return tuple(int(part) for part in text.strip("v+").split(".") if part.isdigit())
+
+
+def conversion(path: str, version: str) -> tuple[str, str]:
+    """A shell command that copies the DuckDB file at ``path`` into a new file beside it,
+    written in storage version ``version``, and that new file's path."""
+    source = Path(path).resolve()
+    target = source.with_name(f"{source.stem}.{version}{source.suffix}")
+
+    def literal(p: Path) -> str:
+        return "'" + str(p).replace("'", "''") + "'"
+
+    statement = (
+        f"ATTACH {literal(target)} AS new (STORAGE_VERSION '{version}'); "
+        f"ATTACH {literal(source)} AS old (READ_ONLY); COPY FROM DATABASE old TO new"
+    )
+    code = f"import duckdb; duckdb.connect().execute({statement!r})"
+    return shlex.join([sys.executable, "-c", code]), str(target)

@@ -7,7 +7,6 @@ test: it is part of the set-up, not optional."""
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,8 @@ from tests.unit.test_sessions import Worker, example_events, session
 ROOT = Path(__file__).resolve().parents[2]
 #: the versions `make` installs (Makefile, DUCKDB_CLIENTS)
 CLIENTS = re.search(r"^DUCKDB_CLIENTS := (.+)$", (ROOT / "Makefile").read_text(), re.M)
-VERSIONS = CLIENTS.group(1).split() if CLIENTS else []
+assert CLIENTS, "the Makefile names no DuckDB clients (DUCKDB_CLIENTS := ...)"
+VERSIONS = CLIENTS.group(1).split()
 QUERIES = """
 SELECT count(*) AS categories, sum(sessions) AS failed FROM failure_category_distribution();
 SELECT count(*) AS misleading FROM misleading_observations();
@@ -77,14 +77,23 @@ def test_the_sinks_file_opens_in_the_client_and_again_after_appends(
 
     for i in range(4, 7):  # the sink appends while analysts come and go
         w.publish(session(f"s{i}", "rejected", ["x", f"o{i}"]))
+    w.publish([search("late-1", "s0"), search("late-2", "s0", ts="2026-11-21T10:00:10Z")])
     sink.write([*w.records, *w.weights, judgement("run-1", "q1", False, retrieved=("g",))])
     second = run(version, db)
     assert second[0] == ["7", "8"]
     assert second[1] == ["1"]
-    assert int(second[4][0]) >= int(first[4][0])
+    assert int(second[4][0]) == int(first[4][0]) + 2  # the appended searches are read
+
+
+def search(event_id: str, session_id: str, ts: str = "2026-11-21T10:00:00Z") -> dict[str, object]:
+    return {"kind": "search", "event_id": event_id, "ts": ts, "session_id": session_id,
+            "query": event_id, "result_ids": [event_id]}  # fmt: skip
 
 
 def test_a_new_file_is_written_in_the_configured_storage_version(tmp_path: Path) -> None:
+    from memdiag.settings import Settings
+
+    assert Settings().duckdb_storage_version == STORAGE_VERSION
     con = connect(tmp_path / "a.duckdb")
     try:
         assert storage_version(con) == f"{STORAGE_VERSION}+"
@@ -92,7 +101,8 @@ def test_a_new_file_is_written_in_the_configured_storage_version(tmp_path: Path)
         con.close()
     con = connect(tmp_path / "b.duckdb", storage_version="latest")
     try:
-        assert storage_version(con) == f"v{duckdb.__version__.split('-')[0]}+"
+        major, minor = duckdb.__version__.split(".")[:2]
+        assert storage_version(con) == f"v{major}.{minor}.0+"
     finally:
         con.close()
 
@@ -100,13 +110,20 @@ def test_a_new_file_is_written_in_the_configured_storage_version(tmp_path: Path)
 def test_an_older_file_in_a_newer_version_gets_a_conversion_that_works(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    old = tmp_path / "old.duckdb"
-    DuckDBSink(old, storage_version="latest").init()  # as memdiag wrote files before
+    where = tmp_path / "it's a $HOME dir"  # quotes and a dollar: the command must survive both
+    where.mkdir()
+    old = where / "memdiag.duckdb"
+    sink = DuckDBSink(old, storage_version="latest")  # as memdiag wrote files before
+    sink.init()
+    w = Worker()
+    w.publish(example_events())
+    sink.write([*w.records, *w.weights])
     with caplog.at_level("WARNING", logger="memdiag.sink"):
         DuckDBSink(old).init()
     said = caplog.text
-    assert "COPY FROM DATABASE" in said and "MEMDIAG_DUCKDB_STORAGE_VERSION" in said
-    command = said.split("python -c ", 1)[1].split(", then replace", 1)[0]
-    (code,) = shlex.split(command)  # as a shell reads the logged line
-    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=60)
-    assert run(VERSIONS[0], tmp_path / "new.duckdb")[0] == ["7", "0"]
+    assert "MEMDIAG_DUCKDB_STORAGE_VERSION" in said
+    command = said.split("and run: ", 1)[1].split(" ; then replace", 1)[0]
+    subprocess.run(command, shell=True, check=True, timeout=60)  # noqa: S602 - as a user pastes it
+    converted = where / f"memdiag.{STORAGE_VERSION}.duckdb"
+    assert str(converted) in said
+    assert run(VERSIONS[0], converted)[0] == ["7", "1"]  # the example's rejected session
