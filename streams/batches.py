@@ -445,7 +445,6 @@ class BatchRunner:
         offsets = {tp: o for tp, o in self.progress.to_commit().items() if tp in assigned}
         if not offsets:
             return
-        started = time.monotonic()
         try:
             done = await asyncio.wait_for(
                 asyncio.shield(self.offsets.commit(offsets)), self.COMMIT_TIMEOUT_SECONDS
@@ -458,8 +457,6 @@ class BatchRunner:
             return
         if done:
             self.progress.committed_to(offsets)
-        elif time.monotonic() - started > 1:
-            log.info("%s: commit refused (a rebalance began)", self.name)
         # a failed commit (a rebalance began) is harmless: the next owner starts from the
         # last commit, and the stages take what was already applied as redeliveries
 
