@@ -46,6 +46,7 @@ _SEARCH = pa.schema(
         ("is_followup", pa.bool_()),
         ("prev_event_id", pa.string()),
         ("gap_seconds", pa.float64()),
+        ("disjoint_new_query", pa.bool_()),
         ("agent_id", pa.string()),
         ("org_id", pa.string()),
         ("project_id", pa.string()),

@@ -63,6 +63,11 @@ class Verdict:
     is_followup: bool
     prev_event_id: str | None
     gap_us: int | None
+    #: Every condition of a followup but the window: a predecessor exists, the query differs
+    #: from it and the result sets are disjoint. ``is_followup`` is this and
+    #: ``gap <= window``, so the verdict under any other window is a query away
+    #: (``memdiag calibrate``).
+    disjoint_new_query: bool = False
 
     @property
     def gap_seconds(self) -> float | None:
@@ -74,12 +79,11 @@ def judge(prev: Remembered | None, cur: Remembered, window_us: int, retention_us
     if prev is None or cur.ts_us - prev.ts_us > retention_us:
         return Verdict(cur.event_id, False, None, None)
     gap = cur.ts_us - prev.ts_us
-    followup = (
-        0 <= gap <= window_us
-        and cur.query_key != prev.query_key
-        and set(cur.result_ids).isdisjoint(prev.result_ids)
+    disjoint_new = cur.query_key != prev.query_key and set(cur.result_ids).isdisjoint(
+        prev.result_ids
     )
-    return Verdict(cur.event_id, followup, prev.event_id, gap)
+    followup = disjoint_new and 0 <= gap <= window_us
+    return Verdict(cur.event_id, followup, prev.event_id, gap, disjoint_new)
 
 
 class SearchHistory:

@@ -510,6 +510,7 @@ class Session:
             "is_followup": bool(verdict and verdict.is_followup),
             "prev_event_id": verdict.prev_event_id if verdict else None,
             "gap_seconds": verdict.gap_seconds if verdict else None,
+            "disjoint_new_query": bool(verdict and verdict.disjoint_new_query),
             "agent_id": agent_id,
             "org_id": org_id,
             "project_id": project_id,

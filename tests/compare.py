@@ -28,6 +28,7 @@ def from_reference(ref: dict[str, Any]) -> Snapshot:
                 r["is_followup"],
                 r["prev_event_id"],
                 _r(r["gap_seconds"]),
+                r["disjoint_new_query"],
             )
             for eid, r in ref["searches"].items()
         },
@@ -80,6 +81,7 @@ def from_records(tables: Any) -> Snapshot:
                 r["is_followup"],
                 r["prev_event_id"],
                 _r(r["gap_seconds"]),
+                r["disjoint_new_query"],
             )
             for eid, r in tables.searches.items()
         },
@@ -131,10 +133,10 @@ def from_duckdb(query: Any) -> Snapshot:
 
     return {
         "searches": {
-            r[0]: (r[1], r[2], r[3], r[4], r[5], _r(r[6]))
+            r[0]: (r[1], r[2], r[3], r[4], r[5], _r(r[6]), r[7])
             for r in query(
                 "SELECT event_id, session_id, source, result_count, is_followup, prev_event_id, "
-                "gap_seconds FROM searches"
+                "gap_seconds, disjoint_new_query FROM searches"
             )
         },
         "retrieval_feedback": {

@@ -84,21 +84,27 @@ def reference(
             kind = e["kind"]
             if kind == "search":
                 source = e.get("source", "agent")
-                row = {"is_followup": False, "prev_event_id": None, "gap_seconds": None}
+                row = {
+                    "is_followup": False,
+                    "prev_event_id": None,
+                    "gap_seconds": None,
+                    "disjoint_new_query": False,
+                }
                 if source == "agent":
                     agent_searches += 1
                 if source == "agent" and e["result_ids"]:
                     if prev is not None and ts - prev[0] <= retention:
                         gap = ts - prev[0]
-                        follow = (
-                            gap <= window
-                            and e["query"].strip().lower() != prev[1]
+                        disjoint_new = (
+                            e["query"].strip().lower() != prev[1]
                             and not set(e["result_ids"]) & prev[2]
                         )
+                        follow = disjoint_new and gap <= window
                         row = {
                             "is_followup": follow,
                             "prev_event_id": prev[3],
                             "gap_seconds": gap / 1_000_000,
+                            "disjoint_new_query": disjoint_new,
                         }
                         followups += follow
                     prev = (ts, e["query"].strip().lower(), set(e["result_ids"]), e["event_id"])

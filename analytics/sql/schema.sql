@@ -11,6 +11,8 @@ CREATE TABLE IF NOT EXISTS searches (
     is_followup   BOOLEAN NOT NULL,
     prev_event_id VARCHAR,               -- the remembered search it was judged against
     gap_seconds   DOUBLE,                -- ts - prev.ts
+    disjoint_new_query BOOLEAN,          -- prev exists, other query, no shared result id:
+                                         -- is_followup = this AND gap_seconds <= window
     agent_id      VARCHAR,
     org_id        VARCHAR,
     project_id    VARCHAR,
@@ -18,6 +20,8 @@ CREATE TABLE IF NOT EXISTS searches (
     published_at  TIMESTAMPTZ,           -- Kafka timestamp of the input message
     ingested_at   TIMESTAMPTZ            -- when the sink first wrote the row (wall clock)
 );
+-- Files from before memdiag calibrate: the column is NULL on their older rows.
+ALTER TABLE searches ADD COLUMN IF NOT EXISTS disjoint_new_query BOOLEAN;
 
 CREATE TABLE IF NOT EXISTS dead_letters (
     dead_letter_id    VARCHAR PRIMARY KEY, -- sha256 of source topic and payload: a replay is one row

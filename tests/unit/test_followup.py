@@ -200,3 +200,28 @@ def test_counts_equal_the_final_verdicts_in_any_order(s: list, rnd) -> None:
             rows[v.event_id] = v.is_followup
     assert h.evaluated == len(events)
     assert h.followups == sum(rows.values())
+
+
+@given(
+    st.integers(0, 200_000_000),
+    st.sampled_from(["q1", "Q1 ", "q2"]),
+    st.sampled_from([("x",), ("x", "y"), ("y",), ("z", "w")]),
+    st.sampled_from([10, 30, 60, 120]),
+)
+def test_a_followup_is_a_disjoint_new_query_within_the_window(
+    gap_us: int, query: str, ids: tuple[str, ...], window_s: int
+) -> None:
+    """``memdiag calibrate`` recomputes any window from the stored ``disjoint_new_query`` and
+    ``gap_seconds``: that must be exactly the stream's verdict under that window."""
+    prev = rem("a", 0, "q1", ("x",))
+    cur = Remembered(gap_us, 1, "b", query_key(query), ids)
+    window = window_s * 1_000_000
+    v = judge(prev, cur, window, RETENTION)
+    assert v.disjoint_new_query == (normalise_query(query) != "q1" and "x" not in ids)
+    assert v.is_followup == (v.disjoint_new_query and v.gap_seconds <= window_s)
+
+
+def test_no_predecessor_is_no_disjoint_new_query() -> None:
+    assert not judge(None, rem("a", 0, "q", ("x",)), WINDOW, RETENTION).disjoint_new_query
+    far = judge(rem("a", 0, "q1", ("x",)), rem("b", 24 * 3600 + 1, "q2", ("y",)), WINDOW, RETENTION)
+    assert not far.disjoint_new_query
