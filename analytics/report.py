@@ -6,6 +6,7 @@ network and no other file: it can be mailed, attached to an incident or opened o
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 from datetime import UTC, datetime
@@ -14,11 +15,40 @@ from typing import Any
 import duckdb
 
 from memdiag import __version__
+from memdiag.analytics.explain import explain, timeline
+from memdiag.analytics.queries import rows
 from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
 
 USED, IGNORED = "#2a9d8f", "#e76f51"
 READER, RETRIEVAL, CORRECT, OTHER = "#f4a261", "#e63946", "#2a9d8f", "#adb5bd"
 BAR = "#457b9d"
+
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d3557;
+       max-width: 1100px; margin: 2em auto; padding: 0 1em; background: #fff; }
+h1 { margin-bottom: 0.1em; } .meta { color: #6c757d; margin-top: 0; }
+.tiles { display: grid; grid-template-columns: repeat(auto-fit, minmax(190px, 1fr)); gap: 12px; }
+.tile { border: 1px solid #dee2e6; border-radius: 8px; padding: 10px 14px; }
+.tile .label { color: #6c757d; font-size: 12px; text-transform: uppercase;
+               letter-spacing: .04em; }
+.tile .value { font-size: 28px; font-weight: 600; }
+.tile .sub { color: #6c757d; font-size: 12px; }
+section { margin-top: 2em; } .chart svg { max-width: 100%; height: auto; }
+table { border-collapse: collapse; }
+th, td { padding: 4px 12px; border-bottom: 1px solid #dee2e6; text-align: left; }
+td.n { text-align: right; }
+.note { color: #6c757d; font-size: 12px; max-width: 70ch; }
+details { margin-top: 1em; border: 1px solid #dee2e6; border-radius: 8px; padding: 6px 14px; }
+details summary { cursor: pointer; font-weight: 600; }
+details:target { border-color: #457b9d; }
+.used { color: #2a9d8f; } .ignored, .failed { color: #e63946; } .accepted { color: #2a9d8f; }
+.sub-row td { border-bottom: none; padding-top: 0; padding-bottom: 0; color: #495057; }
+.sub-row td:nth-child(2) { padding-left: 28px; }
+.followup { font-weight: 600; }
+.verdict { font-size: 16px; }
+"""
+FAILED_SESSIONS = 10  # the newest failed sessions the report lists and embeds
 
 
 def _svg(fig: Any) -> str:
@@ -106,15 +136,29 @@ def chart_runs(runs: list[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+def _table(
+    rows: list[dict[str, Any]], columns: list[tuple[str, str]], link: str | None = None
+) -> str:
+    """An HTML table; the ``link`` column's values are session ids, linked to their
+    explanation on the same page."""
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)
     body = "".join(
-        "<tr>"
-        + "".join(f"<td>{html.escape(_fmt(r.get(key)))}</td>" for key, _ in columns)
-        + "</tr>"
-        for r in rows
+        "<tr>" + "".join(_td(r.get(key), key == link) for key, _ in columns) + "</tr>" for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(v: Any, linked: bool = False) -> str:
+    text = html.escape(_fmt(v))
+    if linked and v is not None:
+        text = f'<a href="#{anchor(str(v))}">{text}</a>'
+    numeric = isinstance(v, int | float) and not isinstance(v, bool)
+    return f'<td class="n">{text}</td>' if numeric else f"<td>{text}</td>"
+
+
+def anchor(session_id: str) -> str:
+    """A fragment id for a session: any session id, safe in a URL and an attribute."""
+    return "session-" + hashlib.blake2b(session_id.encode("utf-8"), digest_size=8).hexdigest()
 
 
 def _fmt(v: Any) -> str:
@@ -162,6 +206,15 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
         f'<div class="value">{html.escape(b)}</div><div class="sub">{html.escape(c)}</div></div>'
         for a, b, c in tiles
     )
+    failed = rows(con, "latest_failed_sessions", limit=FAILED_SESSIONS)
+    # Embed the latest failed sessions, and the latest failed session of each misleading
+    # memory shown, so every link of the page lands on this page.
+    embedded = [r["session_id"] for r in failed]
+    for m in st["misleading"]["top"]:
+        latest = rows(con, "latest_session_of_observation", observation_id=m["observation_id"])
+        m["session_id"] = latest[0]["session_id"] if latest else None
+        if m["session_id"] is not None and m["session_id"] not in embedded:
+            embedded.append(m["session_id"])
     sections = [
         ("Failed sessions", chart_failures(st["failure_categories"]), ""),
         (
@@ -183,7 +236,9 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
                     ("fail_count", "failed sessions"),
                     ("success_count", "accepted sessions"),
                     ("weight", "weight now"),
+                    ("session_id", "latest failed session"),
                 ],
+                link="session_id",
             )
             if st["misleading"]["top"]
             else "<p>None: no memory is in 3 or more failed sessions and no accepted one.</p>",
@@ -200,32 +255,166 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
         f'<section><h2>{html.escape(t)}</h2><div class="chart">{c}</div>{n}</section>'
         for t, c, n in sections
     )
-    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body += _failed_sessions(failed)
+    body += "".join(
+        f'<details id="{anchor(sid)}"><summary>{html.escape(sid)}</summary>'
+        f"{explain_fragment(explain(con, sid))}</details>"
+        for sid in embedded
+    )
     fresh = newest.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if newest else "no events"
+    meta = f"{html.escape(db_path)} · newest event {fresh}"
+    return page("memdiag report", meta, f'<div class="tiles">{tile_html}</div>{body}')
+
+
+def page(title: str, meta: str, body: str) -> str:
+    """A self-contained page in the report's style (``meta`` and ``body`` are HTML)."""
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>memdiag report</title>
-<style>
-body {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d3557;
-       max-width: 1100px; margin: 2em auto; padding: 0 1em; background: #fff; }}
-h1 {{ margin-bottom: 0.1em; }} .meta {{ color: #6c757d; margin-top: 0; }}
-.tiles {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(190px, 1fr)); gap: 12px; }}
-.tile {{ border: 1px solid #dee2e6; border-radius: 8px; padding: 10px 14px; }}
-.tile .label {{ color: #6c757d; font-size: 12px; text-transform: uppercase;
-               letter-spacing: .04em; }}
-.tile .value {{ font-size: 28px; font-weight: 600; }}
-.tile .sub {{ color: #6c757d; font-size: 12px; }}
-section {{ margin-top: 2em; }} .chart svg {{ max-width: 100%; height: auto; }}
-table {{ border-collapse: collapse; }}
-th, td {{ padding: 4px 12px; border-bottom: 1px solid #dee2e6; text-align: left; }}
-td:not(:first-child) {{ text-align: right; }}
-.note {{ color: #6c757d; font-size: 12px; max-width: 70ch; }}
-</style></head><body>
-<h1>memdiag report</h1>
-<p class="meta">{html.escape(db_path)} · newest event {fresh} · generated {generated} ·
-memdiag {__version__}</p>
-<div class="tiles">{tile_html}</div>
+<title>{html.escape(title)}</title>
+<style>{_STYLE}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="meta">{meta} · generated {generated} · memdiag {__version__}</p>
 {body}
 </body></html>
 """
+
+
+def _failed_sessions(failed: list[dict[str, Any]]) -> str:
+    if not failed:
+        return "<section><h2>Latest failed sessions</h2><p>No failed session.</p></section>"
+    table = _table(
+        failed,
+        [
+            ("session_id", "session"),
+            ("agent_id", "agent"),
+            ("outcome", "outcome"),
+            ("failure_category", "category"),
+            ("search_count", "agent searches"),
+            ("followup_count", "followups"),
+            ("ignored", "ignored memories"),
+            ("misleading", "misleading memories"),
+            ("ts", "outcome at (UTC)"),
+        ],
+        link="session_id",
+    )
+    return (
+        f"<section><h2>Latest failed sessions</h2>{table}<p class=note>Each session links to "
+        "its explanation below (also <code>memdiag explain SESSION_ID</code>).</p></section>"
+    )
+
+
+def explain_fragment(ex: dict[str, Any]) -> str:
+    """One session's explanation as HTML (in the report, and on its own page)."""
+    e = html.escape
+    o = ex["outcome"]
+    scope = " · ".join(
+        f"{k.removesuffix('_id')} {e(ex[k])}"
+        for k in ("agent_id", "org_id", "project_id")
+        if ex[k] is not None
+    )
+    if o is None:
+        verdict = "no outcome yet: the session is open, or its outcome is late"
+    elif o["failed"]:
+        verdict = (
+            f'<span class="failed">{e(o["outcome"])}</span> · <b>{e(o["failure_category"])}</b>'
+            f" — {e(o['rule'] or '')}"
+        )
+    else:
+        verdict = f'<span class="accepted">{e(o["outcome"])}</span>'
+    ss = ex["search_summary"]
+    parts = [f"<p class=verdict>{verdict}</p>", f"<p class=meta>{scope}</p>"]
+    parts.append(
+        f"<p>{ss['agent']} agent searches, {ss['followups']} followups"
+        + (f", {ss['empty']} empty" if ss["empty"] else "")
+        + (f", {ss['viewer']} viewer" if ss["viewer"] else "")
+        + "</p>"
+    )
+    if ex["never_searched"]:
+        parts.append(
+            '<p class="failed"><b>Never searched</b>: the agent did not ask its memory in this '
+            "session.</p>"
+        )
+    trs = []
+    for item in timeline(ex):
+        at = f'<td class="n">+{item["at"]:,.1f} s</td>'
+        if item["kind"] == "search":
+            s = item["search"]
+            query = f" <code>{e(repr(s['query']))}</code>" if s["query"] is not None else ""
+            cls = ' class="followup"' if s["is_followup"] else ""
+            trs.append(
+                f"<tr>{at}<td>search {e(s['event_id'])}</td><td{cls}>{s['result_count']} "
+                f"results · {e(s['verdict'])}{query}</td></tr>"
+            )
+        elif item["kind"] == "turn":
+            t = item["turn"]
+            trs.append(
+                f"<tr>{at}<td>turn {e(t['turn_id'])}</td><td>{len(t['memories'])} memories: "
+                f"{t['used']} used, {t['ignored']} ignored</td></tr>"
+            )
+            trs.extend(
+                f'<tr class="sub-row"><td></td><td>{e(m["observation_id"])}</td>'
+                f'<td><span class="{m["signal"]}">{m["signal"]}</span> '
+                f"{m['match_ratio']:.2f} ({m['matched_count']} of {m['keyword_count']} "
+                "keywords)</td></tr>"
+                for m in t["memories"]
+            )
+        else:
+            oc = item["outcome"]
+            cat = f" · {e(oc['failure_category'])}" if oc["failed"] else ""
+            trs.append(
+                f"<tr>{at}<td>outcome {e(oc['event_id'])}</td><td>{e(oc['outcome'])}{cat}</td></tr>"
+            )
+    parts.append(
+        "<table><thead><tr><th>at</th><th>event</th><th>what</th></tr></thead>"
+        f"<tbody>{''.join(trs)}</tbody></table>"
+    )
+    if ex["unjudged_memories"]:
+        parts.append(
+            "<p>Injected but never judged (their turn had no response): "
+            + ", ".join(e(x) for x in ex["unjudged_memories"])
+            + "</p>"
+        )
+    if o is not None and o["ignored_observation_ids"]:
+        parts.append(
+            "<p>Ignored in every evaluated turn: "
+            + ", ".join(e(x) for x in o["ignored_observation_ids"])
+            + "</p>"
+        )
+    if o is not None and o["failed"]:
+        calls = "; ".join(
+            e(c["tool"] + (f" {c['file']}" if c["file"] else ""))
+            + (" ok" if c["success"] else ' <span class="failed">failed</span>')
+            for c in o["tool_calls"] or []
+        )
+        if calls:
+            parts.append(f"<p>Tool calls: {calls}</p>")
+        errors = "".join(
+            f"<li>{e(str(x['tool']))}: {e(str(x['message']))}</li>" for x in o["errors"] or []
+        )
+        if errors:
+            parts.append(f"<p>Errors:</p><ul>{errors}</ul>")
+    if ex["weights"]:
+        wrows = "".join(
+            f"<tr><td>{e(w['observation_id'])}</td>"
+            f"<td>{'<b class=failed>yes</b>' if w['misleading'] else 'no'}"
+            f"{' (no longer)' if w['misleading'] and w['misleading_now'] is False else ''}</td>"
+            f'<td class="n">{w["previous_weight"]:.3f}</td>'
+            f'<td class="n">{w["new_weight"]:.3f}</td>'
+            f'<td class="n">{w["alpha"]:g}{" ×2" if w["aggressive"] else ""}</td>'
+            f'<td class="n">{_fmt(w["weight_now"])}</td>'
+            "</tr>"
+            for w in ex["weights"]
+        )
+        parts.append(
+            "<p>The weight step of each memory (misleading first):</p><table><thead><tr>"
+            "<th>memory</th><th>misleading</th><th>before</th><th>after</th><th>alpha</th>"
+            f"<th>now</th></tr></thead><tbody>{wrows}</tbody></table>"
+        )
+    return "".join(parts)
+
+
+def explain_page(ex: dict[str, Any], db_path: str) -> str:
+    """``memdiag explain SESSION_ID --html FILE``: one session, a page on its own."""
+    return page(f"memdiag explain {ex['session_id']}", html.escape(db_path), explain_fragment(ex))

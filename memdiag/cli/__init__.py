@@ -13,6 +13,7 @@ from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
 from memdiag.cli.analyst import cmd_compare, cmd_query, cmd_report_html, cmd_report_scores
 from memdiag.cli.common import REPORT_EXTRA, err
+from memdiag.cli.explain import cmd_explain
 from memdiag.cli.pipeline import cmd_demo, cmd_publish, cmd_run, cmd_sink, cmd_status, cmd_worker
 from memdiag.settings import ConfigError
 
@@ -137,6 +138,23 @@ def build_parser() -> argparse.ArgumentParser:
     q = question("observation-history", "one observation's verdicts, most recent first")
     q.add_argument("observation_id", metavar="OBS_ID")
     q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    explain = add(
+        "explain",
+        "one session's story: searches, turns, outcome, misleading memories",
+        "Everything DuckDB knows of one session, in event time: each search with its\n"
+        "followup verdict and why (its predecessor and the gap), each evaluated turn with\n"
+        "every injected memory used or ignored (match ratio, matched keywords), the outcome\n"
+        "with its failure category and the rule that fired, and the weight step the session\n"
+        "gave each memory, the misleading ones first. Says 'never searched' when the agent\n"
+        "did not ask its memory. An unknown id lists sessions that exist.",
+    )
+    explain.add_argument("session_id", metavar="SESSION_ID")
+    _db_and_json(explain, "print the explanation as JSON")
+    explain.add_argument(
+        "--html", metavar="FILE", help="also write it as a self-contained HTML page"
+    )
+    explain.set_defaults(func=cmd_explain)
+
     report = add(
         "report",
         "write a report from DuckDB (see `memdiag report -h`)",

@@ -1,0 +1,166 @@
+"""``memdiag explain SESSION_ID``: one session's story, read from DuckDB alone.
+
+The searches with their followup verdicts (and why), the evaluated turns with every injected
+memory used or ignored, the outcome with its failure category and the rule that fired, the
+weight step the session gave each memory (the misleading ones first), and "never searched"
+when the agent did not ask its memory. No state in the worker: everything here is what the
+sink wrote, so it explains the rows an analyst sees.
+
+:func:`explain` returns plain data (the ``--json`` output); :func:`timeline` merges it into
+one list in event time, which the terminal and the HTML page both render.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from memdiag.analytics.queries import rows
+from memdiag.contract import FAILED_OUTCOMES
+from memdiag.contract.categories import classify
+
+
+class UnknownSession(LookupError):
+    """No row of that session in DuckDB: the message names sessions that are."""
+
+
+def search_verdict(s: dict[str, Any]) -> str:
+    """Why a search is, or is not, a followup, from its stored columns."""
+    if s["source"] != "agent":
+        return "viewer search: not judged"
+    if not s["evaluated"]:
+        return "no results: a retrieval failure, not judged"
+    prev, gap = s["prev_event_id"], s["gap_seconds"]
+    if prev is None:
+        return "first search remembered: never a followup"
+    after = f"{prev}, {gap:g} s later"
+    if s["is_followup"]:
+        return f"followup of {after}: a new query, no result in common"
+    if s["disjoint_new_query"] is None:  # a row from before memdiag stored the column
+        return f"not a followup of {after}"
+    if s["disjoint_new_query"]:
+        return f"not a followup of {after}: past the followup window"
+    return f"not a followup of {after}: the same query again, or a result in common"
+
+
+def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
+    """Everything DuckDB knows of one session; :class:`UnknownSession` if nothing."""
+    searches = rows(con, "explain_searches", session_id=session_id)
+    feedback = rows(con, "explain_feedback", session_id=session_id)
+    found = rows(con, "explain_session", session_id=session_id)
+    diag = found[0] if found else None
+    if not (searches or feedback or diag):
+        suggestions = rows(con, "explain_suggest", session_id=session_id, limit=5)
+        hint = ", ".join(f"{r['session_id']} ({r['outcome']})" for r in suggestions)
+        raise UnknownSession(
+            f"no session {session_id!r} in this DuckDB file"
+            + (f"; try: {hint}" if hint else "; it has no session outcomes")
+        )
+    for s in searches:
+        s["verdict"] = search_verdict(s)
+    turns: OrderedDict[str, dict[str, Any]] = OrderedDict()
+    for f in feedback:
+        turn = turns.setdefault(f["turn_id"], {"turn_id": f["turn_id"], "ts": f["ts"]})
+        turn.setdefault("memories", []).append(
+            {
+                k: f[k]
+                for k in (
+                    "observation_id",
+                    "signal",
+                    "match_ratio",
+                    "matched_count",
+                    "keyword_count",
+                )
+            }
+        )
+        turn["ts"] = max(turn["ts"], f["ts"])
+    for turn in turns.values():
+        turn["used"] = sum(m["signal"] == "used" for m in turn["memories"])
+        turn["ignored"] = len(turn["memories"]) - turn["used"]
+    agent = [s for s in searches if s["source"] == "agent"]
+    scope = diag or (searches[0] if searches else feedback[0])
+    result: dict[str, Any] = {
+        "session_id": session_id,
+        "agent_id": scope["agent_id"],
+        "org_id": scope["org_id"],
+        "project_id": scope["project_id"],
+        "searches": searches,
+        "search_summary": {
+            "agent": len(agent),
+            "followups": sum(bool(s["is_followup"]) for s in agent),
+            "viewer": len(searches) - len(agent),
+            "empty": sum(s["result_count"] == 0 for s in agent),
+        },
+        "never_searched": not agent,
+        "turns": list(turns.values()),
+        "outcome": None,
+        "weights": [],
+    }
+    judged = {m["observation_id"] for t in turns.values() for m in t["memories"]}
+    if diag is None:
+        result["unjudged_memories"] = []
+        return result
+    result["unjudged_memories"] = [o for o in diag["injected_observation_ids"] if o not in judged]
+    outcome = {
+        k: diag[k]
+        for k in (
+            "outcome",
+            "failure_category",
+            "ts",
+            "event_id",
+            "search_count",
+            "followup_count",
+            "failure_context",
+            "files_modified",
+            "helpful_observation_ids",
+            "ignored_observation_ids",
+            "misleading_observation_ids",
+            "injected_observation_ids",
+            "injected_graph_entity_ids",
+            "injected_graph_edge_keys",
+        )
+    }
+    outcome["tool_calls"] = diag["tool_call_summary"]
+    outcome["errors"] = diag["errors_encountered"]
+    outcome["failed"] = diag["outcome"] in FAILED_OUTCOMES
+    outcome["rule"] = None
+    if outcome["failed"]:
+        fired = classify(
+            [(c["tool"], bool(c["success"])) for c in diag["tool_call_summary"] or ()],
+            [e["message"] for e in diag["errors_encountered"] or () if e["message"] is not None],
+            diag["files_modified"],
+        )
+        # The rule as memdiag applies it now; a file written under other rules may differ.
+        outcome["rule"] = fired.reason
+        if fired.category != diag["failure_category"]:
+            outcome["rule"] = (
+                f"stored as {diag['failure_category']}; today's rules give {fired.category}: "
+                f"{fired.reason}"
+            )
+    result["outcome"] = outcome
+    result["weights"] = rows(con, "explain_weights", session_id=session_id)
+    misleading = set(diag["misleading_observation_ids"])
+    for w in result["weights"]:
+        w["misleading"] = w["observation_id"] in misleading
+    return result
+
+
+def timeline(ex: dict[str, Any]) -> list[dict[str, Any]]:
+    """The session's searches, turns and outcome as one list in event time, each with the
+    seconds since the session's first event (``at``)."""
+    items: list[tuple[datetime, int, dict[str, Any]]] = []
+    for i, s in enumerate(ex["searches"]):
+        items.append((s["ts"], i, {"kind": "search", "ts": s["ts"], "search": s}))
+    for i, t in enumerate(ex["turns"]):
+        items.append((t["ts"], 10_000_000 + i, {"kind": "turn", "ts": t["ts"], "turn": t}))
+    if ex["outcome"] is not None:
+        o = ex["outcome"]
+        items.append((o["ts"], 20_000_000, {"kind": "outcome", "ts": o["ts"], "outcome": o}))
+    items.sort(key=lambda x: (x[0], x[1]))
+    start = items[0][0] if items else None
+    for ts, _, item in items:
+        item["at"] = (ts - start).total_seconds() if start is not None else 0.0
+    return [item for _, _, item in items]

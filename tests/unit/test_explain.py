@@ -1,0 +1,230 @@
+"""``memdiag explain``: a session's story from DuckDB, written by the real worker logic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from memdiag.analytics.explain import UnknownSession, explain, search_verdict, timeline
+from memdiag.analytics.report import anchor, explain_page, render
+from memdiag.analytics.sink import DuckDBSink
+from tests.unit.test_sessions import Worker, session
+
+HOSTILE = 'ses-<b>&"[red]x[/red]'  # HTML and Rich markup in an id: shown, never interpreted
+
+
+def ev(kind: str, eid: str, sid: str, second: float, **fields: Any) -> dict[str, Any]:
+    minute, sec = divmod(second, 60)
+    return {
+        "kind": kind,
+        "event_id": eid,
+        "session_id": sid,
+        "ts": f"2026-11-21T09:{int(minute):02d}:{sec:06.3f}Z",
+        "agent_id": "coder",
+        **fields,
+    }
+
+
+def story(sid: str) -> list[dict[str, Any]]:
+    """Searches of every verdict, one turn with a used and an ignored memory, a failed test."""
+    return [
+        ev("search", f"{sid}-a", sid, 0, query="auth flow", result_ids=["x"]),
+        ev("search", f"{sid}-b", sid, 10, query="token expiry", result_ids=["y"]),
+        ev("search", f"{sid}-c", sid, 50, query="refresh", result_ids=["z"]),  # past 30 s
+        ev("search", f"{sid}-d", sid, 55, query="refresh", result_ids=["q"]),  # same query
+        ev("search", f"{sid}-e", sid, 56, query="ui", result_ids=["x"], source="viewer"),
+        ev("search", f"{sid}-f", sid, 57, query="nothing", result_ids=[]),
+        ev(
+            "injection",
+            f"{sid}-i",
+            sid,
+            60,
+            turn_id="t1",
+            observations=[
+                {"id": "o_used", "content": "rotate refresh tokens before expiry always"},
+                {"id": "stale", "content": "deployment pipelines need manual approval"},
+                {"id": "o_lost", "content": "never answered"},
+            ],
+        ),
+        ev(
+            "injection",
+            f"{sid}-i2",
+            sid,
+            61,
+            turn_id="t2",
+            observations=[{"id": "o_lost", "content": "x"}],
+        ),
+        ev(
+            "response",
+            f"{sid}-r",
+            sid,
+            65,
+            turn_id="t1",
+            text="We rotate refresh tokens before expiry.",
+        ),
+        ev(
+            "session_outcome",
+            f"{sid}-o",
+            sid,
+            90,
+            outcome="rejected",
+            tool_calls=[
+                {"tool": "edit", "file": "a.py", "success": True},
+                {"tool": "PyTest", "success": False},
+            ],
+            files_modified=["a.py"],
+            errors=[{"message": "1 failed", "tool": "PyTest", "recoverable": True}],
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("explain") / "e.duckdb"
+    sink = DuckDBSink(path)
+    sink.init()
+    w = Worker()
+    for i in range(2):  # "stale" is in two failed sessions before the story's: misleading then
+        w.publish(session(f"before{i}", "rework", ["stale"], ts=f"2026-11-21T08:0{i}:00Z"))
+    w.publish(story(HOSTILE))
+    w.publish(
+        [
+            ev(
+                "session_outcome",
+                "n-o",
+                "never",
+                5,
+                outcome="rework",
+                tool_calls=[],
+                files_modified=[],
+                errors=[],
+            )
+        ]
+    )
+    w.publish([ev("search", "open-a", "open", 1, query="q", result_ids=["x"])])
+    sink.write([*w.records, *w.weights])
+    return str(path)
+
+
+def test_every_search_says_why(db: str) -> None:
+    with duckdb.connect(db, read_only=True) as con:
+        ex = explain(con, HOSTILE)
+    verdicts = {s["event_id"].rsplit("-", 1)[1]: s["verdict"] for s in ex["searches"]}
+    p = HOSTILE
+    assert verdicts == {
+        "a": "first search remembered: never a followup",
+        "b": f"followup of {p}-a, 10 s later: a new query, no result in common",
+        "c": f"not a followup of {p}-b, 40 s later: past the followup window",
+        "d": f"not a followup of {p}-c, 5 s later: the same query again, or a result in common",
+        "e": "viewer search: not judged",
+        "f": "no results: a retrieval failure, not judged",
+    }
+    assert ex["search_summary"] == {"agent": 5, "followups": 1, "viewer": 1, "empty": 1}
+    assert not ex["never_searched"]
+
+
+def test_turns_outcome_rule_and_weights(db: str) -> None:
+    with duckdb.connect(db, read_only=True) as con:
+        ex = explain(con, HOSTILE)
+    [turn] = ex["turns"]
+    signals = {m["observation_id"]: m["signal"] for m in turn["memories"]}
+    assert signals == {"o_used": "used", "stale": "ignored", "o_lost": "ignored"}
+    assert (turn["used"], turn["ignored"]) == (1, 2)
+    assert ex["unjudged_memories"] == []  # o_lost was judged in t1; t2 never answered
+    o = ex["outcome"]
+    assert o["failed"] and o["failure_category"] == "test_failure"
+    assert o["rule"] == "test runner PyTest failed"
+    assert o["misleading_observation_ids"] == ["stale"]
+    weights = {w["observation_id"]: w for w in ex["weights"]}
+    stale = weights["stale"]
+    assert stale["misleading"] and stale["aggressive"] and stale["alpha"] == 0.4
+    assert stale["previous_weight"] == pytest.approx(0.8 * 0.8)
+    assert stale["new_weight"] == pytest.approx(0.64 * 0.6)
+    assert ex["weights"][0]["observation_id"] == "stale"  # misleading first
+    kinds = [i["kind"] for i in timeline(ex)]
+    assert kinds == ["search"] * 6 + ["turn", "outcome"]
+    assert timeline(ex)[-1]["at"] == 90.0
+
+
+def test_never_searched_open_and_unknown_sessions(db: str) -> None:
+    with duckdb.connect(db, read_only=True) as con:
+        never = explain(con, "never")
+        open_ = explain(con, "open")
+        with pytest.raises(UnknownSession, match=r"no session 'nevr'.*try: .*\(rework\)"):
+            explain(con, "nevr")
+        with pytest.raises(UnknownSession, match="try: never"):
+            explain(con, "neve")
+    assert never["never_searched"] and never["outcome"]["rule"] == "no file was modified"
+    assert never["search_summary"]["agent"] == 0 and never["turns"] == []
+    assert open_["outcome"] is None and open_["weights"] == []
+
+
+def test_a_verdict_from_before_the_column_names_no_cause() -> None:
+    row = {
+        "source": "agent",
+        "evaluated": True,
+        "prev_event_id": "a",
+        "gap_seconds": 3.0,
+        "is_followup": False,
+        "disjoint_new_query": None,
+    }
+    assert search_verdict(row) == "not a followup of a, 3 s later"
+
+
+def memdiag(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_command_text_json_and_html(db: str, tmp_path: Path) -> None:
+    text = memdiag("explain", HOSTILE, "--db", db)
+    assert text.returncode == 0, text.stderr
+    for part in (
+        HOSTILE,
+        "test_failure — test runner PyTest failed",
+        "followup of",
+        "+50.0 s",
+            "40 s later: past the followup window",
+        "o_used",
+        "used 0.",
+        "stale",
+        "yes",
+        "0.4 ×2",
+        "never answered" if False else "t1",
+    ):
+        assert part in text.stdout, part
+    never = memdiag("explain", "never", "--db", db)
+    assert "never searched" in never.stdout
+    page = tmp_path / "e.html"
+    js = memdiag("explain", HOSTILE, "--db", db, "--json", "--html", str(page))
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["outcome"]["rule"] == "test runner PyTest failed"
+    doc = page.read_text()
+    assert "<b>&" not in doc and "ses-&lt;b&gt;&amp;&quot;[red]x[/red]" in doc
+    assert "<script" not in doc and "test runner PyTest failed" in doc
+    missing = memdiag("explain", "nevr", "--db", db)
+    assert missing.returncode == 1 and "try: " in missing.stderr
+
+
+def test_the_report_links_failed_sessions_and_misleading_memories(db: str) -> None:
+    with duckdb.connect(db, read_only=True) as con:
+        doc = render(con, db)
+        alone = explain_page(explain(con, HOSTILE), db)
+    target = anchor(HOSTILE)
+    assert f'href="#{target}"' in doc and f'<details id="{target}">' in doc
+    # the misleading table links "stale" to its latest failed session, embedded on the page
+    misleading = doc.split("<h2>Misleading memories</h2>", 1)[1].split("</section>", 1)[0]
+    assert "stale" in misleading and f'href="#{target}"' in misleading
+    assert f'<details id="{anchor("never")}">' in doc
+    assert "test runner PyTest failed" in alone
