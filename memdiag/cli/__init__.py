@@ -12,6 +12,7 @@ import signal
 from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
 from memdiag.cli.analyst import cmd_compare, cmd_query, cmd_report_html, cmd_report_scores
+from memdiag.cli.calibrate import cmd_calibrate, parse_windows
 from memdiag.cli.common import REPORT_EXTRA, err
 from memdiag.cli.explain import cmd_explain
 from memdiag.cli.pipeline import cmd_demo, cmd_publish, cmd_run, cmd_sink, cmd_status, cmd_worker
@@ -154,6 +155,42 @@ def build_parser() -> argparse.ArgumentParser:
         "--html", metavar="FILE", help="also write it as a self-contained HTML page"
     )
     explain.set_defaults(func=cmd_explain)
+
+    cal = add(
+        "calibrate",
+        "how well followups, ignored memories and 'never searched' predict failed sessions",
+        "Measures the live proxies against session outcomes, per session: precision, recall\n"
+        "and lift of '>= 1 followup', '>= 1 ignored memory' and 'never searched' as\n"
+        "predictors of a failed session, and the ROC AUC of the followup rate (over the\n"
+        "sessions that searched), each with a seeded bootstrap interval over sessions; then\n"
+        "the same for several followup windows, recomputed from the stored verdicts, with\n"
+        "the share of resamples in which each window predicts best. Correlation only: see\n"
+        "the README's 'Calibrating the proxies' for how to read it.",
+    )
+    cal.add_argument(
+        "--windows",
+        type=parse_windows,
+        default=(10.0, 30.0, 60.0, 120.0),
+        metavar="S,S,...",
+        help="followup windows to compare, in seconds (default 10,30,60,120; the stream's "
+        "AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS is always added)",
+    )
+    cal.add_argument("--org", help="only sessions of this org_id")
+    cal.add_argument("--project", help="only sessions of this project_id")
+    cal.add_argument("--since", help="only sessions whose outcome is at or after this time")
+    cal.add_argument(
+        "--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)"
+    )
+    cal.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    cal.add_argument(
+        "--by",
+        choices=("session", "agent"),
+        default="session",
+        help="what the bootstrap resamples: sessions (default), or whole agents with all "
+        "their sessions (sessions of one agent are not independent)",
+    )
+    _db_and_json(cal, "print the calibration as JSON")
+    cal.set_defaults(func=cmd_calibrate)
 
     report = add(
         "report",

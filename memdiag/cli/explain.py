@@ -155,7 +155,7 @@ def print_explanation(ex: dict[str, Any]) -> None:
         for r in ex["weights"]:
             mis = "[red bold]yes[/red bold]" if r["misleading"] else "no"
             if r["misleading"] and r["misleading_now"] is False:
-                mis += " [dim](not now)[/dim]"
+                mis += " [dim](no longer)[/dim]"
             w.add_row(
                 escape(r["observation_id"]),
                 mis,

@@ -127,20 +127,29 @@ def test_query_commands_answer_from_the_run(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "duration back from now" in bad.stderr
 
 
-def test_scores_and_compare_on_the_bundled_sample(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """`memdiag demo` once for the module: its DuckDB file, its report and its output."""
+    where = tmp_path_factory.mktemp("demo")
+    db, page = where / "demo.duckdb", where / "demo.html"
+    result = memdiag("demo", "--db", str(db), "--report", str(page), "--quiet", timeout=180)
+    assert result.returncode == 0, result.stderr
+    return db, page, result.stdout
+
+
+def test_scores_and_compare_on_the_bundled_sample(
+    demo: tuple[Path, Path, str], tmp_path: Path
+) -> None:
     """The demo's two benchmark runs: scores.json valid against its schema, and a paired
     comparison that says the candidate is better and where the failures moved."""
     import jsonschema
 
     from memdiag.schemas import load_schema
 
-    db = tmp_path / "demo.duckdb"
-    page = tmp_path / "demo.html"
-    demo = memdiag("demo", "--db", str(db), "--report", str(page), "--quiet", timeout=180)
-    assert demo.returncode == 0, demo.stderr
+    db, page, stdout = demo
     # the demo ends with the status screen and the report's path
-    assert "followup rate" in demo.stdout and "misleading memories" in demo.stdout
-    assert f"report: {page}" in demo.stdout.replace("\n", "") and page.exists()
+    assert "followup rate" in stdout and "misleading memories" in stdout
+    assert f"report: {page}" in stdout.replace("\n", "") and page.exists()
     st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)
     assert [r["run_id"] for r in st["runs"]] == ["longmem-rerank", "longmem-baseline"]
     assert st["misleading"]["count"] >= 3 and st["freshness"]["newest_event"].startswith(
@@ -193,3 +202,68 @@ def test_scores_and_compare_on_the_bundled_sample(tmp_path: Path) -> None:
 
     missing = memdiag("report", "scores", "--run-id", "nope", "--db", str(db))
     assert missing.returncode == 1 and "longmem-rerank" in missing.stderr
+
+
+def test_explain_a_failed_session_of_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
+    db, page, _ = demo
+    result = memdiag("explain", "ses_0064", "--db", str(db), "--json")
+    assert result.returncode == 0, result.stderr
+    ex = json.loads(result.stdout)
+    assert ex["outcome"]["outcome"] == "rejected" and ex["outcome"]["failure_category"] == "style"
+    assert ex["outcome"]["rule"] == "error 'eslint: 3 problems' mentions 'eslint'"
+    assert [s["is_followup"] for s in ex["searches"]] == [False, True, True]
+    assert ex["searches"][1]["verdict"].startswith("followup of ev-000539, 25.355 s later")
+    assert [len(t["memories"]) for t in ex["turns"]] == [4, 4, 2]
+    misleading = [w["observation_id"] for w in ex["weights"] if w["misleading"]]
+    assert (
+        misleading
+        == ex["outcome"]["misleading_observation_ids"]
+        == [
+            "obs_billing_03",
+            "obs_billing_04",
+        ]
+    )
+    with duckdb.connect(str(db), read_only=True) as con:
+        [(never,)] = con.execute(
+            "SELECT min(session_id) FROM session_diagnostics "
+            "WHERE search_count = 0 AND outcome <> 'accepted'"
+        ).fetchall()
+    text = memdiag("explain", never, "--db", str(db))
+    assert text.returncode == 0 and "never searched" in text.stdout
+    # the demo's report links its latest failed sessions to their explanations
+    from memdiag.analytics.report import anchor
+
+    doc = page.read_text()
+    assert "Latest failed sessions" in doc and doc.count("<details id=") >= 10
+    [(latest,)] = (
+        duckdb.connect(str(db), read_only=True)
+        .execute(
+            "SELECT session_id FROM session_diagnostics WHERE outcome <> 'accepted' "
+            "ORDER BY ts DESC LIMIT 1"
+        )
+        .fetchall()
+    )
+    assert f'href="#{anchor(latest)}"' in doc and f'id="{anchor(latest)}"' in doc
+
+
+def test_calibrate_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
+    db, _, _ = demo
+    result = memdiag("calibrate", "--db", str(db), "--json", "--resamples", "500")
+    assert result.returncode == 0, result.stderr
+    r = json.loads(result.stdout)
+    assert r["population"]["sessions"] == 300 and r["population"]["failed"] == 150
+    assert [w["window_seconds"] for w in r["windows"]] == [10, 30, 60, 120]
+    # at the stream's window, the recomputation is the stream's verdict on every row
+    assert r["stream_check"] == {"window_seconds": 30.0, "checked": 874, "disagree": 0}
+    with duckdb.connect(str(db), read_only=True) as con:
+        [(followups, sessions_with)] = con.execute(
+            "SELECT count(*), count(DISTINCT session_id) FROM searches s "
+            "JOIN session_diagnostics USING (session_id) WHERE s.is_followup"
+        ).fetchall()
+    stream = next(w for w in r["windows"] if w["stream"])
+    assert (stream["followups"], stream["flagged"]) == (followups, sessions_with)
+    for w in r["windows"]:
+        ci = w["rate_auc_ci"]
+        assert 0 <= ci["low"] <= w["rate_auc"] <= ci["high"] <= 1
+    text = memdiag("calibrate", "--db", str(db), "--resamples", "200")
+    assert "the followup window" in text.stdout and "caveats" in text.stdout
