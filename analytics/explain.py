@@ -27,16 +27,26 @@ class UnknownSession(LookupError):
     """No row of that session in DuckDB: the message names sessions that are."""
 
 
-def search_verdict(s: dict[str, Any]) -> str:
-    """Why a search is, or is not, a followup, from its stored columns."""
+def seconds(value: float) -> str:
+    """A gap in seconds, to the microsecond, without trailing zeros: ``25.355``, ``3``."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def search_verdict(s: dict[str, Any], earlier_judged: bool = False) -> str:
+    """Why a search is, or is not, a followup, from its stored columns. ``earlier_judged``:
+    an evaluated search of the session comes before it in event time."""
     if s["source"] != "agent":
         return "viewer search: not judged"
     if not s["evaluated"]:
         return "no results: a retrieval failure, not judged"
     prev, gap = s["prev_event_id"], s["gap_seconds"]
     if prev is None:
-        return "first search remembered: never a followup"
-    after = f"{prev}, {gap:g} s later"
+        if earlier_judged:
+            return (
+                "no predecessor remembered (the one before is past the retention): not a followup"
+            )
+        return "the session's first search: never a followup"
+    after = f"{prev}, {seconds(gap)} s later"
     if s["is_followup"]:
         return f"followup of {after}: a new query, no result in common"
     if s["disjoint_new_query"] is None:  # a row from before memdiag stored the column
@@ -59,9 +69,11 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
             f"no session {session_id!r} in this DuckDB file"
             + (f"; try: {hint}" if hint else "; it has no session outcomes")
         )
+    judged_before = False
     for s in searches:
-        s["verdict"] = search_verdict(s)
-    turns: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        s["verdict"] = search_verdict(s, judged_before)
+        judged_before = judged_before or bool(s["evaluated"])
+    turns: OrderedDict[str, dict[str, Any]] = OrderedDict()  # in event time (the SQL's order)
     for f in feedback:
         turn = turns.setdefault(f["turn_id"], {"turn_id": f["turn_id"], "ts": f["ts"]})
         turn.setdefault("memories", []).append(
@@ -146,6 +158,33 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
     for w in result["weights"]:
         w["misleading"] = w["observation_id"] in misleading
     return result
+
+
+def plural(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def search_summary(ex: dict[str, Any]) -> str:
+    """``3 agent searches, 2 followups, 1 empty, 1 viewer``."""
+    ss = ex["search_summary"]
+    return (
+        f"{plural(ss['agent'], 'agent search', 'agent searches')}, "
+        f"{plural(ss['followups'], 'followup')}"
+        + (f", {ss['empty']} empty" if ss["empty"] else "")
+        + (f", {ss['viewer']} viewer" if ss["viewer"] else "")
+    )
+
+
+def turn_summary(ex: dict[str, Any]) -> str:
+    """``3 evaluated turns: 3 of 10 verdicts 'used' (7 distinct memories)``."""
+    turns = ex["turns"]
+    judged = sum(len(t["memories"]) for t in turns)
+    used = sum(t["used"] for t in turns)
+    distinct = len({m["observation_id"] for t in turns for m in t["memories"]})
+    return (
+        f"{plural(len(turns), 'evaluated turn')}: {used} of {plural(judged, 'verdict')} "
+        f"'used' ({plural(distinct, 'distinct memory', 'distinct memories')})"
+    )
 
 
 def timeline(ex: dict[str, Any]) -> list[dict[str, Any]]:

@@ -38,10 +38,33 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+#: Columns added to a table after files were written without them: (table, column, type).
+#: A reader opens files read-only and cannot upgrade them (the sink does, on its next
+#: start), so until then it reads the column as NULL: unknown.
+ADDED_COLUMNS = (("searches", "disjoint_new_query", "BOOLEAN"),)
+
+
+def upgraded(con: duckdb.DuckDBPyConnection, text: str) -> str:
+    """``text`` reading an added column as NULL from a file that predates it."""
+    for table, column, kind in ADDED_COLUMNS:
+        if column in text and f"FROM {table}" in text:
+            found = con.execute(
+                "SELECT count(*) FROM duckdb_columns() WHERE table_name = $t "
+                "AND column_name = $c AND database_name = current_database()",
+                {"t": table, "c": column},
+            ).fetchone()
+            if not found or not found[0]:
+                text = text.replace(
+                    f"FROM {table}",
+                    f"FROM (SELECT *, CAST(NULL AS {kind}) AS {column} FROM {table}) AS {table}",  # noqa: S608 - names from ADDED_COLUMNS, a constant
+                )
+    return text
+
+
 def rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
     """``analytics/sql/NAME.sql`` with ``params`` bound; each row as a dict."""
     try:
-        cur = con.execute(sql(name), params)
+        cur = con.execute(upgraded(con, sql(name)), params)
     except duckdb.CatalogException as exc:
         raise DatabaseError(
             f"this DuckDB file lacks part of memdiag's schema ({exc}); it was written by "

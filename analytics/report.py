@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from memdiag import __version__
-from memdiag.analytics.explain import explain, timeline
+from memdiag.analytics.explain import explain, search_summary, timeline, turn_summary
 from memdiag.analytics.queries import rows
 from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
 
@@ -323,14 +323,11 @@ def explain_fragment(ex: dict[str, Any]) -> str:
         )
     else:
         verdict = f'<span class="accepted">{e(o["outcome"])}</span>'
-    ss = ex["search_summary"]
-    parts = [f"<p class=verdict>{verdict}</p>", f"<p class=meta>{scope}</p>"]
-    parts.append(
-        f"<p>{ss['agent']} agent searches, {ss['followups']} followups"
-        + (f", {ss['empty']} empty" if ss["empty"] else "")
-        + (f", {ss['viewer']} viewer" if ss["viewer"] else "")
-        + "</p>"
-    )
+    parts = [
+        f"<p class=verdict>{verdict}</p>",
+        f"<p class=meta>{scope}</p>",
+        f"<p>{e(search_summary(ex))} · {e(turn_summary(ex))}</p>",
+    ]
     if ex["never_searched"]:
         parts.append(
             '<p class="failed"><b>Never searched</b>: the agent did not ask its memory in this '
@@ -402,7 +399,7 @@ def explain_fragment(ex: dict[str, Any]) -> str:
             f"{' (no longer)' if w['misleading'] and w['misleading_now'] is False else ''}</td>"
             f'<td class="n">{w["previous_weight"]:.3f}</td>'
             f'<td class="n">{w["new_weight"]:.3f}</td>'
-            f'<td class="n">{w["alpha"]:g}{" ×2" if w["aggressive"] else ""}</td>'
+            f'<td class="n">{w["alpha"]:g}{" (doubled)" if w["aggressive"] else ""}</td>'
             f'<td class="n">{_fmt(w["weight_now"])}</td>'
             "</tr>"
             for w in ex["weights"]

@@ -1,8 +1,8 @@
 -- One row per session with an outcome: is it failed, its agent searches, the gaps of its
--- disjoint new queries (a followup under any window >= the gap), its ignored memories.
+-- disjoint new queries (a followup under any window >= the gap), its ignored memories, and
+-- how many of its judged searches predate disjoint_new_query (their verdict is unknown).
 WITH s AS (
     SELECT session_id,
-           count(*) FILTER (WHERE source = 'agent') AS agent_searches,
            list(gap_seconds ORDER BY gap_seconds) FILTER (WHERE disjoint_new_query) AS gaps,
            count(*) FILTER (WHERE evaluated AND prev_event_id IS NOT NULL
                             AND disjoint_new_query IS NULL) AS unknown

@@ -12,7 +12,7 @@ import signal
 from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
 from memdiag.cli.analyst import cmd_compare, cmd_query, cmd_report_html, cmd_report_scores
-from memdiag.cli.calibrate import cmd_calibrate, parse_windows
+from memdiag.cli.calibrate import cmd_calibrate, non_negative, parse_windows
 from memdiag.cli.common import REPORT_EXTRA, err
 from memdiag.cli.explain import cmd_explain
 from memdiag.cli.pipeline import cmd_demo, cmd_publish, cmd_run, cmd_sink, cmd_status, cmd_worker
@@ -179,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--project", help="only sessions of this project_id")
     cal.add_argument("--since", help="only sessions whose outcome is at or after this time")
     cal.add_argument(
-        "--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)"
+        "--resamples",
+        type=non_negative,
+        default=2000,
+        help="bootstrap resamples (default 2000; 0: no intervals)",
     )
     cal.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     cal.add_argument(

@@ -24,6 +24,16 @@ def parse_windows(text: str) -> tuple[float, ...]:
     return windows
 
 
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 0")
+    return value
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from memdiag.analytics import queries
     from memdiag.analytics.calibrate import calibrate, load, stream_check
@@ -37,14 +47,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     con = open_db(args)
     try:
         sessions = load(con, args.org, args.project, since)
-        check = stream_check(con, window)
+        check = stream_check(con, window, args.org, args.project, since)
     finally:
         con.close()
     if not len(sessions):
-        err.print(
-            "[red]error:[/red] no session with an outcome to calibrate against"
-            + (" (with these filters)" if args.org or args.project or args.since else "")
+        filtered = " with these filters" if args.org or args.project or args.since else ""
+        why = (
+            f"; {sessions.unknown:,} were judged before memdiag stored disjoint_new_query: "
+            "re-run their events through memdiag to calibrate them"
+            if sessions.unknown
+            else ""
         )
+        err.print(f"[red]error:[/red] no session with an outcome to calibrate{filtered}{why}")
         return 1
     result = calibrate(sessions, args.windows, window, args.resamples, args.seed, by=args.by)
     result["stream_check"] = {"window_seconds": window, **check}
@@ -67,37 +81,50 @@ def _ci(ci: dict[str, Any] | None, pct: bool = True) -> str:
     return f" [dim]({ci['low']:.2f}–{ci['high']:.2f})[/dim]"
 
 
-def verdict(r: dict[str, Any]) -> str:
-    """The window table in one sentence."""
-    rows = [w for w in r["windows"] if w["rate_auc_ci"] and w["rate_auc_ci"]["low"] is not None]
-    if not rows:
-        return "too few sessions of each outcome to measure the followup rate"
-    if all(w["rate_auc_ci"]["low"] <= 0.5 <= w["rate_auc_ci"]["high"] for w in rows):
-        return (
-            "[bold]on this data no window's followup rate predicts failures better than "
-            "chance[/bold] (every AUC interval contains 0.5)"
-        )
-    best = next(w for w in r["windows"] if w["window_seconds"] == r["best_window_seconds"])
-    return (
-        f"[bold]best window on this data: {best['window_seconds']:g} s[/bold] (AUC "
-        f"{best['rate_auc']:.3f}, best in {best.get('p_best') or 0:.0%} of the resamples)"
-    )
+def _num(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
 
 
 def print_calibration(r: dict[str, Any]) -> None:
     pop, boot = r["population"], r["bootstrap"]
+    intervals = (
+        f"Intervals: {boot['level']:.0%} percentile bootstrap over {boot['clusters']:,} "
+        f"{boot['unit']}s, {boot['resamples']:,} resamples, seed {boot['seed']}."
+        if boot["resamples"]
+        else "No intervals (--resamples 0)."
+    )
     out.print(
         f"[bold]calibration[/bold] on {pop['sessions']:,} sessions with an outcome: "
-        f"{pop['failed']:,} failed (base rate {_pct(pop['base_rate'])}). Intervals: "
-        f"{boot['level']:.0%} percentile bootstrap over {boot['clusters']:,} {boot['unit']}s, "
-        f"{boot['resamples']:,} resamples, seed {boot['seed']}."
+        f"{pop['failed']:,} failed (base rate {_pct(pop['base_rate'])}). {intervals}"
     )
+    for note in r["notes"]:
+        out.print(f"[yellow]note:[/yellow] {escape(note)}")
+    g = Table(
+        title=f"followups per session ({r['rate_auc']['window_seconds']:g} s window), "
+        "over the sessions that searched",
+        title_justify="left",
+    )
+    for col in ("outcome", "sessions", "never searched", "followups: mean", "median",
+                "rate: mean", "median"):  # fmt: skip
+        g.add_column(col, justify="left" if col == "outcome" else "right", no_wrap=True)
+    for name, grp in r["groups"].items():
+        g.add_row(
+            name,
+            f"{grp['sessions']:,}",
+            f"{grp['never_searched']:,}",
+            _num(grp["followups"]["mean"]),
+            _num(grp["followups"]["median"], 1),
+            _num(grp["rate"]["mean"]),
+            _num(grp["rate"]["median"]),
+        )
+    out.print(g)
     table = Table(title="predictors of a failed session", title_justify="left")
-    for col in ("predictor", "flagged", "failed of those", "precision", "recall", "lift"):
-        table.add_column(col, justify="left" if col == "predictor" else "right", no_wrap=True)
+    for col in ("predictor", "over", "flagged", "failed of those", "precision", "recall", "lift"):
+        table.add_column(col, justify="left" if col in ("predictor", "over") else "right")
     for p in r["predictors"]:
         table.add_row(
             p["predictor"],
+            f"{p['sessions']:,} {p['population']}",
             f"{p['flagged']:,}",
             f"{p['failed_flagged']:,}",
             _pct(p["precision"]) + _ci(p["precision_ci"]),
@@ -108,9 +135,9 @@ def print_calibration(r: dict[str, Any]) -> None:
     ra = r["rate_auc"]
     out.print(
         f"followup rate ({ra['window_seconds']:g} s window) as a score: ROC AUC "
-        + ("—" if ra["auc"] is None else f"{ra['auc']:.3f}")
+        + _num(ra["auc"], 3)
         + _ci(ra["ci"], pct=False)
-        + f" over the {ra['sessions']:,} sessions that searched (0.5 = no better than chance)"
+        + f" over the {ra['sessions']:,} sessions that searched (0.5 = chance)"
     )
     out.print(
         f"never searched: {pop['never_searched']:,} sessions, "
@@ -120,15 +147,8 @@ def print_calibration(r: dict[str, Any]) -> None:
     w = Table(
         title="the followup window: which length predicts failures best", title_justify="left"
     )
-    for col in (
-        "window",
-        "followups",
-        "sessions ≥ 1",
-        "precision",
-        "recall",
-        "rate AUC",
-        "best in",
-    ):
+    for col in ("window", "followups", "sessions ≥ 1", "precision", "recall", "rate AUC",
+                "best in"):  # fmt: skip
         w.add_column(col, justify="right", no_wrap=True)
     for row in r["windows"]:
         best = row["window_seconds"] == r["best_window_seconds"]
@@ -138,29 +158,32 @@ def print_calibration(r: dict[str, Any]) -> None:
             f"{row['flagged']:,}",
             _pct(row["precision"]) + _ci(row["precision_ci"]),
             _pct(row["recall"]) + _ci(row["recall_ci"]),
-            ("—" if row["rate_auc"] is None else f"{row['rate_auc']:.3f}")
-            + _ci(row["rate_auc_ci"], pct=False)
-            + (" ◀" if best else ""),
-            "—" if row.get("p_best") is None else f"{row['p_best']:.0%}",
+            _num(row["rate_auc"], 3) + _ci(row["rate_auc_ci"], pct=False) + (" ◀" if best else ""),
+            "—" if row["p_best"] is None else f"{row['p_best']:.0%}",
         )
     out.print(w)
-    out.print(verdict(r))
+    out.print(f"[bold]{escape(r['verdict'])}[/bold]")
     out.print(
-        "[dim]best in: the share of resamples in which that window has the highest AUC; "
-        "overlapping intervals mean this data does not tell the windows apart.[/dim]"
+        "[dim]best in: the share of resamples in which that window has the highest AUC (ties "
+        "shared); overlapping intervals mean this data does not tell the windows apart.[/dim]"
     )
-    for note in r["notes"]:
-        out.print(f"[yellow]note:[/yellow] {escape(note)}")
     check = r["stream_check"]
+    lo, hi = check["window_at_least"], check["window_below"]
+    span = (
+        f"between {lo or 0:g} s and " + (f"less than {hi:g} s" if hi is not None else "any length")
+        if check["checked"]
+        else "unknown (no judged search)"
+    )
     if check["disagree"]:
         out.print(
             f"[yellow]note:[/yellow] at {check['window_seconds']:g} s the recomputed verdict "
             f"differs from the stream's on {check['disagree']:,} of {check['checked']:,} "
-            "searches: the worker ran with another AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS"
+            f"searches: the worker's AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS was {span}, not "
+            f"{check['window_seconds']:g} s; '(stream)' marks the latter"
         )
-    if pop["unknown_verdicts"]:
+    else:
         out.print(
-            f"[yellow]note:[/yellow] {pop['unknown_verdicts']:,} searches were written before "
-            "memdiag stored disjoint_new_query: they count as no followup under every window"
+            f"[dim]the recomputation at {check['window_seconds']:g} s reproduces the stream's "
+            f"verdict on all {check['checked']:,} judged searches[/dim]"
         )
     out.print("[dim]caveats: " + escape("; ".join(r["caveats"])) + ".[/dim]")

@@ -50,7 +50,7 @@ def _at(seconds: float) -> str:
 
 
 def print_explanation(ex: dict[str, Any]) -> None:
-    from memdiag.analytics.explain import timeline
+    from memdiag.analytics.explain import plural, search_summary, timeline, turn_summary
 
     out.print(_scope(ex))
     o = ex["outcome"]
@@ -58,24 +58,16 @@ def print_explanation(ex: dict[str, Any]) -> None:
         out.print("[yellow]no outcome yet[/yellow]: the session is open, or its outcome is late")
     elif o["failed"]:
         out.print(
-            f"[red bold]{o['outcome']}[/red bold] · [bold]{o['failure_category']}[/bold] — "
-            f"{escape(o['rule'] or '')}"
+            f"[red bold]{escape(o['outcome'])}[/red bold] · "
+            f"[bold]{escape(str(o['failure_category']))}[/bold] — {escape(o['rule'] or '')}"
         )
     else:
-        out.print(f"[green bold]{o['outcome']}[/green bold]")
-    ss = ex["search_summary"]
-    turns = ex["turns"]
-    judged = sum(len(t["memories"]) for t in turns)
-    used = sum(t["used"] for t in turns)
-    summary = [
-        f"{ss['agent']} agent searches, {ss['followups']} followups"
-        + (f", {ss['empty']} empty" if ss["empty"] else "")
-        + (f", {ss['viewer']} viewer" if ss["viewer"] else ""),
-        f"{len(turns)} evaluated turns: {used} of {judged} injected memories used",
-    ]
+        out.print(f"[green bold]{escape(o['outcome'])}[/green bold]")
+    summary = [search_summary(ex), turn_summary(ex)]
     if o is not None and o["misleading_observation_ids"]:
-        summary.append(f"{len(o['misleading_observation_ids'])} misleading memories")
-    out.print(" · ".join(summary))
+        n = len(o["misleading_observation_ids"])
+        summary.append(plural(n, "misleading memory", "misleading memories"))
+    out.print(escape(" · ".join(summary)))
     if ex["never_searched"]:
         out.print(
             "[bold red]never searched[/bold red]: the agent did not ask its memory in this "
@@ -114,7 +106,7 @@ def print_explanation(ex: dict[str, Any]) -> None:
         else:
             oc = item["outcome"]
             what = oc["outcome"] + (f" · {oc['failure_category']}" if oc["failed"] else "")
-            table.add_row(_at(item["at"]), f"outcome {escape(oc['event_id'])}", what)
+            table.add_row(_at(item["at"]), f"outcome {escape(oc['event_id'])}", escape(what))
     out.print(table)
     if ex["unjudged_memories"]:
         out.print(
@@ -161,7 +153,7 @@ def print_explanation(ex: dict[str, Any]) -> None:
                 mis,
                 f"{r['previous_weight']:.3f}",
                 f"{r['new_weight']:.3f}",
-                f"{r['alpha']:g}" + (" ×2" if r["aggressive"] else ""),
+                f"{r['alpha']:g}" + (" (doubled)" if r["aggressive"] else ""),
                 "—" if r["weight_now"] is None else f"{r['weight_now']:.3f}",
             )
         out.print(w)
