@@ -23,30 +23,52 @@ def failed_output(msg: InMessage, exc: BaseException, settings: Settings) -> Out
         f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
         "processed. This is a memdiag bug: report it with this payload"
     )
-    add_dead_letter(out, msg, Rejected(0, PROCESSING_ERROR, detail, msg.value or b""), settings)
+    rejected = Rejected(0, PROCESSING_ERROR, detail, msg.value or b"")
+    add_dead_letter(out, msg, rejected, settings, identity=(msg.partition, msg.offset, "message"))
     return out
 
 
-def add_dead_letter(out: Output, msg: InMessage, rejected: Rejected, settings: Settings) -> None:
-    """Send ``rejected`` (from ``msg``) to the dead-letter topic, and count it."""
-    out.deadletters.append((msg.key, dead_letter_record(msg, rejected, settings)))
+def add_dead_letter(
+    out: Output,
+    msg: InMessage,
+    rejected: Rejected,
+    settings: Settings,
+    identity: tuple[object, ...] | None = None,
+) -> None:
+    """Send ``rejected`` (from ``msg``) to the dead-letter topic, and count it. ``identity``:
+    see :func:`dead_letter_id` (by default, where the input was)."""
+    record = dead_letter_record(msg, rejected, settings, identity)
+    out.deadletters.append((msg.key, record))
     out.count(DEAD_LETTERS, reason=rejected.reason)
 
 
-def dead_letter_id(topic: str, payload: bytes, prefix: str) -> str:
-    """The identity of a dead letter: its source topic (without the prefix) and its bytes.
+def dead_letter_id(topic: str, prefix: str, *where: object) -> str:
+    """The identity of a dead letter: its source topic (without the prefix) and where in it
+    the bad input was, so a replay (the same offsets again) lands on the same row, and two
+    bad inputs are two rows even when their bytes are equal (two elements of one batch, or
+    the same broken line published twice).
 
-    A replay of the same bad input therefore lands on the same row.
+    ``where`` is ``(partition, offset, index)`` for an input refused as it came (``index``:
+    its position in a batch message), ``("event", event_id)`` for a valid event that could
+    not be applied (its id is the idempotency key: a re-delivery is the same event), and
+    ``(partition, offset, "message")`` for a whole message the stage failed on.
     """
     base = topic[len(prefix) :] if topic.startswith(prefix) else topic
-    return hashlib.sha256(base.encode() + b"\0" + payload).hexdigest()
+    text = "\0".join([base, *(str(w) for w in where)])
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def dead_letter_record(msg: InMessage, rejected: Rejected, settings: Settings) -> dict[str, Any]:
+def dead_letter_record(
+    msg: InMessage,
+    rejected: Rejected,
+    settings: Settings,
+    identity: tuple[object, ...] | None = None,
+) -> dict[str, Any]:
     limit = settings.deadletter_payload_bytes
     payload = rejected.payload
+    where = identity or (msg.partition, msg.offset, rejected.index)
     return {
-        "dead_letter_id": dead_letter_id(msg.topic, payload, settings.topic_prefix),
+        "dead_letter_id": dead_letter_id(msg.topic, settings.topic_prefix, *where),
         "topic": msg.topic,
         "partition": msg.partition,
         "offset": msg.offset,

@@ -182,6 +182,18 @@ class Decoder:
                 )
             )
             return
+        context = item.get("failure_context")
+        if context is not None and deeper_than(context, MAX_DEPTH):
+            rejected.append(
+                Rejected(
+                    index,
+                    BAD_VALUE,
+                    f"failure_context nests deeper than {MAX_DEPTH} levels; memdiag keeps it "
+                    "as JSON and re-encodes it: flatten it",
+                    payload or _dumps(item),
+                )
+            )
+            return
         accepted.append(Accepted(index, from_dict(item, ts_us), item))
 
     def check(self, item: Any) -> tuple[str, str] | None:
@@ -295,7 +307,36 @@ def _iso_to_us(value: str) -> int | None:
 
 
 def _dumps(item: Any) -> bytes:
+    """An element's bytes for its dead letter. orjson refuses to encode more than 254 levels
+    of nesting (and ``repr`` recurses without a bound), so deeper input gets a note."""
     try:
         return orjson.dumps(item)
     except (TypeError, orjson.JSONEncodeError):
-        return repr(item).encode("utf-8", "replace")
+        return (
+            b'"(not re-encodable: nested deeper than the 254 levels orjson writes; the whole '
+            b"message is at this dead letter's topic, partition and offset)\""
+        )
+
+
+#: The deepest nesting an event may have where memdiag keeps free-form JSON
+#: (``failure_context``): memdiag re-encodes it for the state, the diagnostics and DuckDB,
+#: and orjson refuses more than 254 levels. Far beyond any real context.
+MAX_DEPTH = 64
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers more than ``limit`` levels deep (iterative: no
+    recursion, however deep the input)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

@@ -43,7 +43,7 @@ from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder, Rejected
-from memdiag.schemas.models import SessionEvent
+from memdiag.schemas.models import SessionEvent, to_dict
 from memdiag.settings import Settings
 from memdiag.streams.session import Config, Session
 from memdiag.streams.sessions import SessionStates
@@ -114,12 +114,18 @@ class Processor:
             event: SessionEvent = acc.event  # type: ignore[assignment]
             session_id = event.scope.session_id
             if self._partition_of(session_id) != msg.partition:
-                rerouted.setdefault(session_id, []).append(acc.raw)
+                # its known fields only: the receiving partition ignores the others anyway,
+                # and they may nest deeper than orjson re-encodes (254 levels)
+                rerouted.setdefault(session_id, []).append(to_dict(event))
                 continue
             session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
             if session is None:  # forgotten: the event is too late to be applied
                 out.count(LATE_EVENTS, reason=LATE_SESSION_FORGOTTEN)
-                add_dead_letter(out, msg, _late(acc.index, acc.raw, session_id), self.settings)
+                late = _late(acc.index, acc.raw, event, session_id)
+                # its identity is the event's: a rerouted event's message offset is new on
+                # every replay, its event_id is not
+                identity = ("event", event.event_id)
+                add_dead_letter(out, msg, late, self.settings, identity=identity)
                 continue
             touched[session_id] = session
             session.ingest(event, published_ms, out)
@@ -162,7 +168,7 @@ def _records(msg: InMessage) -> list[dict[str, Any]]:
     return doc
 
 
-def _late(index: int, raw: dict[str, Any], session_id: str) -> Rejected:
+def _late(index: int, raw: dict[str, Any], event: SessionEvent, session_id: str) -> Rejected:
     return Rejected(
         index,
         LATE_EVENT,
@@ -170,5 +176,14 @@ def _late(index: int, raw: dict[str, Any], session_id: str) -> Rejected:
         "MEMDIAG_SESSION_KEEP_HOURS of processing time) when this event arrived, so it was "
         "not applied. Raise MEMDIAG_SESSION_KEEP_HOURS, or re-publish the whole session "
         "under a new session_id",
-        orjson.dumps(raw),
+        _payload(raw, event),
     )
+
+
+def _payload(raw: dict[str, Any], event: SessionEvent) -> bytes:
+    """The event as it was sent, or its known fields when its unknown ones nest deeper than
+    orjson writes."""
+    try:
+        return orjson.dumps(raw)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(to_dict(event))

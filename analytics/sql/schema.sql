@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS searches (
 ALTER TABLE searches ADD COLUMN IF NOT EXISTS disjoint_new_query BOOLEAN;
 
 CREATE TABLE IF NOT EXISTS dead_letters (
-    dead_letter_id    VARCHAR PRIMARY KEY, -- sha256 of source topic and payload: a replay is one row
+    dead_letter_id    VARCHAR PRIMARY KEY, -- sha256 of source topic and where in it: a replay is one row
     topic             VARCHAR NOT NULL,
     "partition"       INTEGER,
     "offset"          BIGINT,

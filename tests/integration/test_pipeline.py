@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from memdiag.settings import Settings
 from tests.integration.conftest import Pipeline
 
 pytestmark = pytest.mark.integration
@@ -112,6 +116,9 @@ def test_a_bad_event_between_good_ones_is_dead_lettered_and_the_rest_processed(
 
 
 def test_replaying_the_same_input_leaves_duckdb_unchanged(pipeline: Pipeline) -> None:
+    """A replay re-consumes the same offsets: nothing changes, dead letters included.
+    Publishing the same lines again is new input: the valid events count once (their
+    event_id), each bad line is a new dead letter."""
     pipeline.start()
     messages: list = []
     for i in range(4):
@@ -123,9 +130,42 @@ def test_replaying_the_same_input_leaves_duckdb_unchanged(pipeline: Pipeline) ->
     pipeline.drain()
     first = pipeline.snapshot()
     assert len(first["searches"]) == 4 * 7 and len(first["dead_letters"]) == 1
-    pipeline.publish(messages)
+    # a replay: the worker's group starts over from the first offset
+    pipeline.stop()
+    rewind(pipeline.settings, pipeline.settings.app_id, pipeline.settings.topics.events)
+    pipeline.start()
     pipeline.drain()
     assert pipeline.snapshot() == first
+    # the same lines published again: new input
+    pipeline.publish(messages)
+    pipeline.drain()
+    again = pipeline.snapshot()
+    assert {t: rows for t, rows in again.items() if t != "dead_letters"} == {
+        t: rows for t, rows in first.items() if t != "dead_letters"
+    }
+    assert len(again["dead_letters"]) == 2
+
+
+def rewind(settings: Settings, group: str, topic: str) -> None:
+    """Commit offset 0 on every partition of ``topic`` for ``group`` (stopped meanwhile)."""
+
+    async def go() -> None:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+        )
+        await c.start()
+        try:
+            parts = c.partitions_for_topic(topic) or set()
+            if not parts:
+                await c._client.force_metadata_update()
+                parts = c.partitions_for_topic(topic) or set()
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            c.assign(tps)
+            await c.commit({tp: 0 for tp in tps})
+        finally:
+            await c.stop()
+
+    asyncio.run(go())
 
 
 def test_a_worker_killed_mid_stream_resumes_from_its_changelog(pipeline: Pipeline) -> None:
