@@ -8,15 +8,14 @@
 - judgements (``memdiag.streams.judgements``): ``judgements`` -> a ``judgement`` record each
   (stateless).
 - counters (``memdiag.streams.counters``): the increments on ``counters`` -> a per-minute rollup of
-  each (``rollups`` table), back on ``counters`` (a Faust agent).
+  each (``rollups`` table), back on ``counters``.
 
-These three run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
+All four run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
 per touched key, offsets committed by the runner only once everything before them is
-durable. The two stateful ones share one table (and so one changelog); their source topics
-are co-partitioned, so Faust's assignor gives partition p of all of them to one worker, with
-changelog partition p. The counters' rollup is a plain Faust agent: counters are an
-alerting signal, not the record (DuckDB is), and may over- or undercount by the increments of
-the last second around a crash.
+durable. The sessions and observations share one table (and so one changelog); their source
+topics are co-partitioned, so Faust's assignor gives partition p of all of them to one
+worker, with changelog partition p. Counters are an alerting signal, not the record (DuckDB
+is): an increment the worker buffered in its last second before a crash is not sent.
 """
 
 from __future__ import annotations
@@ -26,10 +25,8 @@ from functools import lru_cache
 from typing import Any
 
 from aiokafka.partitioner import murmur2
-from faust import StreamT
-from faust.types import EventT
 
-from memdiag.contract.envelope import InMessage
+from memdiag.contract.envelope import InMessage, Output
 from memdiag.schemas.deadletters import failed_output
 from memdiag.streams.app import Wiring
 from memdiag.streams.batches import BatchRunner
@@ -37,7 +34,7 @@ from memdiag.streams.counters import Rollups
 from memdiag.streams.judgements import JudgementProcessor
 from memdiag.streams.metrics import Counters
 from memdiag.streams.observations import ObservationOwner
-from memdiag.streams.outputs import CounterBuffer, Sender, TableStore, in_message
+from memdiag.streams.outputs import CounterBuffer, Sender, TableStore
 from memdiag.streams.processor import Processor
 
 log = logging.getLogger("memdiag.worker")
@@ -83,22 +80,21 @@ def register(w: Wiring) -> None:
         BatchRunner(app, "judgements", [w.judgements], JudgementProcessor(settings), None,
                     sender, on_failure, commit_interval=every),
     ]  # fmt: skip
+
+    def increment_failed(msg: InMessage, exc: BaseException) -> Output:
+        # the alerting signal, never a reason to stop (the runner has logged it)
+        return Output()
+
+    # Last: it consumes the increments the others send. Under Faust's own commit it could
+    # stop committing after a rebalance (its offsets never moved again: a worker that looked
+    # behind forever); under the runner its offsets follow what is durable, like the others.
+    runners.append(
+        BatchRunner(app, "counters", [w.counters], Rollups(), TableStore(w.rollups), sender,
+                    increment_failed, commit_interval=every)
+    )  # fmt: skip
     for runner in runners:
         app.task(runner.run)
-    rollup = Rollups()
-    rollups = TableStore(w.rollups)
-
-    @app.agent(w.counters, concurrency=1, name="roll_up_counters")
-    async def roll_up_counters(stream: StreamT) -> None:
-        event: EventT
-        async for event in stream.events():
-            try:
-                out = rollup.process([in_message(event.message)], rollups)
-            except Exception:  # noqa: BLE001 - the alerting signal, never a reason to stop
-                log.exception("counters: a rollup failed; the increment is left out")
-                continue
-            await sender.send(out)
-            await rollups.flush(app.producer)  # counters: Faust's own commit is enough
+    w.runners = runners
 
     @app.timer(COUNTER_FLUSH_SECONDS)
     async def flush_counters() -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import faust
 from faust.types import TableT, TopicT
 
+from memdiag.kafka import ssl_context
 from memdiag.settings import Settings
 
 
@@ -40,6 +42,8 @@ class Wiring:
     state: TableT
     #: Counter rollups: counter name and attributes -> {minute: total} (memdiag.streams.counters).
     rollups: TableT
+    #: The stages' runners (``memdiag.streams.batches.BatchRunner``), once registered.
+    runners: list[Any] = field(default_factory=list)
 
 
 def faust_app(settings: Settings) -> faust.App:
@@ -72,7 +76,24 @@ def faust_app(settings: Settings) -> faust.App:
         stream_buffer_maxsize=4096,
         # per partition and fetch; a quarter more events/s on batched messages than 1 MiB
         consumer_max_fetch_size=4 * 1024 * 1024,
+        broker_credentials=credentials(settings),
     )
+
+
+def credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
+    """Faust's form of ``MEMDIAG_KAFKA_*`` (the same as every other client's,
+    :func:`memdiag.kafka.client_options`)."""
+    context = ssl_context(settings)
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password,
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
 
 
 def create_app(settings: Settings) -> Wiring:

@@ -1,7 +1,7 @@
-"""The Faust wiring, through Faust's own ``agent.test_context()``: the app comes from a
-factory and its settings only (never the environment), and the thin counter agent turns
-increments into per-minute rollups and their changelog writes. The stage logic behind the
-other agents is tested as pure functions; these tests are about the wiring."""
+"""The Faust wiring: the app comes from a factory and its settings only (never the
+environment), every stage runs under memdiag's runner, and the counters' stage turns
+increments into per-minute rollups and their changelog writes. The stage logic is tested as
+pure functions elsewhere; these tests are about the wiring."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from memdiag.contract import SEARCH_CALLS
+from memdiag.contract.envelope import InMessage
 from memdiag.settings import Settings
 from memdiag.streams.app import Wiring, create_app
 
@@ -42,8 +43,13 @@ async def wiring(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Wiring,
 
 def increment(value: int, ts: str, source: str = "agent") -> bytes:
     return orjson.dumps(
-        {"type": "increment", "name": SEARCH_CALLS, "value": value,
-         "attributes": {"source": source}, "ts": ts}  # fmt: skip
+        {
+            "type": "increment",
+            "name": SEARCH_CALLS,
+            "value": value,
+            "attributes": {"source": source},
+            "ts": ts,
+        }  # fmt: skip
     )
 
 
@@ -53,16 +59,29 @@ async def test_the_app_is_built_from_its_settings_alone(wiring: tuple[Wiring, Pr
     assert w.events.get_topic_name() == "t.events"
     assert w.counters.get_topic_name() == "t.counters"
     assert w.state.changelog_topic.get_topic_name() == "agents-test-state-changelog"
-    assert set(w.app.agents) == {"roll_up_counters"}
+    # every stage runs under memdiag's runner (its own offsets discipline), none as a
+    # plain Faust agent: the counters' stage included
+    assert set(w.app.agents) == set()
+    assert [r.name for r in w.runners] == ["sessions", "observations", "judgements", "counters"]
+
+
+async def roll_up(w: Wiring, producer: Producer, values: list[bytes]) -> None:
+    """What the counters' runner does with one batch: process, state writes, outputs."""
+    runner = next(r for r in w.runners if r.name == "counters")
+    msgs = [
+        InMessage("t.counters", 0, i, SEARCH_CALLS.encode(), v, 0) for i, v in enumerate(values)
+    ]
+    outputs = runner._process(msgs)
+    await runner.store.flush(producer)
+    for out in outputs:
+        await runner.sender.send(out)
 
 
 async def test_increments_become_running_minute_rollups(wiring: tuple[Wiring, Producer]) -> None:
     w, producer = wiring
-    agent = w.app.agents["roll_up_counters"]
-    async with agent.test_context() as stream:
-        await stream.put(increment(2, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
-        await stream.put(increment(1, "2026-11-21T09:30:50Z"), key=SEARCH_CALLS.encode())
-        await stream.put(increment(5, "2026-11-21T09:31:00Z"), key=SEARCH_CALLS.encode())
+    for value, ts in ((2, "2026-11-21T09:30:10Z"), (1, "2026-11-21T09:30:50Z"),
+                      (5, "2026-11-21T09:31:00Z")):  # fmt: skip
+        await roll_up(w, producer, [increment(value, ts)])
     rollups = [orjson.loads(v) for t, _, v, _ in producer.sent if t == "t.counters"]
     assert [(r["minute"][:16], r["value"]) for r in rollups] == [
         ("2026-11-21T09:30", 2),
@@ -74,14 +93,18 @@ async def test_increments_become_running_minute_rollups(wiring: tuple[Wiring, Pr
     assert len(changelog) == 3 and {p for _, p in changelog} == {0}  # partition named
 
 
-async def test_a_bad_counter_message_does_not_stop_the_agent(
+async def test_a_bad_counter_message_does_not_stop_the_stage(
     wiring: tuple[Wiring, Producer],
 ) -> None:
     w, producer = wiring
-    agent = w.app.agents["roll_up_counters"]
-    async with agent.test_context() as stream:
-        await stream.put(b"not json", key=b"x")
-        await stream.put(b'{"type":"increment","name":1,"value":"x"}', key=b"x")
-        await stream.put(increment(0, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
-        await stream.put(increment(1, "2026-11-21T09:30:10Z"), key=SEARCH_CALLS.encode())
+    await roll_up(
+        w,
+        producer,
+        [
+            b"not json",
+            b'{"type":"increment","name":1,"value":"x"}',
+            increment(0, "2026-11-21T09:30:10Z"),
+            increment(1, "2026-11-21T09:30:10Z"),
+        ],
+    )
     assert [orjson.loads(v)["value"] for t, _, v, _ in producer.sent if t == "t.counters"] == [1]
