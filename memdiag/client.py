@@ -44,6 +44,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from memdiag.contract import UNKNOWN_KIND
+from memdiag.kafka import client_options
 from memdiag.schemas import JUDGEMENT_KINDS, SESSION_KINDS
 from memdiag.schemas.decode import Decoder
 from memdiag.settings import Settings
@@ -123,7 +124,7 @@ class AsyncPublisher:
     async def start(self) -> AsyncPublisher:
         if self._producer is None:
             self._producer = AIOKafkaProducer(
-                bootstrap_servers=self.settings.bootstrap_servers,
+                **client_options(self.settings),
                 acks="all",
                 linger_ms=5,
                 max_batch_size=1024 * 1024,

@@ -1,16 +1,173 @@
-"""Kafka plumbing shared by the commands: topic creation and pipeline drain checks."""
+"""Kafka plumbing shared by the commands: how to connect (security included), waiting for
+the broker, topic creation and pipeline drain checks."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from memdiag.settings import ConfigError, Settings
+
+log = logging.getLogger("memdiag.kafka")
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of ``SSL`` and ``SASL_SSL``: the broker's certificate verified
+    against ``MEMDIAG_KAFKA_SSL_CAFILE`` (or the system's CAs), its host name checked unless
+    turned off, a client certificate when one is given."""
+    if settings.kafka_security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    context = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH, cafile=settings.kafka_ssl_cafile or None
+    )
+    context.check_hostname = settings.kafka_ssl_check_hostname
+    if settings.kafka_ssl_certfile:
+        context.load_cert_chain(settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile or None)
+    return context
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """What every aiokafka client of memdiag is built with: where the broker is and how to
+    talk to it (``MEMDIAG_KAFKA_*``, one place). The password is only ever passed here."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    context = ssl_context(settings)
+    if context is not None:
+        options["ssl_context"] = context
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        options["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        options["sasl_plain_username"] = settings.kafka_sasl_username
+        options["sasl_plain_password"] = settings.kafka_sasl_password
+    return options
+
+
+class _Said(logging.Handler):
+    """What aiokafka logs while memdiag probes the broker: often the only place the cause
+    is (a refused certificate, a failed SASL exchange), kept for one line of ours."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def describe_failure(settings: Settings, exc: BaseException, said: Iterable[str] = ()) -> str:
+    """One line a person can act on, for a failed connection (never the password).
+    ``said``: what the client logged meanwhile."""
+    where = f"MEMDIAG_BROKER={settings.broker}"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    causes = " | ".join(dict.fromkeys(said))  # each once, in order
+    if causes:
+        text = f"{text} ({causes})"
+    if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+        return (
+            f"the broker's TLS certificate did not verify ({where}, MEMDIAG_KAFKA_SSL_CAFILE="
+            f"{settings.kafka_ssl_cafile or '(system CAs)'}): {causes or exc}"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed with the broker ({where}): {causes or exc}"
+    name = type(exc).__name__
+    if settings.kafka_security_protocol.startswith("SASL_") and (
+        "Authentication" in name or "Sasl" in name or "sasl" in text.lower()
+        or isinstance(exc, KeyError)  # aiokafka's SCRAM client, on a refused exchange
+    ):  # fmt: skip
+        return (
+            f"the broker refused SASL {settings.kafka_sasl_mechanism} authentication for user "
+            f"{settings.kafka_sasl_username!r} ({where}): check MEMDIAG_KAFKA_SASL_USERNAME "
+            "and the password"
+        )
+    return (
+        f"no Kafka broker answered at {settings.bootstrap_servers} ({where}; {text}): start "
+        "it, or point MEMDIAG_BROKER at it"
+    )
+
+
+class ProbeFailed(Exception):
+    """A probe failed: ``error`` is what was raised, ``said`` what the client logged."""
+
+    def __init__(self, error: BaseException, said: list[str]):
+        super().__init__(str(error))
+        self.error, self.said = error, said
+
+
+async def probe(settings: Settings, timeout: float = 10.0) -> None:
+    """One metadata request with memdiag's connection settings; raises :class:`ProbeFailed`.
+    What aiokafka logs meanwhile is kept for the message, not shown."""
+    said = _Said()
+    aiokafka_log = logging.getLogger("aiokafka")
+    propagate = aiokafka_log.propagate
+    aiokafka_log.addHandler(said)
+    aiokafka_log.propagate = False
+    admin = AIOKafkaAdminClient(**client_options(settings), request_timeout_ms=int(timeout * 1000))
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        await asyncio.wait_for(admin.list_topics(), timeout)
+    except Exception as exc:  # noqa: BLE001 - described by the caller, with what was said
+        raise ProbeFailed(exc, said.messages) from exc
+    finally:
+        await admin.close()
+        aiokafka_log.removeHandler(said)
+        aiokafka_log.propagate = propagate
+
+
+async def wait_for_kafka(
+    settings: Settings,
+    who: str,
+    first_delay: float = 1.0,
+    max_delay: float = 30.0,
+    say_every: float = 60.0,
+    give_up_after: float | None = None,
+) -> None:
+    """Return once the broker answers, trying at most once a ``first_delay`` (1 s), the
+    delay doubling to ``max_delay`` (30 s): a service started before its broker (compose,
+    Kubernetes) waits instead of dying, and wrong credentials cause no retry storm. Logs one
+    line at the first failure and then one a ``say_every`` (a minute), naming the setting to
+    check. ``give_up_after``: raise :class:`KafkaUnavailable` after that many seconds."""
+    started = time.monotonic()
+    delay = first_delay
+    said_at: float | None = None
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            await probe(settings)
+            if said_at is not None:
+                log.info("%s: the broker answers; starting", who)
+            return
+        except Exception as exc:  # noqa: BLE001 - each failure is described and retried
+            error, said = (exc.error, exc.said) if isinstance(exc, ProbeFailed) else (exc, [])
+            line = describe_failure(settings, error, said)
+            now = time.monotonic()
+            if give_up_after is not None and now - started + delay > give_up_after:
+                raise KafkaUnavailable(line) from exc
+            if said_at is None or now - said_at >= say_every:
+                log.warning(
+                    "%s waits for Kafka: %s (attempt %d; retrying every %.0fs at most)",
+                    who,
+                    line,
+                    attempts,
+                    max_delay,
+                )
+                said_at = now
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker could not be reached (or refused us); the message says what to check."""
 
 
 def topic_partitions(settings: Settings) -> dict[str, int]:
@@ -35,7 +192,7 @@ async def ensure_topics(settings: Settings) -> None:
     describe only the settings a topic was created with.
     """
     wanted = topic_partitions(settings)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -69,9 +226,10 @@ async def ensure_topics(settings: Settings) -> None:
 
 
 async def true_end_offsets(
-    bootstrap: str, tps: Iterable[TopicPartition], reported: dict[TopicPartition, int]
+    options: dict[str, Any], tps: Iterable[TopicPartition], reported: dict[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
-    """End offsets that are right even where ListOffsets is not.
+    """End offsets that are right even where ListOffsets is not (``options``: see
+    :func:`client_options`).
 
     Tansu (the embedded broker) answers ListOffsets(latest) with the base offset of the
     partition's last record batch plus one, so a last batch of several records hides all
@@ -82,7 +240,7 @@ async def true_end_offsets(
     ends = dict(reported)
     if not tps:
         return ends
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    reader = AIOKafkaConsumer(**options, enable_auto_commit=False, group_id=None)
     await reader.start()
     try:
         reader.assign(tps)
@@ -127,7 +285,7 @@ class LagProbe:
 
     async def __aenter__(self) -> LagProbe:
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.bootstrap_servers,
+            **client_options(self.settings),
             group_id=self.group,
             enable_auto_commit=False,
         )
@@ -158,9 +316,7 @@ class LagProbe:
         # read its true end; one that is visibly behind is behind either way.
         looks_drained = [tp for tp in tps if committed[tp] >= ends[tp]]
         if looks_drained:
-            ends.update(
-                await true_end_offsets(self.settings.bootstrap_servers, looks_drained, ends)
-            )
+            ends.update(await true_end_offsets(client_options(self.settings), looks_drained, ends))
         return Lag(self.group, sum(max(0, ends[tp] - committed[tp]) for tp in tps))
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from memdiag.kafka import client_options, wait_for_kafka
 from memdiag.settings import Settings
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
@@ -80,8 +81,9 @@ async def publish_file(
     progress: ProgressFn | None = None,
 ) -> PublishStats:
     stats = PublishStats()
+    await wait_for_kafka(settings, "memdiag publish", give_up_after=10.0)
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+        **client_options(settings),
         acks="all",
         linger_ms=5,
         max_batch_size=1024 * 1024,

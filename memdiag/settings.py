@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 
@@ -99,7 +99,19 @@ _ENV: dict[str, tuple[str, str]] = {
     "sink_batch_rows": ("MEMDIAG_SINK_BATCH_ROWS", "int"),
     "sink_batch_seconds": ("MEMDIAG_SINK_BATCH_SECONDS", "float"),
     "log_level": ("MEMDIAG_LOG_LEVEL", "str"),
+    "kafka_security_protocol": ("MEMDIAG_KAFKA_SECURITY_PROTOCOL", "str"),
+    "kafka_sasl_mechanism": ("MEMDIAG_KAFKA_SASL_MECHANISM", "str"),
+    "kafka_sasl_username": ("MEMDIAG_KAFKA_SASL_USERNAME", "str"),
+    "kafka_sasl_password": ("MEMDIAG_KAFKA_SASL_PASSWORD", "secret"),
+    "kafka_sasl_password_file": ("MEMDIAG_KAFKA_SASL_PASSWORD_FILE", "str"),
+    "kafka_ssl_cafile": ("MEMDIAG_KAFKA_SSL_CAFILE", "str"),
+    "kafka_ssl_certfile": ("MEMDIAG_KAFKA_SSL_CERTFILE", "str"),
+    "kafka_ssl_keyfile": ("MEMDIAG_KAFKA_SSL_KEYFILE", "str"),
+    "kafka_ssl_check_hostname": ("MEMDIAG_KAFKA_SSL_CHECK_HOSTNAME", "bool"),
 }
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +191,29 @@ class Settings:
     sink_batch_seconds: float = 0.5
     #: MEMDIAG_LOG_LEVEL: log level of the long-running processes.
     log_level: str = "info"
+    #: MEMDIAG_KAFKA_SECURITY_PROTOCOL: how every memdiag process (worker, sink, publish,
+    #: alert, the runtime publisher) talks to the broker: PLAINTEXT, SSL, SASL_PLAINTEXT or
+    #: SASL_SSL.
+    kafka_security_protocol: str = "PLAINTEXT"
+    #: MEMDIAG_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* only).
+    kafka_sasl_mechanism: str = "PLAIN"
+    #: MEMDIAG_KAFKA_SASL_USERNAME: the SASL user.
+    kafka_sasl_username: str = ""
+    #: MEMDIAG_KAFKA_SASL_PASSWORD: the SASL password (never logged; prefer the file).
+    kafka_sasl_password: str = field(default="", repr=False)
+    #: MEMDIAG_KAFKA_SASL_PASSWORD_FILE: a file holding the SASL password (a mounted secret;
+    #: a trailing newline is ignored). Read at start; wins over MEMDIAG_KAFKA_SASL_PASSWORD.
+    kafka_sasl_password_file: str = ""
+    #: MEMDIAG_KAFKA_SSL_CAFILE: the CA bundle (PEM) that verifies the broker's certificate
+    #: (SSL, SASL_SSL); empty: the system's trusted CAs.
+    kafka_ssl_cafile: str = ""
+    #: MEMDIAG_KAFKA_SSL_CERTFILE: a client certificate (PEM), for brokers that want one.
+    kafka_ssl_certfile: str = ""
+    #: MEMDIAG_KAFKA_SSL_KEYFILE: the client certificate's private key (PEM).
+    kafka_ssl_keyfile: str = ""
+    #: MEMDIAG_KAFKA_SSL_CHECK_HOSTNAME: ``0`` skips checking that the broker's certificate
+    #: names the host connected to (the chain is still verified).
+    kafka_ssl_check_hostname: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -190,6 +225,17 @@ class Settings:
                 continue
             values[name] = _parse(var, kind, raw)
         values.update(overrides)
+        secret_file = values.get("kafka_sasl_password_file")
+        if secret_file:
+            try:
+                with open(secret_file, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ConfigError(
+                    f"MEMDIAG_KAFKA_SASL_PASSWORD_FILE={secret_file}: cannot read it "
+                    f"({exc.strerror})"
+                ) from None
+            values["kafka_sasl_password"] = text.rstrip("\r\n")
         settings = cls(**values)
         settings.validate()
         return settings
@@ -252,6 +298,36 @@ class Settings:
             )
         if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
             raise ConfigError("MEMDIAG_TOPIC_PREFIX must be non-empty and without spaces")
+        self._validate_security()
+
+    def _validate_security(self) -> None:
+        protocol = self.kafka_security_protocol
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"MEMDIAG_KAFKA_SECURITY_PROTOCOL={protocol!r}: use one of "
+                f"{', '.join(SECURITY_PROTOCOLS)}"
+            )
+        if protocol.startswith("SASL_"):
+            if self.kafka_sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    f"MEMDIAG_KAFKA_SASL_MECHANISM={self.kafka_sasl_mechanism!r}: use one of "
+                    f"{', '.join(SASL_MECHANISMS)}"
+                )
+            if not self.kafka_sasl_username or not self.kafka_sasl_password:
+                raise ConfigError(
+                    f"MEMDIAG_KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                    "MEMDIAG_KAFKA_SASL_USERNAME and MEMDIAG_KAFKA_SASL_PASSWORD (or "
+                    "MEMDIAG_KAFKA_SASL_PASSWORD_FILE)"
+                )
+        if protocol in ("SSL", "SASL_SSL"):
+            for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
+                path = getattr(self, name)
+                if path and not os.path.isfile(path):
+                    raise ConfigError(f"{_ENV[name][0]}={path}: no such file")
+            if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
+                raise ConfigError(
+                    "MEMDIAG_KAFKA_SSL_CERTFILE and MEMDIAG_KAFKA_SSL_KEYFILE go together"
+                )
 
     @property
     def topics(self) -> Topics:
@@ -288,6 +364,8 @@ class Settings:
         for f in fields(self):
             var, kind = _ENV[f.name]
             value = getattr(self, f.name)
+            if f.name == "kafka_sasl_password" and self.kafka_sasl_password_file:
+                continue  # the child reads the file itself: the secret stays out of its env
             out[var] = ("1" if value else "0") if kind == "bool" else str(value)
         return out
 
@@ -307,6 +385,8 @@ def bootstrap_servers(url: str) -> str:
 
 
 def _parse(var: str, kind: str, raw: str) -> Any:
+    if kind == "secret":
+        return raw
     try:
         if kind == "int":
             return int(raw)

@@ -174,7 +174,8 @@ def configuration_page() -> str:
         text = docs.get(name, "")
         text = (text.split(": ", 1)[1] if text.startswith(var) else text).replace("|", "\\|")
         text = text.replace("``", "`")  # the comments are reST, the page is Markdown
-        out.append(f"| `{var}` | `{defaults[name]}` | {text} |")
+        default = f"`{defaults[name]}`" if defaults[name] != "" else "(empty)"
+        out.append(f"| `{var}` | {default} | {text} |")
     return "\n".join(out) + "\n"
 
 

@@ -96,9 +96,15 @@ class FaustOffsets:
         broker directly (outside the group): a hole the fetcher keeps skipping is real when
         this is past it. None: the log ends before ``offset``, or no answer in time."""
         if self._probe is None:
+            from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
             servers = [f"{u.host}:{u.port}" for u in self.app.conf.broker]
+            # the worker's own security settings (MEMDIAG_KAFKA_*, as Faust has them)
+            auth = credentials_to_aiokafka_auth(
+                self.app.conf.broker_credentials, self.app.conf.ssl_context
+            )
             self._probe = AIOKafkaConsumer(
-                bootstrap_servers=servers, group_id=None, enable_auto_commit=False
+                bootstrap_servers=servers, group_id=None, enable_auto_commit=False, **auth
             )
             await self._probe.start()
         probe = self._probe

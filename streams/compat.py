@@ -28,7 +28,8 @@ from memdiag.kafka import true_end_offsets
 _PATCHED = False
 
 
-def patch_faust_highwaters(bootstrap: str) -> None:
+def patch_faust_highwaters(options: dict[str, Any]) -> None:
+    """``options``: :func:`memdiag.kafka.client_options`."""
     global _PATCHED
     if _PATCHED:
         return
@@ -43,7 +44,7 @@ def patch_faust_highwaters(bootstrap: str) -> None:
         reported = await consumer.end_offsets(partitions)
         tps = {TopicPartition(tp.topic, tp.partition): tp for tp in partitions}
         fixed = await true_end_offsets(
-            bootstrap,
+            options,
             list(tps),
             {TopicPartition(tp.topic, tp.partition): off for tp, off in reported.items()},
         )

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from memdiag.kafka import ensure_topics
+from memdiag.kafka import client_options, ensure_topics, wait_for_kafka
 from memdiag.procs import tune_gc
 from memdiag.settings import Settings
 
@@ -21,6 +21,7 @@ log = logging.getLogger("memdiag.worker")
 
 def main(settings: Settings) -> None:
     started = time.monotonic()
+    asyncio.run(wait_for_kafka(settings, "memdiag worker"))
     asyncio.run(ensure_topics(settings))
     import faust
 
@@ -39,7 +40,7 @@ def main(settings: Settings) -> None:
         from faust.sensors.otel import OpenTelemetryMonitor
 
         app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
-    patch_faust_highwaters(settings.bootstrap_servers)
+    patch_faust_highwaters(client_options(settings))
     patch_faust_delivery()
     patch_faust_fetch_wait(settings.fetch_max_wait_ms)
 

@@ -60,3 +60,23 @@ def test_dockerfile_installs_the_packages_the_compose_runs() -> None:
     for package in ("memdiag", "streams", "schemas", "analytics"):
         assert f"COPY {package} ./{package}" in dockerfile
     assert 'ENTRYPOINT ["memdiag"]' in dockerfile
+
+
+def test_the_sasl_overlay_is_a_valid_memdiag_configuration(tmp_path) -> None:
+    overlay = yaml.safe_load((ROOT / "docker" / "compose.sasl.yaml").read_text())
+    secret = tmp_path / "kafka_password"
+    secret.write_text("pw\n")
+    for name in ("worker", "sink"):
+        env = {
+            **{k: str(v) for k, v in COMPOSE["services"][name]["environment"].items()},
+            **{k: str(v) for k, v in overlay["services"][name]["environment"].items()},
+        }
+        assert env["MEMDIAG_KAFKA_SASL_PASSWORD_FILE"] == "/run/secrets/kafka_password"
+        assert "kafka_password" in overlay["services"][name]["secrets"]
+        env["MEMDIAG_KAFKA_SASL_PASSWORD_FILE"] = str(secret)
+        settings = Settings.from_env(env)
+        assert settings.kafka_security_protocol == "SASL_PLAINTEXT"
+        assert settings.kafka_sasl_password == "pw"
+    kafka_env = overlay["services"]["kafka"]["environment"]
+    assert kafka_env["KAFKA_SASL_ENABLED_MECHANISMS"] == env["MEMDIAG_KAFKA_SASL_MECHANISM"]
+    assert "INTERNAL:SASL_PLAINTEXT" in kafka_env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
