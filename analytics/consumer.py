@@ -10,7 +10,9 @@ whichever comes first. A message the sink cannot read becomes a ``dead_letters``
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import math
 import time
 from typing import Any
 
@@ -23,6 +25,7 @@ from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.sink import DuckDBSink
 from memdiag.contract import SINK_REJECTED
 from memdiag.contract.envelope import InMessage
+from memdiag.kafka import client_options
 from memdiag.schemas.deadletters import dead_letter_id, dead_letter_record
 from memdiag.schemas.decode import NOT_AN_EVENT, NOT_JSON, Rejected
 from memdiag.schemas.models import format_ts
@@ -42,7 +45,43 @@ class _FlushOnRevoke(ConsumerRebalanceListener):
         log.info("sink assigned %d partitions", len(assigned))
 
 
+class SinkFatal(RuntimeError):
+    """The DuckDB file cannot be written (disk full, permission denied, a read-only file
+    system, a corrupt file): the sink stops with this message. Nothing is lost: the sink
+    commits nothing it did not write, so Kafka replays it when the sink restarts."""
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    text = str(exc)
+    return "Conflicting lock" in text or "Could not set lock" in text or "stayed locked" in text
+
+
+def fatal_message(path: str, exc: BaseException) -> str:
+    text = str(exc)
+    lowered = text.lower()
+    cause, todo = "DuckDB could not write it", "fix the cause"
+    for needle, why, what in (
+        ("no space left", "the disk is full", "free space"),
+        ("permission denied", "permission denied", "give the sink's user write access"),
+        ("read-only file system", "the file system is read-only", "mount it read-write"),
+        ("not a valid duckdb database", "the file is not a valid DuckDB database", "move it away"),
+        ("corrupt", "the file is corrupt", "move it away (and restore a copy)"),
+        ("checksum", "the file is corrupt", "move it away (and restore a copy)"),
+    ):
+        if needle in lowered:
+            cause, todo = why, what
+            break
+    return (
+        f"the sink cannot write {path}: {cause} ({text}). It stopped without committing, so "
+        f"nothing is lost: Kafka keeps the data. {todo[0].upper() + todo[1:]}, then restart "
+        "the sink: it resumes where it stopped"
+    )
+
+
 class SinkRunner:
+    #: seconds between the retries of a write that failed for another reason than a lock
+    retry_delays: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
+
     def __init__(self, settings: Settings, sink: DuckDBSink | None = None):
         self.settings = settings
         self.sink = sink or DuckDBSink(
@@ -51,15 +90,37 @@ class SinkRunner:
         self.consumer: AIOKafkaConsumer | None = None
         self._first_pending_at: float | None = None
         self._stopping = asyncio.Event()
+        self._opened = False
 
     def stop(self) -> None:
         self._stopping.set()
 
+    async def open_file(self) -> None:
+        """Create or upgrade the DuckDB file's schema, before anything is consumed: a file
+        that cannot be written stops the sink at once (:class:`SinkFatal`), one that another
+        process holds is waited for."""
+        if self._opened:
+            return
+        path = self.settings.duckdb_path
+        said_at = -math.inf
+        while True:
+            try:
+                await asyncio.to_thread(self.sink.init)
+                self._opened = True
+                return
+            except (duckdb.IOException, duckdb.PermissionException, DatabaseError, OSError) as exc:
+                if not is_lock_conflict(exc):
+                    raise SinkFatal(fatal_message(path, exc)) from exc
+                if time.monotonic() - said_at >= 60:  # a reader holds it: wait, never fatal
+                    log.warning("sink waits for %s: another process holds it", path)
+                    said_at = time.monotonic()
+                await asyncio.sleep(1.0)
+
     async def run(self, ready: asyncio.Event | None = None) -> None:
         s = self.settings
-        await asyncio.to_thread(self.sink.init)
+        await self.open_file()
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
+            **client_options(s),
             group_id=s.sink_group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -138,7 +199,10 @@ class SinkRunner:
         limit = self.settings.deadletter_payload_bytes
         return {
             "kind": "dead_letter",
-            "dead_letter_id": dead_letter_id(topic, payload, self.settings.topic_prefix),
+            # the same record refused again (a redelivery) is the same row
+            "dead_letter_id": dead_letter_id(
+                topic, self.settings.topic_prefix, "record", hashlib.sha256(payload).hexdigest()
+            ),
             "topic": topic,
             "partition": None,
             "offset": None,
@@ -155,14 +219,38 @@ class SinkRunner:
     async def flush_and_commit(self) -> None:
         if self._first_pending_at is None:
             return
+        failures = 0
+        said_at = -math.inf
         while True:
             try:
                 written = await asyncio.to_thread(self.sink.flush)
                 break
-            except (duckdb.IOException, DatabaseError):
-                # the file is locked or unwritable: keep the batch, retry; nothing committed
-                log.exception("sink flush failed; retrying in 1s (nothing was committed)")
-                await asyncio.sleep(1.0)
+            except (duckdb.IOException, duckdb.PermissionException, DatabaseError, OSError) as exc:
+                # Nothing was committed: Kafka keeps the batch whatever happens next.
+                if is_lock_conflict(exc):  # an analyst's reader holds the file: never fatal
+                    if time.monotonic() - said_at >= 60:
+                        log.warning(
+                            "sink waits for %s: another process holds it (%s); nothing is "
+                            "lost, Kafka keeps the data meanwhile",
+                            self.settings.duckdb_path,
+                            exc,
+                        )
+                        said_at = time.monotonic()
+                    await asyncio.sleep(1.0)
+                    continue
+                failures += 1
+                if failures >= len(self.retry_delays) + 1:
+                    raise SinkFatal(fatal_message(self.settings.duckdb_path, exc)) from exc
+                delay = self.retry_delays[failures - 1]
+                log.warning(
+                    "sink cannot write %s (%s); retry %d of %d in %.0fs, nothing committed",
+                    self.settings.duckdb_path,
+                    exc,
+                    failures,
+                    len(self.retry_delays),
+                    delay,
+                )
+                await asyncio.sleep(delay)
             except Exception:  # noqa: BLE001 - bad data: isolate it instead of stalling
                 log.exception("sink batch refused; writing it record by record")
                 written = await asyncio.to_thread(self.sink.flush_isolating, self._rejected)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memdiag.alert import Alert, Evaluator, Rule
+from memdiag.kafka import client_options, wait_for_kafka
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 
@@ -39,8 +41,9 @@ async def watch(
 ) -> None:
     evaluator = Evaluator(rules)
     topic = settings.topics.counters
+    await wait_for_kafka(settings, "memdiag alert", give_up_after=10.0)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
+        **client_options(settings),
         enable_auto_commit=False,
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
     )
@@ -92,10 +95,49 @@ async def watch(
 async def _emit(alert: Alert, show: Callable[[Alert], None], webhook: str | None) -> None:
     show(alert)
     if webhook:
+        await deliver(webhook, alert)
+
+
+#: seconds between the attempts of a webhook POST that failed (5 attempts, ~15 s in all)
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+
+
+def retryable(exc: BaseException) -> bool:
+    """A refused connection, a time-out, 408, 429 or a 5xx may pass on a retry; another 4xx
+    (a wrong URL, a rejected body) will not."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in (408, 429) or exc.code >= 500
+    return isinstance(exc, OSError)
+
+
+async def deliver(url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELAYS) -> bool:
+    """POST ``alert``, retrying with backoff; on giving up, log the whole alert that was
+    dropped (stdout has it too). Returns whether it was delivered."""
+    for attempt in range(len(delays) + 1):
         try:
-            await asyncio.to_thread(post, webhook, alert)
-        except OSError as exc:
-            log.warning("webhook %s failed: %s", webhook, exc)
+            await asyncio.to_thread(post, url, alert)
+            return True
+        except OSError as exc:  # HTTPError and URLError are OSErrors
+            if not retryable(exc) or attempt == len(delays):
+                log.error(
+                    "alert dropped after %d attempt%s: webhook %s failed (%s): %s",
+                    attempt + 1,
+                    "" if attempt == 0 else "s",
+                    url,
+                    exc,
+                    orjson.dumps(alert.as_dict()).decode(),
+                )
+                return False
+            log.warning(
+                "webhook %s failed (%s); retry %d of %d in %.0fs",
+                url,
+                exc,
+                attempt + 1,
+                len(delays),
+                delays[attempt],
+            )
+            await asyncio.sleep(delays[attempt])
+    return False
 
 
 def _rollup(raw: bytes | None) -> tuple[dict[str, Any], int] | None:

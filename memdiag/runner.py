@@ -114,6 +114,9 @@ def spawn_child(name: str, command: str, settings: Settings, log_dir: Path) -> C
     log_path = log_dir / f"{name}.log"
     log_file = log_path.open("ab")  # a restarted process adds to its log
     env = {**os.environ, **settings.as_env()}
+    # A one-shot local run has no collector to export to (the counters are on the counters
+    # topic either way): unlike `memdiag worker`, it exports nothing unless asked.
+    env.setdefault("OTEL_METRICS_EXPORTER", "none")
     proc = procs.spawn(
         [sys.executable, "-m", "memdiag.cli", command],
         env=env,

@@ -3,9 +3,12 @@
 Only entry points call :func:`install_meter_provider`; domain code uses the API. The
 exporter is chosen by the standard ``OTEL_METRICS_EXPORTER`` variable, comma-separated:
 
-- ``none`` (the default here: the counters still go to the ``counters`` topic);
+- ``otlp`` (the default, as the OpenTelemetry specification says): OTLP over HTTP,
+  configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables (``http://localhost:4318``
+  by default). ``memdiag run`` and ``demo`` default their processes to ``none`` instead:
+  a one-shot local run has no collector;
+- ``none``: no export (the counters still go to the ``counters`` topic);
 - ``console``: printed every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (60000 by default);
-- ``otlp``: OTLP over HTTP, configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables;
 - ``prometheus``: a scrape endpoint on ``OTEL_EXPORTER_PROMETHEUS_HOST``:
   ``OTEL_EXPORTER_PROMETHEUS_PORT`` (``localhost``:``9464`` by default).
 
@@ -31,7 +34,7 @@ log = logging.getLogger("memdiag.telemetry")
 
 
 def _readers() -> list[MetricReader]:
-    names = [n.strip() for n in os.environ.get("OTEL_METRICS_EXPORTER", "none").split(",")]
+    names = [n.strip() for n in os.environ.get("OTEL_METRICS_EXPORTER", "otlp").split(",")]
     readers: list[MetricReader] = []
     for name in names:
         if name in ("", "none"):
