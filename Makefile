@@ -42,6 +42,12 @@ browser: ## Debian's headless Chromium, for the test that looks at the HTML repo
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium is not installed (needs root): the report rendering test will be skipped"
 
+chaos: $(STAMP) ## The reliability suite at full size: 20 kill -9s, 5,000 hostile inputs, a broker restart (report: .build/chaos.json).
+	mkdir -p .build && rm -f .build/chaos.json
+	MEMDIAG_CHAOS=full MEMDIAG_FUZZ_INPUTS=5000 MEMDIAG_CHAOS_REPORT=.build/chaos.json \
+		$(BIN)/pytest -m chaos tests/chaos tests/unit/test_hostile.py
+	@cat .build/chaos.json
+
 unit: $(STAMP) $(CLIENTS) ## Run the unit tests only (no broker).
 	$(BIN)/pytest tests/unit
 
@@ -71,4 +77,4 @@ sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .build .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install demo test browser unit lint docs bench profile sample clean
+.PHONY: help install demo test chaos browser unit lint docs bench profile sample clean

@@ -56,11 +56,21 @@ def free_port() -> int:
 
 
 class EmbeddedBroker:
-    """A Tansu broker on ``127.0.0.1:<free port>`` with memory storage."""
+    """A Tansu broker on ``127.0.0.1:<free port>``, with memory storage by default."""
 
-    def __init__(self, port: int | None = None, startup_timeout: float = 20.0):
+    def __init__(
+        self,
+        port: int | None = None,
+        startup_timeout: float = 20.0,
+        storage: str = "memory://tansu/",
+        env: dict[str, str] | None = None,
+    ):
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
+        #: Tansu's storage engine: memory (the default: gone with the process), or
+        #: ``s3://bucket/`` (with ``env`` naming the endpoint) to survive a restart
+        self.storage = storage
+        self.env = env or {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
 
@@ -87,9 +97,9 @@ class EmbeddedBroker:
                     "--advertised-listener-url",
                     listener,
                     "--storage-engine",
-                    "memory://tansu/",
+                    self.storage,
                 ],
-                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn"), **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

@@ -1,0 +1,338 @@
+"""The reliability suite (``make chaos``; a short version runs in ``make test``).
+
+- **Kill -9**: a scenario of every event kind published at a live rate while two workers
+  and the sink are SIGKILLed at random and restarted, some kills landing while the victim
+  is still recovering. DuckDB must equal a clean run exactly.
+- **Hostile input**: thousands of generated hostile inputs (``tests.hostile``) mixed into a
+  clean scenario through the real broker: one dead letter each, with an input reason, and
+  the valid results exactly those of the valid events.
+- **Broker restart**: Tansu on S3 storage (moto's server on loopback) so topics, offsets and
+  changelogs survive, restarted mid-run: the worker and the sink resume by themselves.
+
+``MEMDIAG_CHAOS=full`` runs the full sizes (20 kills, 5,000 hostile inputs, 300 sessions);
+``MEMDIAG_CHAOS_REPORT=FILE`` writes what happened (kills, recovery times, reasons) as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from memdiag.contract import PROCESSING_ERROR
+from memdiag.kafka import ensure_topics
+from memdiag.settings import Settings
+from tests.compare import differences, from_duckdb, from_reference
+from tests.hostile import encode, mixed
+from tests.integration.conftest import Pipeline
+from tests.integration.test_event_time import READY, _count
+from tests.reference import reference
+from tests.scenario import generate
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+FULL = os.environ.get("MEMDIAG_CHAOS") == "full"
+KILLS = 20 if FULL else 4
+FUZZ = 5000 if FULL else 600
+SESSIONS = 300 if FULL else 60
+#: events a second while processes are killed: publishing outlasts the kills
+KILL_RATE = 35.0 if FULL else 30.0
+
+
+def report(name: str, data: dict[str, Any]) -> None:
+    path = os.environ.get("MEMDIAG_CHAOS_REPORT")
+    if not path:
+        return
+    target = Path(path)
+    doc = json.loads(target.read_text()) if target.exists() else {}
+    doc[name] = data
+    target.write_text(json.dumps(doc, indent=2))
+
+
+def judgements(n: int, seed: int) -> list[dict[str, Any]]:
+    """Benchmark judgements of every failure mode."""
+    r = random.Random(seed)
+    out = []
+    for i in range(n):
+        gold = [f"g{i}"] if r.random() < 0.8 else []
+        retrieved = gold + ["x"] if r.random() < 0.5 else ["x"]
+        out.append(
+            {
+                "kind": "judgement",
+                "event_id": f"j{seed}-{i}",
+                "ts": f"2026-11-20T08:{i % 60:02d}:{i % 59:02d}Z",
+                "run_id": f"run-{i % 3}",
+                "question_id": f"q{i}",
+                "judge_correct": r.random() < 0.5,
+                "gold_evidence_ids": gold,
+                "retrieved_context_ids": retrieved,
+            }
+        )
+    return out
+
+
+def failure_mode(j: dict[str, Any]) -> str | None:
+    if j["judge_correct"]:
+        return None
+    if not j["gold_evidence_ids"]:
+        return "unattributed"
+    return (
+        "reader_failure"
+        if set(j["gold_evidence_ids"]) <= set(j["retrieved_context_ids"])
+        else "retrieval_failure"
+    )
+
+
+async def _publish(
+    settings: Settings, messages: list[tuple[str, bytes | None, bytes]], rate: float = 0.0
+) -> None:
+    """(topic, key, value) messages, one each, at ``rate`` a second (0: at once)."""
+    p = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        linger_ms=2,
+        max_request_size=8 * 1024 * 1024,
+    )
+    await p.start()
+    try:
+        start = time.monotonic()
+        pending = []
+        for i, (topic, key, value) in enumerate(messages):
+            if rate and i % 10 == 0:
+                ahead = start + i / rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+            pending.append(await p.send(topic, value, key=key))
+        await asyncio.gather(*pending)
+    finally:
+        await p.stop()
+
+
+def live_messages(settings: Settings, events: list[dict], judged: list[dict]) -> list:
+    """Session events one a message, keyed or not (as runtimes do), judgements among them."""
+    r = random.Random(5)
+    t = settings.topics
+    out = [
+        (t.events, e["session_id"].encode() if r.random() < 0.7 else None, orjson.dumps(e))
+        for e in events
+    ]
+    for j in judged:
+        out.insert(r.randrange(len(out) + 1), (t.judgements, j["run_id"].encode(), orjson.dumps(j)))
+    return out
+
+
+def check_judgements(p: Pipeline, judged: list[dict]) -> None:
+    got = {
+        (row[0], row[1]): row[2]
+        for row in p.query("SELECT run_id, question_id, failure_mode FROM judgements")
+    }
+    assert got == {(j["run_id"], j["question_id"]): failure_mode(j) for j in judged}
+
+
+def _wait_ready(p: Pipeline, name: str, before: int, timeout: float = 90.0) -> float:
+    """Seconds until ``name`` (restarted) logs that it is at work again."""
+    pattern = READY["sink" if name == "sink" else "worker"]
+    start = time.monotonic()
+    while _count(p.workdir / f"{name}.log", pattern) <= before:
+        assert time.monotonic() - start < timeout, (
+            f"{name} did not come back:\n{p.children[name].tail()}"
+        )
+        p.children[name].check_alive()
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_kill_9_at_random_under_live_traffic(pipeline: Pipeline) -> None:
+    events = generate(sessions=SESSIONS, seed=31)
+    judged = judgements(90, seed=31)
+    expected = from_reference(reference(events))
+    pipeline.start("worker", "worker2", "sink")
+    messages = live_messages(pipeline.settings, events, judged)
+    publisher = threading.Thread(
+        target=lambda: asyncio.run(_publish(pipeline.settings, messages, KILL_RATE))
+    )
+    publisher.start()
+    r = random.Random(13)
+    kills: list[dict[str, Any]] = []
+    try:
+        while len(kills) < KILLS:
+            victim = r.choice(["worker", "worker2", "sink"])
+            pattern = READY["sink" if victim == "sink" else "worker"]
+            before = _count(pipeline.workdir / f"{victim}.log", pattern)
+            pipeline.kill(victim)
+            pipeline.start(victim)
+            during_recovery = victim != "sink" and len(kills) + 1 < KILLS and r.random() < 0.3
+            if during_recovery:  # kill it again while it recovers its state
+                time.sleep(r.uniform(0.3, 1.5))
+                kills.append({"victim": victim, "during_recovery": False, "recovery_s": None})
+                pipeline.kill(victim)
+                pipeline.start(victim)
+            recovery = _wait_ready(pipeline, victim, before)
+            kills.append(
+                {"victim": victim, "during_recovery": during_recovery, "recovery_s": recovery}
+            )
+            time.sleep(r.uniform(0.2, 1.5))
+    finally:
+        publisher.join()
+    assert publisher is not None
+    pipeline.drain(timeout=300)
+    assert differences(expected, from_duckdb(pipeline.query)) == []
+    check_judgements(pipeline, judged)
+    assert pipeline.query("SELECT count(*) FROM dead_letters") == [(0,)]
+    times = sorted(k["recovery_s"] for k in kills if k["recovery_s"] is not None)
+    report(
+        "kill_9",
+        {
+            "kills": len(kills),
+            "during_recovery": sum(k["during_recovery"] for k in kills),
+            "by_victim": Counter(k["victim"] for k in kills),
+            "events": len(events),
+            "judgements": len(judged),
+            "recovery_seconds": {
+                "median": times[len(times) // 2],
+                "max": times[-1],
+                "all": [round(t, 2) for t in times],
+            },
+        },
+    )
+
+
+def test_hostile_input_through_the_broker(pipeline: Pipeline) -> None:
+    messages, valid, expected = mixed(seed=7, n=FUZZ, sessions=40)
+    t = pipeline.settings.topics
+    pipeline.start("worker", "sink")
+    asyncio.run(
+        _publish(
+            pipeline.settings,
+            [
+                (t.events, key.encode() if isinstance(key, str) else None,
+                 value if isinstance(value, bytes) else encode(value))
+                for key, value in messages
+            ],
+        )
+    )  # fmt: skip
+    pipeline.drain(timeout=300)
+    reasons = Counter(dict(pipeline.query("SELECT reason, count(*) FROM dead_letters GROUP BY 1")))
+    assert PROCESSING_ERROR not in reasons
+    assert reasons == expected
+    assert differences(from_reference(reference(valid)), from_duckdb(pipeline.query)) == []
+    for name in ("worker", "sink"):
+        pipeline.children[name].check_alive()
+    report(
+        "hostile",
+        {
+            "inputs": sum(expected.values())
+            + sum(1 for v in valid if "h7" in str(v.get("event_id"))),
+            "dead_letters_by_reason": dict(reasons),
+        },
+    )
+
+
+# -- broker restart ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def s3() -> Any:
+    """moto's S3 server on loopback, with a bucket for Tansu."""
+    pytest.importorskip("moto", reason="moto (the test extra) serves S3 for Tansu")
+    import boto3
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ACCESS_KEY_ID": "memdiag",
+        "AWS_SECRET_ACCESS_KEY": "memdiag",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                boto3.client(
+                    "s3",
+                    endpoint_url=endpoint,
+                    aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                    aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                    region_name=env["AWS_DEFAULT_REGION"],
+                ).create_bucket(Bucket="tansu")
+                break
+            except Exception:  # noqa: BLE001 - the server is still starting
+                assert time.monotonic() < deadline, "moto's server did not start"
+                time.sleep(0.2)
+        yield env
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_the_pipeline_resumes_after_a_broker_restart(s3: dict[str, str], tmp_path: Path) -> None:
+    from memdiag.broker import EmbeddedBroker
+
+    events = generate(sessions=SESSIONS // 2, seed=41)
+    expected = from_reference(reference(events))
+    port = _free_port()
+    broker = EmbeddedBroker(port=port, storage="s3://tansu/", env=s3).start()
+    run = uuid.uuid4().hex[:8]
+    settings = Settings.from_env(
+        {},
+        broker=broker.url,
+        topic_prefix=f"r{run}.",
+        app_id=f"memdiag-restart-{run}",
+        sink_group=f"memdiag-restart-sink-{run}",
+        duckdb_path=str(tmp_path / "memdiag.duckdb"),
+        sink_batch_seconds=0.2,
+        commit_interval_seconds=0.5,
+    )
+    asyncio.run(ensure_topics(settings))
+    p = Pipeline(settings, tmp_path)
+    t = settings.topics
+    msgs = [(t.events, e["session_id"].encode(), orjson.dumps(e)) for e in events]
+    half = len(msgs) // 2
+    restarted_at = None
+    try:
+        p.start("worker", "sink")
+        asyncio.run(_publish(settings, msgs[:half], rate=200))
+        time.sleep(1.0)  # work in flight
+        broker.stop()  # the broker goes away mid-run...
+        time.sleep(3.0)
+        broker = EmbeddedBroker(port=port, storage="s3://tansu/", env=s3).start()  # ...and back
+        restarted_at = time.monotonic()
+        asyncio.run(_publish(settings, msgs[half:], rate=200))
+        p.drain(timeout=300)
+        for name in ("worker", "sink"):
+            p.children[name].check_alive()  # nobody restarted them
+        assert differences(expected, from_duckdb(p.query)) == []
+        report(
+            "broker_restart",
+            {"events": len(events), "resumed_within_s": round(time.monotonic() - restarted_at, 1)},
+        )
+    finally:
+        p.stop()
+        broker.stop()
