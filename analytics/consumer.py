@@ -16,13 +16,13 @@ import math
 import time
 from typing import Any
 
-import duckdb
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
 from memdiag.analytics.db import DatabaseError
-from memdiag.analytics.sink import DuckDBSink
+from memdiag.analytics.sink import DATA_ERRORS, DuckDBSink
 from memdiag.contract import SINK_REJECTED
 from memdiag.contract.envelope import InMessage
 from memdiag.kafka import client_options
@@ -52,8 +52,13 @@ class SinkFatal(RuntimeError):
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
+    """Another process holds the file: DuckDB's own words, or memdiag's after waiting."""
     text = str(exc)
-    return "Conflicting lock" in text or "Could not set lock" in text or "stayed locked" in text
+    return (
+        "Could not set lock on file" in text
+        or "Conflicting lock is held" in text
+        or (isinstance(exc, DatabaseError) and "stayed locked" in text)
+    )
 
 
 def fatal_message(path: str, exc: BaseException) -> str:
@@ -108,7 +113,7 @@ class SinkRunner:
                 await asyncio.to_thread(self.sink.init)
                 self._opened = True
                 return
-            except (duckdb.IOException, duckdb.PermissionException, DatabaseError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever DuckDB says, the file is unusable
                 if not is_lock_conflict(exc):
                     raise SinkFatal(fatal_message(path, exc)) from exc
                 if time.monotonic() - said_at >= 60:  # a reader holds it: wait, never fatal
@@ -217,15 +222,23 @@ class SinkRunner:
         }
 
     async def flush_and_commit(self) -> None:
+        """Write what is buffered, then commit its offsets. A record DuckDB refuses is
+        dead-lettered (the batch is written record by record); a problem with the file is
+        waited for (a lock) or retried a bounded number of times (:class:`SinkFatal`).
+        Nothing is committed that is not written."""
         if self._first_pending_at is None:
             return
         failures = 0
         said_at = -math.inf
         while True:
             try:
-                written = await asyncio.to_thread(self.sink.flush)
+                try:
+                    written = await asyncio.to_thread(self.sink.flush)
+                except DATA_ERRORS:
+                    log.exception("sink batch refused; writing it record by record")
+                    written = await asyncio.to_thread(self.sink.flush_isolating, self._rejected)
                 break
-            except (duckdb.IOException, duckdb.PermissionException, DatabaseError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the file's problem: wait, retry or stop
                 # Nothing was committed: Kafka keeps the batch whatever happens next.
                 if is_lock_conflict(exc):  # an analyst's reader holds the file: never fatal
                     if time.monotonic() - said_at >= 60:
@@ -251,12 +264,14 @@ class SinkRunner:
                     delay,
                 )
                 await asyncio.sleep(delay)
-            except Exception:  # noqa: BLE001 - bad data: isolate it instead of stalling
-                log.exception("sink batch refused; writing it record by record")
-                written = await asyncio.to_thread(self.sink.flush_isolating, self._rejected)
-                break
         if self.consumer is not None:
-            await self.consumer.commit()
+            try:
+                await self.consumer.commit()
+            except (CommitFailedError, IllegalStateError) as exc:
+                # A long wait (a reader holding the file past max_poll_interval_ms) cost the
+                # sink its partitions: it rejoins and reads again from its last commit; what
+                # it wrote meanwhile is written again, as upserts.
+                log.warning("sink could not commit (%s); it goes on from its last commit", exc)
         self._first_pending_at = None
         if written:
             log.debug("sink wrote %d rows", written)

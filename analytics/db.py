@@ -28,8 +28,9 @@ def sql(name: str) -> str:
 
 
 def _is_lock_error(exc: Exception) -> bool:
+    """DuckDB's own words for another process holding the file (not any "lock" in a path)."""
     text = str(exc)
-    return "lock" in text.lower() or "Conflicting lock" in text
+    return "Could not set lock on file" in text or "Conflicting lock is held" in text
 
 
 #: The storage version memdiag creates DuckDB files in (MEMDIAG_DUCKDB_STORAGE_VERSION):

@@ -25,6 +25,23 @@ from memdiag.analytics.db import STORAGE_VERSION, connect, init_schema, sql, sto
 log = logging.getLogger("memdiag.sink")
 
 
+#: What a bad record makes DuckDB or Arrow raise: the sink writes the batch record by
+#: record and dead-letters the ones refused. Anything else (an I/O error, a full disk, a
+#: corrupt or invalidated database) is about the file: the batch is kept and retried.
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    duckdb.ConstraintException,
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.TypeMismatchException,
+    duckdb.OutOfRangeException,
+    duckdb.BinderException,
+    pa.ArrowException,
+    KeyError,
+    TypeError,
+    ValueError,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TableSpec:
     """How one kind of record becomes rows of one table."""
@@ -298,15 +315,15 @@ class DuckDBSink:
                         _write_table(con, spec, [record])
                         con.execute("COMMIT")
                         written += 1
-                    except (
-                        duckdb.Error,
-                        pa.ArrowException,
-                        KeyError,
-                        TypeError,
-                        ValueError,
-                    ) as exc:
+                    except DATA_ERRORS as exc:
                         con.execute("ROLLBACK")
                         rejected.append(reject(record, f"{type(exc).__name__}: {exc}"))
+                    except BaseException:  # the file, not the record: nothing is cleared
+                        try:
+                            con.execute("ROLLBACK")
+                        except duckdb.Error:
+                            pass
+                        raise
             if rejected:
                 con.execute("BEGIN TRANSACTION")
                 written += _write_table(con, SPECS["dead_letter"], rejected)

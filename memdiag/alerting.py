@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import logging
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -102,12 +104,22 @@ async def _emit(alert: Alert, show: Callable[[Alert], None], webhook: str | None
 RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
 
 
+def redacted(url: str) -> str:
+    """A webhook URL for a log line: its query string and any user or password (often a
+    token) left out."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 def retryable(exc: BaseException) -> bool:
     """A refused connection, a time-out, 408, 429 or a 5xx may pass on a retry; another 4xx
     (a wrong URL, a rejected body) will not."""
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code in (408, 429) or exc.code >= 500
-    return isinstance(exc, OSError)
+    return isinstance(exc, OSError | http.client.HTTPException)
 
 
 async def deliver(url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELAYS) -> bool:
@@ -117,20 +129,20 @@ async def deliver(url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELA
         try:
             await asyncio.to_thread(post, url, alert)
             return True
-        except OSError as exc:  # HTTPError and URLError are OSErrors
+        except (OSError, http.client.HTTPException) as exc:  # HTTPError, URLError: OSErrors
             if not retryable(exc) or attempt == len(delays):
                 log.error(
                     "alert dropped after %d attempt%s: webhook %s failed (%s): %s",
                     attempt + 1,
                     "" if attempt == 0 else "s",
-                    url,
+                    redacted(url),
                     exc,
                     orjson.dumps(alert.as_dict()).decode(),
                 )
                 return False
             log.warning(
                 "webhook %s failed (%s); retry %d of %d in %.0fs",
-                url,
+                redacted(url),
                 exc,
                 attempt + 1,
                 len(delays),

@@ -66,33 +66,40 @@ class _Said(logging.Handler):
 
 def describe_failure(settings: Settings, exc: BaseException, said: Iterable[str] = ()) -> str:
     """One line a person can act on, for a failed connection (never the password).
-    ``said``: what the client logged meanwhile."""
+    ``said``: what the client logged meanwhile (often the only place the cause is)."""
     where = f"MEMDIAG_BROKER={settings.broker}"
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    causes = " | ".join(dict.fromkeys(said))  # each once, in order
-    if causes:
-        text = f"{text} ({causes})"
-    if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+    causes = [_cause(m) for m in dict.fromkeys(said)]  # each once, in order
+    cause = "; ".join(causes) or (
+        f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    )
+    everything = f"{type(exc).__name__} {exc} {cause}"
+    if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in everything:
         return (
             f"the broker's TLS certificate did not verify ({where}, MEMDIAG_KAFKA_SSL_CAFILE="
-            f"{settings.kafka_ssl_cafile or '(system CAs)'}): {causes or exc}"
+            f"{settings.kafka_ssl_cafile or '(system CAs)'}): {cause}"
         )
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS failed with the broker ({where}): {causes or exc}"
-    name = type(exc).__name__
-    if settings.kafka_security_protocol.startswith("SASL_") and (
-        "Authentication" in name or "Sasl" in name or "sasl" in text.lower()
+    if isinstance(exc, ssl.SSLError) or "SSL" in cause:
+        return f"TLS failed with the broker ({where}): {cause}"
+    refused = "Connect call failed" in everything or "Connection refused" in everything
+    if settings.kafka_security_protocol.startswith("SASL_") and not refused and (
+        "Authentication" in everything or "Sasl" in everything or "closed" in everything
         or isinstance(exc, KeyError)  # aiokafka's SCRAM client, on a refused exchange
     ):  # fmt: skip
         return (
-            f"the broker refused SASL {settings.kafka_sasl_mechanism} authentication for user "
-            f"{settings.kafka_sasl_username!r} ({where}): check MEMDIAG_KAFKA_SASL_USERNAME "
-            "and the password"
+            f"the broker refused the SASL {settings.kafka_sasl_mechanism} login of user "
+            f"{settings.kafka_sasl_username!r} ({where}; {cause}): check "
+            "MEMDIAG_KAFKA_SASL_USERNAME, the password and MEMDIAG_KAFKA_SASL_MECHANISM"
         )
     return (
-        f"no Kafka broker answered at {settings.bootstrap_servers} ({where}; {text}): start "
+        f"no Kafka broker answered at {settings.bootstrap_servers} ({where}): {cause}; start "
         "it, or point MEMDIAG_BROKER at it"
     )
+
+
+def _cause(message: str) -> str:
+    """aiokafka's 'Unable connect to "host:port": [Errno 111] ...' without its prefix."""
+    head, sep, rest = message.partition('": ')
+    return rest if sep and head.startswith("Unable connect to") else message
 
 
 class ProbeFailed(Exception):
@@ -105,21 +112,28 @@ class ProbeFailed(Exception):
 
 async def probe(settings: Settings, timeout: float = 10.0) -> None:
     """One metadata request with memdiag's connection settings; raises :class:`ProbeFailed`.
-    What aiokafka logs meanwhile is kept for the message, not shown."""
+    What aiokafka logs meanwhile (often the only place the cause is) is kept for the message,
+    not shown: one line of ours says it instead."""
+    options = client_options(settings)  # a bad setting raises here, before anything changes
     said = _Said()
     aiokafka_log = logging.getLogger("aiokafka")
-    propagate = aiokafka_log.propagate
+    level, propagate = aiokafka_log.level, aiokafka_log.propagate
     aiokafka_log.addHandler(said)
-    aiokafka_log.propagate = False
-    admin = AIOKafkaAdminClient(**client_options(settings), request_timeout_ms=int(timeout * 1000))
     try:
-        await asyncio.wait_for(admin.start(), timeout)
-        await asyncio.wait_for(admin.list_topics(), timeout)
-    except Exception as exc:  # noqa: BLE001 - described by the caller, with what was said
-        raise ProbeFailed(exc, said.messages) from exc
+        if aiokafka_log.getEffectiveLevel() > logging.WARNING:
+            aiokafka_log.setLevel(logging.WARNING)  # whatever another caller left it at
+        aiokafka_log.propagate = False
+        admin = AIOKafkaAdminClient(**options, request_timeout_ms=int(timeout * 1000))
+        try:
+            await asyncio.wait_for(admin.start(), timeout)
+            await asyncio.wait_for(admin.list_topics(), timeout)
+        except Exception as exc:  # noqa: BLE001 - described by the caller, with what was said
+            raise ProbeFailed(exc, said.messages) from exc
+        finally:
+            await admin.close()
     finally:
-        await admin.close()
         aiokafka_log.removeHandler(said)
+        aiokafka_log.setLevel(level)
         aiokafka_log.propagate = propagate
 
 
@@ -135,7 +149,8 @@ async def wait_for_kafka(
     delay doubling to ``max_delay`` (30 s): a service started before its broker (compose,
     Kubernetes) waits instead of dying, and wrong credentials cause no retry storm. Logs one
     line at the first failure and then one a ``say_every`` (a minute), naming the setting to
-    check. ``give_up_after``: raise :class:`KafkaUnavailable` after that many seconds."""
+    check. ``give_up_after``: a command's wait: silent, then :class:`KafkaUnavailable` (its
+    message is the line) after that many seconds."""
     started = time.monotonic()
     delay = first_delay
     said_at: float | None = None
@@ -153,7 +168,7 @@ async def wait_for_kafka(
             now = time.monotonic()
             if give_up_after is not None and now - started + delay > give_up_after:
                 raise KafkaUnavailable(line) from exc
-            if said_at is None or now - said_at >= say_every:
+            if give_up_after is None and (said_at is None or now - said_at >= say_every):
                 log.warning(
                     "%s waits for Kafka: %s (attempt %d; retrying every %.0fs at most)",
                     who,

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from memdiag.kafka import client_options, wait_for_kafka
+from memdiag.kafka import client_options
 from memdiag.settings import Settings
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
@@ -81,7 +81,6 @@ async def publish_file(
     progress: ProgressFn | None = None,
 ) -> PublishStats:
     stats = PublishStats()
-    await wait_for_kafka(settings, "memdiag publish", give_up_after=10.0)
     producer = AIOKafkaProducer(
         **client_options(settings),
         acks="all",

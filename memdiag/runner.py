@@ -107,7 +107,8 @@ def broker_for(settings: Settings, say: Say) -> Iterator[Settings]:
     t0 = time.monotonic()
     with EmbeddedBroker() as broker:
         say(f"embedded broker (Tansu) on {broker.bootstrap}, up in {time.monotonic() - t0:.2f}s")
-        yield settings.with_(broker=broker.url)
+        # the embedded broker is local and plaintext, whatever MEMDIAG_KAFKA_* say
+        yield settings.with_(broker=broker.url, kafka_security_protocol="PLAINTEXT")
 
 
 def spawn_child(name: str, command: str, settings: Settings, log_dir: Path) -> Child:

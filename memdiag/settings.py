@@ -328,6 +328,17 @@ class Settings:
                 raise ConfigError(
                     "MEMDIAG_KAFKA_SSL_CERTFILE and MEMDIAG_KAFKA_SSL_KEYFILE go together"
                 )
+            import ssl  # the files must load, not only exist: a bad PEM is refused at start
+
+            try:
+                context = ssl.create_default_context(cafile=self.kafka_ssl_cafile or None)
+                if self.kafka_ssl_certfile:
+                    context.load_cert_chain(self.kafka_ssl_certfile, self.kafka_ssl_keyfile)
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise ConfigError(
+                    "MEMDIAG_KAFKA_SSL_CAFILE/_CERTFILE/_KEYFILE do not load as PEM "
+                    f"certificates and key: {exc}"
+                ) from None
 
     @property
     def topics(self) -> Topics:

@@ -23,8 +23,10 @@ def failed_output(msg: InMessage, exc: BaseException, settings: Settings) -> Out
         f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
         "processed. This is a memdiag bug: report it with this payload"
     )
-    rejected = Rejected(0, PROCESSING_ERROR, detail, msg.value or b"")
-    add_dead_letter(out, msg, rejected, settings, identity=(msg.partition, msg.offset, "message"))
+    payload = msg.value or b""
+    rejected = Rejected(0, PROCESSING_ERROR, detail, payload)
+    where = (msg.partition, msg.offset, "message", digest(payload))
+    add_dead_letter(out, msg, rejected, settings, identity=where)
     return out
 
 
@@ -48,14 +50,20 @@ def dead_letter_id(topic: str, prefix: str, *where: object) -> str:
     bad inputs are two rows even when their bytes are equal (two elements of one batch, or
     the same broken line published twice).
 
-    ``where`` is ``(partition, offset, index)`` for an input refused as it came (``index``:
-    its position in a batch message), ``("event", event_id)`` for a valid event that could
-    not be applied (its id is the idempotency key: a re-delivery is the same event), and
-    ``(partition, offset, "message")`` for a whole message the stage failed on.
+    ``where`` is ``(partition, offset, index, digest)`` for an input refused as it came
+    (``index``: its position in a batch message; ``digest``: of its bytes, so a topic that
+    starts its offsets over, such as the embedded broker's on every ``memdiag run``, does
+    not overwrite older rows), ``("event", event_id)`` for a valid event that could not be
+    applied (its id is the idempotency key: a re-delivery is the same event), and
+    ``(partition, offset, "message", digest)`` for a whole message the stage failed on.
     """
     base = topic[len(prefix) :] if topic.startswith(prefix) else topic
     text = "\0".join([base, *(str(w) for w in where)])
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def digest(payload: bytes) -> str:
+    return hashlib.blake2b(payload, digest_size=12).hexdigest()
 
 
 def dead_letter_record(
@@ -66,7 +74,7 @@ def dead_letter_record(
 ) -> dict[str, Any]:
     limit = settings.deadletter_payload_bytes
     payload = rejected.payload
-    where = identity or (msg.partition, msg.offset, rejected.index)
+    where = identity or (msg.partition, msg.offset, rejected.index, digest(payload))
     return {
         "dead_letter_id": dead_letter_id(msg.topic, settings.topic_prefix, *where),
         "topic": msg.topic,

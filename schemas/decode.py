@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import fastjsonschema
@@ -162,7 +162,8 @@ class Decoder:
                 Rejected(
                     index,
                     BAD_TS,
-                    f"ts {item['ts']!r} is not a valid RFC 3339 date-time with an offset",
+                    f"ts {_show(item['ts'])} is not a valid RFC 3339 date-time with an offset "
+                    "(a real date, in the years 1 to 9999 UTC)",
                     payload or _dumps(item),
                 )
             )
@@ -182,7 +183,7 @@ class Decoder:
                 )
             )
             return
-        context = item.get("failure_context")
+        context = item.get("failure_context") if item["kind"] == "session_outcome" else None
         if context is not None and deeper_than(context, MAX_DEPTH):
             rejected.append(
                 Rejected(
@@ -213,12 +214,12 @@ class Decoder:
             if kind in self._other_kinds:
                 return (
                     UNKNOWN_KIND,
-                    f"kind {kind!r} does not belong on {self._topic_label}; "
+                    f"kind {_show(kind)} does not belong on {self._topic_label}; "
                     "publish judgements to the judgements topic and session events to events",
                 )
             return (
                 UNKNOWN_KIND,
-                f"unknown kind {kind!r}; expected one of {sorted(self._validators)}",
+                f"unknown kind {_show(kind)}; expected one of {sorted(self._validators)}",
             )
         try:
             validator(item)
@@ -254,7 +255,7 @@ def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any])
         return BAD_VALUE, f"{path} must not be empty"
     if rule in ("enum", "const"):
         allowed = exc.rule_definition if rule == "enum" else [exc.rule_definition]
-        return BAD_VALUE, f"{path} is {exc.value!r}, expected one of {allowed}"
+        return BAD_VALUE, f"{path} is {_show(exc.value)}, expected one of {allowed}"
     return BAD_VALUE, f"{path}: {exc.message}"
 
 
@@ -295,15 +296,35 @@ def parse_ts(value: str) -> int | None:
     return _iso_to_us(value)
 
 
+#: The event times memdiag accepts: those a UTC date-time can write back, years 1 to 9999
+#: (0001-01-01T00:00:00+01:00 is in year 0 in UTC: refused).
+_MIN_US = ts_to_us(datetime(1, 1, 1, tzinfo=UTC))
+_MAX_US = ts_to_us(datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+
+
 def _iso_to_us(value: str) -> int | None:
-    """Microseconds of an RFC 3339-shaped string; ``None`` if it is no real date-time."""
+    """Microseconds of an RFC 3339-shaped string; ``None`` if it is no real date-time, or one
+    outside the years 1 to 9999 in UTC."""
     try:
         dt = datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
     except ValueError:
         return None
     if dt.tzinfo is None:
         return None
-    return ts_to_us(dt)
+    try:
+        ts_us = ts_to_us(dt)
+    except (OverflowError, ValueError):
+        return None
+    return ts_us if _MIN_US <= ts_us <= _MAX_US else None
+
+
+def _show(value: Any) -> str:
+    """A value in a detail, bounded: never the ``repr`` of a whole (possibly deep) input."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 80 else value[:79] + "…")
+    if isinstance(value, bool | int | float) or value is None:
+        return repr(value)[:80]
+    return f"{_json_type(value)}"
 
 
 def _dumps(item: Any) -> bytes:

@@ -83,7 +83,12 @@ class Rollups:
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
         for msg in msgs:
-            self._one(msg, store, out)
+            try:
+                self._one(msg, store, out)
+            except Exception:  # noqa: BLE001 - one bad increment never stops the batch: the
+                # runner would retry the batch message by message and add the others twice
+                log.warning("counters: increment at %s/%d/%d left out", msg.topic,
+                            msg.partition, msg.offset, exc_info=True)  # fmt: skip
         return out
 
     def _one(self, msg: InMessage, store: StateStore, out: Output) -> None:

@@ -85,7 +85,7 @@ def elements(r: random.Random, n: int, prefix: str = "h") -> list[Element]:
         eid = f"{prefix}-{i}"
         # distinct event times: equal ones keep their arrival order, which the mixing shuffles
         ts = f"2026-11-20T07:{i // 60 % 60:02d}:{i % 60:02d}.{i // 3600 % 1000:03d}Z"
-        choice = r.randrange(16)
+        choice = r.randrange(19)
         if choice == 0:
             return Element([[_nest(300 + i % 500)]], "not_an_event")  # deep; alone, a batch of one
         if choice == 1:
@@ -128,6 +128,12 @@ def elements(r: random.Random, n: int, prefix: str = "h") -> list[Element]:
             return Element(_search(f"{sid}-nul", eid, query="auth\u0000flow", ts=ts), None)
         if choice == 14:  # valid: deep nesting in an unknown (ignored) field
             return Element(_search(f"{sid}-deep", eid, extra=_nest(200 + i % 300), ts=ts), None)
+        if choice == 15:  # an enum's value nested deep: its detail must not repr it
+            return Element(_search(sid, eid, source=_nest(900 + i % 100)), "bad_value")
+        if choice == 16:  # RFC 3339, but before year 1 in UTC
+            return Element(_search(sid, eid, ts="0001-01-01T00:00:00+01:00"), "bad_ts")
+        if choice == 17:  # a kind nested deep
+            return Element(_search(sid, eid, kind=_nest(600)), "wrong_type")
         return Element(_search(sid, eid, source="admin"), "bad_value")
 
     return [make(i) for i in range(n)]

@@ -342,9 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as exc:  # noqa: BLE001 - a user-facing command: say what, not a traceback
         from memdiag.broker import BrokerError
+        from memdiag.kafka import KafkaUnavailable
         from memdiag.runner import PipelineError
 
-        if isinstance(exc, BrokerError | PipelineError) or type(exc).__name__ == "DatabaseError":
-            err.print(f"[red]error:[/red] {exc}")
+        failed = BrokerError | PipelineError | KafkaUnavailable
+        if isinstance(exc, failed) or type(exc).__name__ == "DatabaseError":
+            from rich.markup import escape
+
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
             return 1
         raise

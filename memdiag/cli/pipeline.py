@@ -110,7 +110,7 @@ def cmd_sink(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from memdiag.kafka import ensure_topics
+    from memdiag.kafka import ensure_topics, wait_for_kafka
     from memdiag.publish import publish_file
 
     settings = settings_of(args)
@@ -120,6 +120,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return 2
 
     async def go(progress: FileProgress) -> Any:
+        await wait_for_kafka(settings, "memdiag publish", give_up_after=10.0)
         await ensure_topics(settings)
         return await publish_file(path, settings, batch_size=args.batch_size, progress=progress)
 

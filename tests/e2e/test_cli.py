@@ -269,3 +269,10 @@ def test_calibrate_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
         assert 0 <= ci["low"] <= w["rate_auc"] <= ci["high"] <= 1
     text = memdiag("calibrate", "--db", str(db), "--resamples", "200")
     assert "the followup window" in text.stdout and "caveats" in text.stdout
+
+
+def test_publish_without_a_broker_is_one_clear_line(small_file: Path) -> None:
+    result = memdiag("publish", str(small_file), env={"MEMDIAG_BROKER": "kafka://127.0.0.1:9"})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "error:" in result.stderr and "MEMDIAG_BROKER=kafka://127.0.0.1:9" in result.stderr

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 
 from memdiag.settings import Settings
 from tests.integration.conftest import Pipeline
@@ -146,22 +152,59 @@ def test_replaying_the_same_input_leaves_duckdb_unchanged(pipeline: Pipeline) ->
     assert len(again["dead_letters"]) == 2
 
 
+class AllToOne(AbstractPartitionAssignor):
+    """Every partition to the one member, under the protocol name the worker's group uses."""
+
+    name = "faust"
+    version = 0
+
+    @classmethod
+    def assign(cls, cluster: Any, members: dict[str, Any]) -> dict[str, Any]:
+        topics = {t for m in members.values() for t in m.subscription}
+        partitions = [
+            (t, p) for t in sorted(topics) for p in sorted(cluster.partitions_for_topic(t))
+        ]
+        assignment: dict[str, Any] = {}
+        for i, member in enumerate(sorted(members)):
+            mine: dict[str, list[int]] = {}
+            if i == 0:
+                for t, p in partitions:
+                    mine.setdefault(t, []).append(p)
+            assignment[member] = ConsumerProtocolMemberAssignment(
+                cls.version, sorted(mine.items()), b""
+            )
+        return assignment
+
+    @classmethod
+    def metadata(cls, topics: Any) -> Any:
+        return ConsumerProtocolMemberMetadata(cls.version, list(topics), b"")
+
+    @classmethod
+    def on_assignment(cls, assignment: Any) -> None:
+        pass
+
+
 def rewind(settings: Settings, group: str, topic: str) -> None:
     """Commit offset 0 on every partition of ``topic`` for ``group`` (stopped meanwhile)."""
 
     async def go() -> None:
+        # join the (now empty) group as its one member: a commit needs a live generation
         c = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+            topic,
+            bootstrap_servers=settings.bootstrap_servers,
+            group_id=group,
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+            partition_assignment_strategy=(AllToOne,),
         )
         await c.start()
         try:
-            parts = c.partitions_for_topic(topic) or set()
-            if not parts:
-                await c._client.force_metadata_update()
-                parts = c.partitions_for_topic(topic) or set()
-            tps = [TopicPartition(topic, p) for p in sorted(parts)]
-            c.assign(tps)
-            await c.commit({tp: 0 for tp in tps})
+            deadline = asyncio.get_running_loop().time() + 60
+            while not c.assignment():
+                assert asyncio.get_running_loop().time() < deadline, "never joined the group"
+                await c.getmany(timeout_ms=200)
+            await c.commit({TopicPartition(topic, tp.partition): 0 for tp in c.assignment()})
         finally:
             await c.stop()
 

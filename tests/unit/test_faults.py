@@ -162,3 +162,75 @@ def test_an_unreachable_webhook_is_retried_then_dropped(caplog: pytest.LogCaptur
     caplog.set_level(logging.WARNING, logger="memdiag.alert")
     assert not asyncio.run(deliver("http://127.0.0.1:9/hook", alert(), delays=(0.01,)))
     assert any("alert dropped after 2 attempts" in r.getMessage() for r in caplog.records)
+
+
+class IsolatingSink(FailingSink):
+    """A sink whose batch write refuses bad data; record by record it writes the rest."""
+
+    def __init__(self, *errors: BaseException, isolating_error: BaseException | None = None):
+        super().__init__(*errors)
+        self.isolated = 0
+        self.isolating_error = isolating_error
+
+    def flush_isolating(self, reject: Any) -> int:
+        self.isolated += 1
+        if self.isolating_error is not None:
+            raise self.isolating_error
+        return 1
+
+
+def test_bad_data_is_isolated_but_a_broken_file_is_not(tmp_path: Path) -> None:
+    data = IsolatingSink(duckdb.ConstraintException("Constraint Error: NOT NULL"))
+    asyncio.run(runner(data, tmp_path).flush_and_commit())
+    assert data.isolated == 1
+    # a database DuckDB has invalidated is the file's problem: bounded retry, then fatal
+    fatal = IsolatingSink(
+        *(duckdb.FatalException("database has been invalidated") for _ in range(9))
+    )
+    with pytest.raises(SinkFatal, match="database has been invalidated"):
+        asyncio.run(runner(fatal, tmp_path).flush_and_commit())
+    assert fatal.isolated == 0
+    # the file failing during the record-by-record write is not turned into dead letters
+    both = IsolatingSink(
+        *(duckdb.ConversionException("bad") for _ in range(9)),
+        isolating_error=duckdb.IOException("IO Error: No space left on device"),
+    )
+    with pytest.raises(SinkFatal, match="the disk is full"):
+        asyncio.run(runner(both, tmp_path).flush_and_commit())
+
+
+def test_a_lock_word_in_a_path_is_no_lock(tmp_path: Path) -> None:
+    from memdiag.analytics.consumer import is_lock_conflict
+
+    assert not is_lock_conflict(
+        duckdb.IOException('Cannot open "/srv/blockstore/x": No space left')
+    )
+    assert is_lock_conflict(
+        duckdb.IOException('IO Error: Could not set lock on file "x": Conflicting lock is held')
+    )
+
+
+def test_a_lost_commit_after_a_long_wait_is_not_fatal(tmp_path: Path) -> None:
+    from aiokafka.errors import CommitFailedError
+
+    class Consumer:
+        async def commit(self) -> None:
+            raise CommitFailedError("rebalanced")
+
+    r = runner(FailingSink(), tmp_path)
+    r.consumer = Consumer()  # type: ignore[assignment]
+    asyncio.run(r.flush_and_commit())
+    assert r._first_pending_at is None
+
+
+def test_the_webhook_url_is_logged_without_its_token(caplog: pytest.LogCaptureFixture) -> None:
+    from memdiag.alerting import redacted
+
+    assert (
+        redacted("https://user:pw@hooks.example:8443/x/y?token=abc")
+        == "https://hooks.example:8443/x/y"
+    )
+    caplog.set_level(logging.WARNING, logger="memdiag.alert")
+    asyncio.run(deliver("http://u:secret@127.0.0.1:9/hook?token=t0k3n", alert(), delays=(0.01,)))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "t0k3n" not in text and "secret" not in text and "127.0.0.1:9/hook" in text

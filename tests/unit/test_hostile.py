@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -121,13 +120,28 @@ json_values = st.recursive(
 KINDS = st.sampled_from(list(SESSION_KINDS) + ["judgement", "drop table"])
 
 
+TIMES = st.one_of(
+    st.just("2026-11-21T09:30:00Z"),
+    st.datetimes(timezones=st.timezones()).map(lambda d: d.isoformat()),
+    st.from_regex(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)\Z"),
+)
+
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
 @st.composite
 def mutated_events(draw: Any) -> Any:
-    """A valid-looking event with one field replaced by an arbitrary JSON value."""
+    """A valid-looking event with one field replaced by an arbitrary JSON value (sometimes
+    nested deep), its time drawn from every date-time shape."""
     event = {
         "kind": draw(KINDS),
         "event_id": draw(st.text(min_size=1, max_size=8)),
-        "ts": "2026-11-21T09:30:00Z",
+        "ts": draw(TIMES),
         "session_id": "s",
         "query": "q",
         "result_ids": ["a"],
@@ -140,26 +154,34 @@ def mutated_events(draw: Any) -> Any:
         "errors": [],
     }
     field = draw(st.sampled_from(sorted(event)))
-    if draw(st.booleans()):
+    how = draw(st.sampled_from(["drop", "value", "deep"]))
+    if how == "drop":
         del event[field]
-    else:
+    elif how == "value":
         event[field] = draw(json_values)
+    else:
+        event[field] = nested(draw(st.integers(200, 1000)))
     return event
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=max(300, INPUTS // 4),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.lists(st.one_of(mutated_events(), json_values), min_size=1, max_size=6))
 def test_any_batch_is_accounted_element_by_element(batch: list[Any]) -> None:
     """Each element is accepted or refused with an input reason, exactly once; the worker's
     session stage never raises on it."""
+    raw = encode(batch)
     decoder = Decoder(SESSION_KINDS, "memdiag.events", SETTINGS.max_event_bytes, None)
-    decoded = decoder.decode(orjson.dumps(batch), 1_800_000_000_000)
+    decoded = decoder.decode(raw, 1_800_000_000_000)
     indexes = sorted([a.index for a in decoded.accepted] + [r.index for r in decoded.rejected])
     assert indexes == list(range(len(batch)))
     assert all(r.reason in INPUT_REASONS for r in decoded.rejected)
     processor = Processor(SETTINGS, lambda sid: partition_for(sid, SETTINGS.events_partitions))
     out = processor.process(
-        [InMessage("memdiag.events", 0, 0, None, orjson.dumps(batch), 1_800_000_000_000)],
+        [InMessage("memdiag.events", 0, 0, None, raw, 1_800_000_000_000)],
         DictStore(),
     )
     assert all(d["reason"] != PROCESSING_ERROR for _, d in out.deadletters)

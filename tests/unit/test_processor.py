@@ -8,7 +8,7 @@ import orjson
 
 from memdiag.contract import DEAD_LETTERS, FOLLOWUPS, SEARCH_CALLS
 from memdiag.contract.envelope import DictStore, InMessage
-from memdiag.schemas.deadletters import dead_letter_id, failed_output
+from memdiag.schemas.deadletters import dead_letter_id, digest, failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 from memdiag.streams.processor import Processor
@@ -120,13 +120,24 @@ def test_events_of_another_partition_are_rerouted_with_their_publish_time() -> N
         store,
     )
     assert list(out.diagnostics) == ["here"]
-    [(sid, [event], published_ms)] = out.reroute
-    assert (sid, published_ms) == ("there", PUBLISHED_MS)
-    # the event's own fields, the same instant; not the ignored ones (they may nest deeper
-    # than orjson re-encodes)
-    sent = search("b", "2026-11-21T09:30:00.000000Z", "q", ["o"], sid="there")
-    assert event == {**sent, "source": "agent"} and "extra" not in event
+    assert out.reroute == [
+        ("there", [search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)],
+         PUBLISHED_MS)
+    ]  # fmt: skip
     assert list(store.data) == [HEAD + "here"]
+
+
+def test_an_event_too_deep_to_re_encode_is_rerouted_with_its_known_fields() -> None:
+    p = Processor(SETTINGS, lambda sid: 1)
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    event = search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=deep)
+    raw = ('[' + json.dumps({k: v for k, v in event.items() if k != "extra"})[:-1]
+           + ', "extra": ' + "[" * 300 + "1" + "]" * 300 + "}]").encode()  # fmt: skip
+    out = p.process([InMessage("memdiag.events", 0, 0, None, raw, PUBLISHED_MS)], DictStore())
+    [(_, [sent], _)] = out.reroute
+    assert "extra" not in sent and sent["event_id"] == "b" and not out.deadletters
 
 
 def test_bad_events_in_a_batch_are_dead_lettered_one_each() -> None:
@@ -165,7 +176,8 @@ def test_dead_letter_identity_is_where_the_input_was_not_its_bytes() -> None:
     b = p.process(msg(b"garbage", offset=99), DictStore()).deadletters[0][1]
     assert a["dead_letter_id"] == again["dead_letter_id"]
     assert a["dead_letter_id"] != b["dead_letter_id"]
-    assert a["dead_letter_id"] == dead_letter_id("memdiag.events", "memdiag.", 0, 1, 0)
+    garbage = digest(b"garbage")
+    assert a["dead_letter_id"] == dead_letter_id("memdiag.events", "memdiag.", 0, 1, 0, garbage)
     batch = p.process(msg([{"kind": "nope"}, {"kind": "nope"}], offset=5), DictStore())
     ids = {d["dead_letter_id"] for _, d in batch.deadletters}
     assert len(ids) == 2  # two bad elements of one batch: two dead letters
