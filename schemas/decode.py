@@ -10,7 +10,7 @@ person can act on.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -349,6 +349,7 @@ def deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` nests containers more than ``limit`` levels deep (iterative: no
     recursion, however deep the input)."""
     stack = [(value, 0)]
+    children: Iterable[Any]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     con = connect(result.db_path, read_only=True)
     try:
         figures = status(con)
+        latest = con.execute(
+            "SELECT session_id FROM session_diagnostics WHERE outcome <> 'accepted' "
+            "ORDER BY ts DESC, session_id LIMIT 1"
+        ).fetchone()
     finally:
         con.close()
     out.print(
@@ -81,10 +86,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print_status(figures, result.db_path)
     report = write_html_report(result.db_path, Path(args.report))
     out.print(f"\n[bold]report:[/bold] {report}")
+    explain = f"memdiag explain {shlex.quote(latest[0])} --db {args.db} · " if latest else ""
     out.print(
-        f"[dim]next: memdiag query misleading --db {args.db} · memdiag compare --baseline "
-        f"longmem-baseline --candidate longmem-rerank --db {args.db} · memdiag report scores "
-        f"--run-id longmem-rerank --db {args.db}[/dim]"
+        f"[dim]next: {explain}memdiag calibrate --db {args.db} · memdiag query misleading "
+        f"--db {args.db} · memdiag compare --baseline longmem-baseline --candidate "
+        f"longmem-rerank --db {args.db}[/dim]"
     )
     return 0
 

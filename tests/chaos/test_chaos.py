@@ -217,6 +217,11 @@ def test_kill_9_at_random_under_live_traffic(pipeline: Pipeline) -> None:
                 "median": times[len(times) // 2],
                 "max": times[-1],
                 "all": [round(t, 2) for t in times],
+                "by_victim": {
+                    v: sorted(round(k["recovery_s"], 2) for k in kills
+                              if k["victim"] == v and k["recovery_s"] is not None)
+                    for v in ("worker", "worker2", "sink")
+                },  # fmt: skip
             },
         },
     )
