@@ -96,6 +96,8 @@ class SinkRunner:
         self._first_pending_at: float | None = None
         self._stopping = asyncio.Event()
         self._opened = False
+        # a revocation flushes from aiokafka's coordinator task: one flush at a time
+        self._flushing = asyncio.Lock()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -200,7 +202,10 @@ class SinkRunner:
         topic = {"dead_letter": topics.deadletter, "observation_weight": topics.weights}.get(
             str(record.get("kind")), topics.diagnostics
         )
-        payload = orjson.dumps(record, default=str)
+        try:
+            payload = orjson.dumps(record, default=str)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes: a note instead
+            payload = orjson.dumps({"kind": record.get("kind"), "note": "not re-encodable"})
         limit = self.settings.deadletter_payload_bytes
         return {
             "kind": "dead_letter",
@@ -226,6 +231,10 @@ class SinkRunner:
         dead-lettered (the batch is written record by record); a problem with the file is
         waited for (a lock) or retried a bounded number of times (:class:`SinkFatal`).
         Nothing is committed that is not written."""
+        async with self._flushing:
+            await self._flush_and_commit()
+
+    async def _flush_and_commit(self) -> None:
         if self._first_pending_at is None:
             return
         failures = 0

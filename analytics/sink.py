@@ -34,11 +34,11 @@ DATA_ERRORS: tuple[type[BaseException], ...] = (
     duckdb.InvalidInputException,
     duckdb.TypeMismatchException,
     duckdb.OutOfRangeException,
-    duckdb.BinderException,
     pa.ArrowException,
     KeyError,
     TypeError,
     ValueError,
+    OverflowError,  # an integer beyond its column (int64)
 )
 
 

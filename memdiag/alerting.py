@@ -108,10 +108,20 @@ def redacted(url: str) -> str:
     """A webhook URL for a log line: its query string and any user or password (often a
     token) left out."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rpartition("@")[2]  # as written: a port, IPv6 brackets kept
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def check_webhook(url: str) -> str | None:
+    """Why ``url`` cannot be a webhook (a problem to refuse at start), or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is no number
+    except ValueError as exc:
+        return f"--webhook {redacted(url)!r}: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"--webhook {redacted(url)!r}: give an http:// or https:// URL with a host"
+    return None
 
 
 def retryable(exc: BaseException) -> bool:
@@ -119,6 +129,8 @@ def retryable(exc: BaseException) -> bool:
     (a wrong URL, a rejected body) will not."""
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code in (408, 429) or exc.code >= 500
+    if isinstance(exc, http.client.InvalidURL | ValueError):
+        return False  # a URL that cannot work: no retry makes it work
     return isinstance(exc, OSError | http.client.HTTPException)
 
 
@@ -129,7 +141,7 @@ async def deliver(url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELA
         try:
             await asyncio.to_thread(post, url, alert)
             return True
-        except (OSError, http.client.HTTPException) as exc:  # HTTPError, URLError: OSErrors
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # HTTPError: OSError
             if not retryable(exc) or attempt == len(delays):
                 log.error(
                     "alert dropped after %d attempt%s: webhook %s failed (%s): %s",

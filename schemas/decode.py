@@ -174,7 +174,7 @@ class Decoder:
                 Rejected(
                     index,
                     BAD_TS,
-                    f"ts {item['ts']!r} is in the future: {ahead:,.1f} s ahead of when it was "
+                    f"ts {_show(item['ts'])} is in the future: {ahead:,.1f} s ahead of when it was "
                     f"published ({format_ts(self._horizon_us - (self._max_skew_us or 0))}, its "
                     "Kafka record's timestamp), more than MEMDIAG_MAX_CLOCK_SKEW_SECONDS "
                     f"({(self._max_skew_us or 0) / 1_000_000:g} s) allows. Check the clock of "
@@ -243,7 +243,7 @@ def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any])
     if rule == "pattern" and path == "ts":
         return (
             BAD_TS,
-            f"ts {exc.value!r} is not RFC 3339 with an offset (e.g. 2026-11-21T09:30:00.250Z)",
+            f"ts {_show(exc.value)} is not RFC 3339 with an offset (e.g. 2026-11-21T09:30:00.250Z)",
         )
     if rule == "maxLength":
         label = ID_TOO_LONG if path.endswith("id") else BAD_VALUE

@@ -234,12 +234,19 @@ class BatchRunner:
         return self.commit_interval
 
     async def _idle(self) -> None:
-        """Nothing came for a while: commit what the last batches made durable, and fetch
-        again any hole still open (no record behind it may come to show it)."""
+        """Nothing came for a while: commit what the last batches made durable, start a new
+        generation that no record has started yet, and fetch again any hole still open (no
+        record behind it may come to show it)."""
         if self._in_flight and not self._in_flight[-1].done():
             return
         await self.wait_idle()
-        if self.progress.generation != self.app.consumer_generation_id:
+        generation = self.app.consumer_generation_id
+        if self.progress.generation != generation:
+            # Seek to the committed offsets now rather than at the first record: a partition
+            # Faust left positioned past them delivers no record to start with (its recovery
+            # does not seek a partition whose committed offset is 0, as after a rewind).
+            if self.app.flow_control.is_active():
+                await self._start_generation(generation)
             return
         now = time.monotonic()
         for tp, hole in list(self._holes.items()):

@@ -349,6 +349,6 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, failed) or type(exc).__name__ == "DatabaseError":
             from rich.markup import escape
 
-            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)  # one line
             return 1
         raise

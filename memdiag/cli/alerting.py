@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from memdiag.cli.common import err, notifier, out, settings_of
 
 
 def cmd_alert(args: argparse.Namespace) -> int:
     from memdiag.alert import RuleError, parse_rule, parse_rules_file
-    from memdiag.alerting import watch
+    from memdiag.alerting import check_webhook, redacted, watch
 
     try:
         rules = [parse_rule(r) for r in args.rule or []]
@@ -28,10 +30,13 @@ def cmd_alert(args: argparse.Namespace) -> int:
             "[red]error:[/red] no rule: pass --rule 'followup_rate > 0.3 for 5m' or --rules FILE"
         )
         return 2
+    if args.webhook and (problem := check_webhook(args.webhook)):
+        err.print(f"[red]error:[/red] {escape(problem)}")
+        return 2
     settings = settings_of(args)
     notifier(args)(
         f"watching {settings.topics.counters} on {settings.broker} with {len(rules)} rule(s)"
-        + (f", posting to {args.webhook}" if args.webhook else "")
+        + (f", posting to {escape(redacted(args.webhook))}" if args.webhook else "")
     )
 
     def show(alert: Any) -> None:

@@ -234,3 +234,38 @@ def test_the_webhook_url_is_logged_without_its_token(caplog: pytest.LogCaptureFi
     asyncio.run(deliver("http://u:secret@127.0.0.1:9/hook?token=t0k3n", alert(), delays=(0.01,)))
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "t0k3n" not in text and "secret" not in text and "127.0.0.1:9/hook" in text
+
+
+def test_an_integer_beyond_its_column_is_refused_at_the_edge_and_isolated_in_the_sink(
+    tmp_path: Path,
+) -> None:
+    import orjson
+
+    from memdiag.schemas import JUDGEMENT_KINDS
+    from memdiag.schemas.decode import Decoder
+
+    judgement = {
+        "kind": "judgement", "event_id": "j", "ts": "2026-11-21T09:30:00Z", "run_id": "r",
+        "question_id": "q", "judge_correct": False, "gold_evidence_ids": [],
+        "retrieved_context_ids": [], "tokens": 2**63,
+    }  # fmt: skip
+    decoded = Decoder(JUDGEMENT_KINDS, "memdiag.judgements", 1 << 20, None).decode(
+        orjson.dumps(judgement)
+    )
+    assert [r.reason for r in decoded.rejected] == ["bad_value"]
+    # and a record that reaches the sink anyway (another producer) is one refused record,
+    # not a broken file
+    sink = IsolatingSink(OverflowError("Python int too large to convert to C long"))
+    asyncio.run(runner(sink, tmp_path).flush_and_commit())
+    assert sink.isolated == 1
+
+
+def test_a_webhook_url_that_cannot_work_is_refused_at_start() -> None:
+    from memdiag.alerting import check_webhook, redacted
+
+    assert check_webhook("https://hooks.example/x?token=1") is None
+    assert "http:// or https://" in (check_webhook("ftp://hooks.example/x") or "")
+    problem = check_webhook("http://u:tok@h:abc/x") or ""
+    assert "Port" in problem or "port" in problem
+    assert "tok" not in problem
+    assert redacted("http://[::1]:8080/h?x=1") == "http://[::1]:8080/h"
