@@ -18,6 +18,8 @@ from pathlib import Path
 from types import TracebackType
 
 from memdiag import procs
+from memdiag.kafka import probe
+from memdiag.settings import Settings
 
 
 class BrokerError(RuntimeError):
@@ -145,25 +147,10 @@ def wait_for_broker(
         if proc is not None and proc.poll() is not None:
             raise BrokerError(f"the embedded broker exited with code {proc.returncode}")
         try:
-            asyncio.run(_metadata(bootstrap))
+            # memdiag's own probe: what aiokafka says while the broker boots stays quiet
+            asyncio.run(probe(Settings(broker=f"kafka://{bootstrap}"), timeout=2.0))
             return
         except Exception as exc:  # noqa: BLE001 - keep trying until the deadline
             last = exc
             time.sleep(0.05)
     raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f}s: {last}")
-
-
-async def _metadata(bootstrap: str) -> None:
-    import logging
-
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    # "Unable connect" is expected while the broker boots: keep it out of the user's way.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
-    await admin.start()
-    try:
-        await admin.list_topics()
-    finally:
-        await admin.close()

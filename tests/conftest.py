@@ -11,4 +11,6 @@ def pytest_report_header(config: object) -> str:
 
     if CONTRACT.is_file():
         return f"tests/spec: against {CONTRACT}"
-    return f"tests/spec: skipped, no product contract at {CONTRACT} (MEMDIAG_CONTRACT to point at one)"
+    return (
+        f"tests/spec: skipped, no product contract at {CONTRACT} (MEMDIAG_CONTRACT to point at one)"
+    )

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,11 +33,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from memdiag.contract import PROCESSING_ERROR
-from memdiag.kafka import ensure_topics
 from memdiag.settings import Settings
 from tests.compare import differences, from_duckdb, from_reference
 from tests.hostile import encode, mixed
-from tests.integration.conftest import Pipeline
+from tests.integration.conftest import Pipeline, pipeline_settings
 from tests.integration.test_event_time import READY, _count
 from tests.reference import reference
 from tests.scenario import generate
@@ -321,18 +319,7 @@ def test_the_pipeline_resumes_after_a_broker_restart(s3: dict[str, str], tmp_pat
     expected = from_reference(reference(events))
     port = _free_port()
     broker = EmbeddedBroker(port=port, storage="s3://tansu/", env=s3).start()
-    run = uuid.uuid4().hex[:8]
-    settings = Settings.from_env(
-        {},
-        broker=broker.url,
-        topic_prefix=f"r{run}.",
-        app_id=f"memdiag-restart-{run}",
-        sink_group=f"memdiag-restart-sink-{run}",
-        duckdb_path=str(tmp_path / "memdiag.duckdb"),
-        sink_batch_seconds=0.2,
-        commit_interval_seconds=0.5,
-    )
-    asyncio.run(ensure_topics(settings))
+    settings = pipeline_settings(broker.url, tmp_path, "restart")
     p = Pipeline(settings, tmp_path)
     t = settings.topics
     msgs = [(t.events, e["session_id"].encode(), orjson.dumps(e)) for e in events]

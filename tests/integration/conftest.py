@@ -215,20 +215,27 @@ class Pipeline:
         return asyncio.run(go())
 
 
-@pytest.fixture
-def pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+def pipeline_settings(broker_url: str, workdir: Path, label: str = "test") -> Settings:
+    """A pipeline of its own on ``broker_url``: a unique topic prefix, consumer groups and
+    DuckDB file, and short batches and commits; its topics created."""
     run = uuid.uuid4().hex[:10]
     settings = Settings.from_env(
         {},
         broker=broker_url,
         topic_prefix=f"t{run}.",
-        app_id=f"memdiag-test-{run}",
-        sink_group=f"memdiag-test-sink-{run}",
-        duckdb_path=str(tmp_path / "memdiag.duckdb"),
+        app_id=f"memdiag-{label}-{run}",
+        sink_group=f"memdiag-{label}-sink-{run}",
+        duckdb_path=str(workdir / "memdiag.duckdb"),
         sink_batch_seconds=0.2,
         commit_interval_seconds=0.5,
     )
     asyncio.run(ensure_topics(settings))
+    return settings
+
+
+@pytest.fixture
+def pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+    settings = pipeline_settings(broker_url, tmp_path)
     p = Pipeline(settings, tmp_path)
     try:
         yield p

@@ -139,6 +139,23 @@ def _wait_port(port: int, timeout: float = 10.0) -> None:
             time.sleep(0.05)
 
 
+def _tansu(
+    log: Any, port: int, *args: str, advertised: int | None = None
+) -> subprocess.Popen[bytes]:
+    """The bundled Tansu on ``port`` (memory storage), advertising ``advertised`` (default:
+    the same port), with more ``args``; readiness is the caller's to check."""
+    return subprocess.Popen(
+        [
+            tansu_binary(), "broker", *args,
+            "--listener-url", f"tcp://127.0.0.1:{port}",
+            "--advertised-listener-url", f"tcp://127.0.0.1:{advertised or port}",
+            "--storage-engine", "memory://tansu/",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def tls_broker(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """Tansu on a plaintext port, advertising the TLS front's port, and the front."""
@@ -146,16 +163,7 @@ def tls_broker(tmp_path: Path) -> Iterator[dict[str, Any]]:
     other_ca, _, _ = _certificates(tmp_path, "other")
     plain, front = _free_port(), _free_port()
     log = (tmp_path / "tansu.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            tansu_binary(), "broker",
-            "--listener-url", f"tcp://127.0.0.1:{plain}",
-            "--advertised-listener-url", f"tcp://127.0.0.1:{front}",
-            "--storage-engine", "memory://tansu/",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = _tansu(log, plain, advertised=front)
     terminator = subprocess.Popen(
         [sys.executable, "-c", TLS_FRONT, str(front), str(plain), str(cert), str(key)]
     )
@@ -241,16 +249,7 @@ def auth_broker(tmp_path: Path) -> Iterator[int]:
     """Tansu that requires client authentication (and has no user: it refuses everyone)."""
     port = _free_port()
     log = (tmp_path / "tansu.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            tansu_binary(), "broker", "--authentication",
-            "--listener-url", f"tcp://127.0.0.1:{port}",
-            "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-            "--storage-engine", "memory://tansu/",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = _tansu(log, port, "--authentication")
     try:
         _wait_port(port)
         yield port

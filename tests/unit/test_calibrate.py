@@ -26,7 +26,7 @@ from memdiag.analytics.calibrate import (
     stream_check,
 )
 from memdiag.analytics.sink import DuckDBSink
-from tests.unit.test_sessions import Worker
+from tests.unit.test_sessions import into_duckdb
 
 
 def brute_auc(scores: list[float], positive: list[bool]) -> float:
@@ -160,12 +160,7 @@ BUILT_IN = [
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("calibrate") / "c.duckdb"
-    sink = DuckDBSink(path)
-    sink.init()
-    w = Worker()
-    for events in BUILT_IN:
-        w.publish(events)
-    sink.write([*w.records, *w.weights])
+    into_duckdb(path, *BUILT_IN)
     return str(path)
 
 

@@ -83,7 +83,11 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
         # the attribute the patch sets is the one aiokafka's own argument sets
         plain = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1", fetch_max_wait_ms=7)
         await plain.stop()
-        return consumer._fetch_max_wait_ms, consumer._max_partition_fetch_bytes, plain._fetch_max_wait_ms
+        return (
+            consumer._fetch_max_wait_ms,
+            consumer._max_partition_fetch_bytes,
+            plain._fetch_max_wait_ms,
+        )
 
     try:
         wait_ms, fetch_bytes, plain_ms = thread.thread_loop.run_until_complete(create())

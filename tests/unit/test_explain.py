@@ -13,8 +13,7 @@ import pytest
 
 from memdiag.analytics.explain import UnknownSession, explain, search_verdict, timeline
 from memdiag.analytics.report import anchor, explain_page, render
-from memdiag.analytics.sink import DuckDBSink
-from tests.unit.test_sessions import Worker, session
+from tests.unit.test_sessions import into_duckdb, session
 
 HOSTILE = 'ses-<b>&"[red]x[/red]'  # HTML and Rich markup in an id: shown, never interpreted
 
@@ -87,28 +86,15 @@ def story(sid: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("explain") / "e.duckdb"
-    sink = DuckDBSink(path)
-    sink.init()
-    w = Worker()
-    for i in range(2):  # "stale" is in two failed sessions before the story's: misleading then
-        w.publish(session(f"before{i}", "rework", ["stale"], ts=f"2026-11-21T08:0{i}:00Z"))
-    w.publish(story(HOSTILE))
-    w.publish(
-        [
-            ev(
-                "session_outcome",
-                "n-o",
-                "never",
-                5,
-                outcome="rework",
-                tool_calls=[],
-                files_modified=[],
-                errors=[],
-            )
-        ]
-    )
-    w.publish([ev("search", "open-a", "open", 1, query="q", result_ids=["x"])])
-    sink.write([*w.records, *w.weights])
+    into_duckdb(
+        path,
+        # "stale" is in two failed sessions before the story's: misleading then
+        *(session(f"before{i}", "rework", ["stale"], ts=f"2026-11-21T08:0{i}:00Z") for i in range(2)),
+        story(HOSTILE),
+        [ev("session_outcome", "n-o", "never", 5, outcome="rework", tool_calls=[],
+            files_modified=[], errors=[])],
+        [ev("search", "open-a", "open", 1, query="q", result_ids=["x"])],
+    )  # fmt: skip
     return str(path)
 
 

@@ -84,7 +84,10 @@ def test_no_module_imports_the_folders_as_top_level_packages() -> None:
     the wheel."""
     wrong = []
     for path in ROOT.rglob("*.py"):
-        if any(part in {".venv", ".build", "build"} or part.startswith(".") for part in path.relative_to(ROOT).parts):
+        if any(
+            part in {".venv", ".build", "build"} or part.startswith(".")
+            for part in path.relative_to(ROOT).parts
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = []

@@ -51,6 +51,7 @@ def test_the_wheel_holds_only_the_memdiag_package(tmp_path: Path) -> None:
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
     def name(requirement: str) -> str:
         spec = requirement.split(":", 1)[1].strip()
         return re.split(r"[\s<>=!~;\[(]", spec, maxsplit=1)[0].lower()

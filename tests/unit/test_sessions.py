@@ -16,6 +16,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memdiag.analytics.sink import DuckDBSink
 from memdiag.contract import (
     BAD_TS,
     FEEDBACK,
@@ -57,13 +58,24 @@ class Worker(World):
         self.run()
 
 
+def into_duckdb(path: Path, *published: list[dict[str, Any]]) -> DuckDBSink:
+    """The worker's logic on each list of events in turn (settling after each), its records
+    written by the real sink into a new DuckDB file; the sink, to write more."""
+    sink = DuckDBSink(path)
+    sink.init()
+    w = Worker()
+    for events in published:
+        w.publish(events)
+    sink.write([*w.records, *w.weights])
+    return sink
+
+
 def example_events() -> list[dict[str, Any]]:
     return [
         json.loads(line)
         for line in EXAMPLES.read_text().splitlines()
         if line.strip() and json.loads(line)["kind"] != "judgement"
     ]
-
 
 
 def test_the_contract_example() -> None:

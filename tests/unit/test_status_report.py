@@ -11,24 +11,20 @@ import numpy as np
 import pytest
 
 from memdiag.analytics.report import BAR, CORRECT, IGNORED, RETRIEVAL, render
-from memdiag.analytics.sink import DuckDBSink
 from memdiag.analytics.status import followup_over_time, status
 from tests.unit.test_judgements import judgement
-from tests.unit.test_sessions import Worker, example_events, session
+from tests.unit.test_sessions import example_events, into_duckdb, session
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("report") / "r.duckdb"
-    sink = DuckDBSink(path)
-    sink.init()
-    w = Worker()
-    w.publish(example_events())
-    for i in range(6):
-        w.publish(session(f"s{i}", "rejected" if i % 2 else "accepted", ["x", f"o{i}"]))
-    for i in range(3):
-        w.publish(session(f"bad{i}", "rework", ["stale"]))
-    sink.write([*w.records, *w.weights])
+    sink = into_duckdb(
+        path,
+        example_events(),
+        *(session(f"s{i}", "rejected" if i % 2 else "accepted", ["x", f"o{i}"]) for i in range(6)),
+        *(session(f"bad{i}", "rework", ["stale"]) for i in range(3)),
+    )
     sink.write(
         [
             judgement("run-1", f"q{i}", i % 3 == 0, retrieved=() if i % 3 == 1 else ("g",))

@@ -46,7 +46,6 @@ def test_the_decoder_gives_the_input_reasons_but_late_event() -> None:
     assert (*REASONS, LATE_EVENT) == INPUT_REASONS
 
 
-
 def test_the_counter_schema_names_every_counter() -> None:
     from memdiag.contract import COUNTER_HELP
     from memdiag.schemas import load_schema
