@@ -191,6 +191,57 @@ _DEAD_LETTER = pa.schema(
         ("ts", pa.string()),
     ]
 )
+_MEMORY_PIPELINE = pa.schema(
+    [
+        ("agent_id", pa.string()),
+        ("memory_id", pa.string()),
+        ("name", pa.string()),
+        ("written_at", pa.string()),
+        ("indexed_at", pa.string()),
+        ("status", pa.string()),
+        ("store", pa.string()),
+        ("indexed_store", pa.string()),
+        ("index_delay_seconds", pa.float64()),
+        ("ever_unindexed", pa.bool_()),
+        ("write_event_id", pa.string()),
+        ("index_event_id", pa.string()),
+    ]
+)
+_RECALL_PROBE = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("memory_id", pa.string()),
+        ("hit", pa.bool_()),
+        ("rank", pa.int32()),
+        ("ts", pa.string()),
+        ("score", pa.float64()),
+        ("k", pa.int32()),
+        ("threshold", pa.float64()),
+        ("result_count", pa.int32()),
+    ]
+)
+_PIPELINE_AGENT = pa.schema(
+    [
+        ("agent_id", pa.string()),
+        ("clock", pa.string()),
+        ("last_indexed_at", pa.string()),
+        ("ambient_at", pa.string()),
+        ("ambient_session_id", pa.string()),
+        ("ambient_memory_ids", _IDS),
+        ("broken_since", pa.string()),
+        ("deadline_seconds", pa.float64()),
+    ]
+)
+_PIPELINE_BREAK = pa.schema(
+    [
+        ("agent_id", pa.string()),
+        ("since", pa.string()),
+        ("ts", pa.string()),
+        ("oldest_memory_id", pa.string()),
+        ("unindexed", pa.int32()),
+    ]
+)
 
 #: record kind -> how it is written. A corrected record is the whole record again, so
 #: within a batch the last one of each key wins and nothing depends on the order of tables.
@@ -212,6 +263,15 @@ SPECS: dict[str, TableSpec] = {
     ),
     "judgement": TableSpec(
         "upsert_judgements", ("run_id", "question_id", "condition", "repeat_index"), _JUDGEMENT
+    ),
+    "memory_pipeline": TableSpec(
+        "upsert_memory_pipeline", ("agent_id", "memory_id"), _MEMORY_PIPELINE
+    ),
+    "recall_probe": TableSpec("upsert_recall_probes", ("event_id",), _RECALL_PROBE),
+    "pipeline_agent": TableSpec("upsert_pipeline_agents", ("agent_id",), _PIPELINE_AGENT),
+    "pipeline_break": TableSpec("upsert_pipeline_breaks", ("agent_id", "since"), _PIPELINE_BREAK),
+    "pipeline_recovered": TableSpec(
+        "upsert_pipeline_recoveries", ("agent_id", "since"), _PIPELINE_BREAK
     ),
     "dead_letter": TableSpec("insert_dead_letters", ("dead_letter_id",), _DEAD_LETTER),
 }

@@ -12,7 +12,8 @@
   reason and a detail that says what to fix, and nothing is sent. (The worker still judges
   everything it receives: this only moves the error to where it can be fixed.)
 - **Routing and keys** as the contract says: session events to ``events`` keyed by
-  ``session_id``, judgements to ``judgements`` keyed by ``run_id``.
+  ``session_id``, judgements to ``judgements`` keyed by ``run_id``, the recall pipeline's
+  events to ``memory`` keyed by ``agent_id``.
 - **Batching**, like OpenTelemetry's ``BatchSpanProcessor``: events of one key wait at most
   ``linger_ms`` (default 50, at most 100) and go as one message (a JSON array), at most
   ``max_batch_events`` events and ``max_batch_bytes`` bytes. The order of one key's events
@@ -45,7 +46,7 @@ from aiokafka import AIOKafkaProducer
 
 from memdiag.contract import UNKNOWN_KIND
 from memdiag.kafka import client_options
-from memdiag.schemas import JUDGEMENT_KINDS, SESSION_KINDS
+from memdiag.schemas import JUDGEMENT_KINDS, MEMORY_KINDS, SESSION_KINDS
 from memdiag.schemas.decode import Decoder
 from memdiag.settings import Settings
 
@@ -95,12 +96,16 @@ class AsyncPublisher:
         topics = settings.topics
         self._routes = {kind: (topics.events, "session_id") for kind in SESSION_KINDS}
         self._routes.update({kind: (topics.judgements, "run_id") for kind in JUDGEMENT_KINDS})
+        self._routes.update({kind: (topics.memory, "agent_id") for kind in MEMORY_KINDS})
         self._decoders = {
             topics.events: Decoder(
                 SESSION_KINDS, topics.events, settings.max_event_bytes, settings.max_skew_us
             ),
             topics.judgements: Decoder(
                 JUDGEMENT_KINDS, topics.judgements, settings.max_event_bytes, settings.max_skew_us
+            ),
+            topics.memory: Decoder(
+                MEMORY_KINDS, topics.memory, settings.max_event_bytes, settings.max_skew_us
             ),
         }
         self._producer = producer

@@ -190,6 +190,8 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
     return {
         t.events: settings.events_partitions,
         t.judgements: settings.judgements_partitions,
+        # co-partitioned with `events`: the recall pipeline's state lives in the same table
+        t.memory: settings.events_partitions,
         t.diagnostics: settings.diagnostics_partitions,
         t.weights: settings.aux_partitions,
         t.counters: settings.aux_partitions,
@@ -226,15 +228,17 @@ async def ensure_topics(settings: Settings) -> None:
                 await admin.create_topics(new)
             except TopicAlreadyExistsError:
                 pass  # created concurrently by another process
-        events = settings.topics.events
-        if events in existing:
-            described = await admin.describe_topics([events])
+        for name in (settings.topics.events, settings.topics.memory):
+            if name not in existing:
+                continue
+            described = await admin.describe_topics([name])
             have = len(described[0]["partitions"])
             if have != settings.events_partitions:
                 raise ConfigError(
-                    f"topic {events} has {have} partitions but MEMDIAG_EVENTS_PARTITIONS="
-                    f"{settings.events_partitions}; set MEMDIAG_EVENTS_PARTITIONS={have} "
-                    "(the worker's state is partitioned like this topic)"
+                    f"topic {name} has {have} partitions but MEMDIAG_EVENTS_PARTITIONS="
+                    f"{settings.events_partitions}; set MEMDIAG_EVENTS_PARTITIONS to the "
+                    "partitions of memdiag's events topic and give its memory topic as many "
+                    "(the worker's state is partitioned like both)"
                 )
     finally:
         await admin.close()

@@ -1,11 +1,12 @@
 """Publishing a JSON Lines file of events, batched the way the contract allows.
 
-Events go to ``events`` keyed by ``session_id`` and judgements to ``judgements`` keyed by
-``run_id``. Consecutive events of one key are packed into one message (a JSON array) of at
-most ``batch_size`` events and ``max_batch_bytes``: the order within a key is kept, which is
-the only order Kafka promises anyway. The publisher does not judge events: a line that is
-not JSON, or has no usable key, is sent as it is (unkeyed, alone) and the worker
-dead-letters it with a reason, so nothing vanishes and the worker stays the one judge.
+Events go to ``events`` keyed by ``session_id``, judgements to ``judgements`` keyed by
+``run_id``, and the recall pipeline's events to ``memory`` keyed by ``agent_id``.
+Consecutive events of one key are packed into one message (a JSON array) of at most
+``batch_size`` events and ``max_batch_bytes``: the order within a key is kept, which is the
+only order Kafka promises anyway. The publisher does not judge events: a line that is not
+JSON, or has no usable key, is sent as it is (unkeyed, alone) and the worker dead-letters it
+with a reason, so nothing vanishes and the worker stays the one judge.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from memdiag.kafka import client_options
+from memdiag.schemas import MEMORY_KINDS
 from memdiag.settings import Settings
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
@@ -55,6 +57,10 @@ def route(line: bytes, settings: Settings) -> Routed:
         run_id = doc.get("run_id")
         key = run_id.encode("utf-8") if isinstance(run_id, str) and run_id else None
         return Routed(t.judgements, key, line, key is not None)
+    if doc.get("kind") in MEMORY_KINDS:
+        agent_id = doc.get("agent_id")
+        key = agent_id.encode("utf-8") if isinstance(agent_id, str) and agent_id else None
+        return Routed(t.memory, key, line, key is not None)
     session_id = doc.get("session_id")
     key = session_id.encode("utf-8") if isinstance(session_id, str) and session_id else None
     return Routed(t.events, key, line, key is not None)

@@ -37,14 +37,19 @@ class PipelineError(RuntimeError):
 
 
 def worker_inputs(settings: Settings) -> list[str]:
-    return [settings.topics.events]
+    return [settings.topics.events, settings.topics.memory]
 
 
 def worker_stages(settings: Settings) -> list[list[str]]:
     """The worker's input topics, stage by stage: each stage feeds the next, so once a
     stage has committed everything, all it will ever send to the next one has been sent."""
     t = settings.topics
-    return [[t.events, t.judgements], [t.observation_steps], [t.session_verdicts], [t.counters]]
+    return [
+        [t.events, t.judgements, t.memory],
+        [t.observation_steps],
+        [t.session_verdicts],
+        [t.counters],
+    ]
 
 
 async def wait_worker(

@@ -48,6 +48,12 @@ class Topics:
         return f"{self.prefix}deadletter"
 
     @property
+    def memory(self) -> str:
+        """The recall pipeline's events (written, indexed, probes, ambient context), keyed
+        by agent_id."""
+        return f"{self.prefix}memory"
+
+    @property
     def observation_steps(self) -> str:
         """Internal: one session outcome's step for one observation, keyed by observation id."""
         return f"{self.prefix}internal.observation-steps"
@@ -62,6 +68,7 @@ class Topics:
         return (
             self.events,
             self.judgements,
+            self.memory,
             self.diagnostics,
             self.weights,
             self.counters,
@@ -81,6 +88,7 @@ _ENV: dict[str, tuple[str, str]] = {
     "recent_search_retention_hours": ("MEMDIAG_RECENT_SEARCH_RETENTION_HOURS", "float"),
     "turn_ttl_seconds": ("MEMDIAG_TURN_TTL_SECONDS", "float"),
     "session_keep_hours": ("MEMDIAG_SESSION_KEEP_HOURS", "float"),
+    "index_deadline_seconds": ("MEMDIAG_INDEX_DEADLINE_SECONDS", "float"),
     "max_clock_skew_seconds": ("MEMDIAG_MAX_CLOCK_SKEW_SECONDS", "float"),
     "alpha_success": ("MEMDIAG_ALPHA_SUCCESS", "float"),
     "alpha_failure": ("MEMDIAG_ALPHA_FAILURE", "float"),
@@ -149,6 +157,10 @@ class Settings:
     #: event; an event for it after that is dead-lettered as ``late_event`` and counted in
     #: ``memdiag.late_event_total``. Also how long a step waits for a verdict, at most.
     session_keep_hours: float = 24.0
+    #: MEMDIAG_INDEX_DEADLINE_SECONDS: a written memory not indexed this long after it was
+    #: written, by its agent's own clock (the newest ``ts`` of the agent's memory events,
+    #: in whole milliseconds), is ``unindexed``.
+    index_deadline_seconds: float = 600.0
     #: MEMDIAG_MAX_CLOCK_SKEW_SECONDS: an event whose ``ts`` is further than this ahead of
     #: its Kafka record's timestamp is dead-lettered (``bad_ts``, "in the future").
     max_clock_skew_seconds: float = 300.0
@@ -269,6 +281,10 @@ class Settings:
             raise ConfigError(
                 f"MEMDIAG_SESSION_KEEP_HOURS must be > 0, got {self.session_keep_hours:g}"
             )
+        if not self.index_deadline_seconds > 0:
+            raise ConfigError(
+                f"MEMDIAG_INDEX_DEADLINE_SECONDS must be > 0, got {self.index_deadline_seconds:g}"
+            )
         if not self.max_clock_skew_seconds >= 0:
             raise ConfigError(
                 f"MEMDIAG_MAX_CLOCK_SKEW_SECONDS must be >= 0, got {self.max_clock_skew_seconds:g}"
@@ -360,6 +376,10 @@ class Settings:
     @property
     def keep_ms(self) -> int:
         return round(self.session_keep_hours * 3600 * 1000)
+
+    @property
+    def index_deadline_ms(self) -> int:
+        return round(self.index_deadline_seconds * 1000)
 
     @property
     def max_skew_us(self) -> int:

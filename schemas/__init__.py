@@ -13,7 +13,9 @@ from typing import Any
 
 SESSION_KINDS = ("search", "injection", "response", "session_outcome")
 JUDGEMENT_KINDS = ("judgement",)
-EVENT_KINDS = SESSION_KINDS + JUDGEMENT_KINDS
+#: the recall pipeline's events, on ``memdiag.memory`` keyed by ``agent_id``
+MEMORY_KINDS = ("memory_written", "memory_indexed", "recall_probe", "ambient_context")
+EVENT_KINDS = SESSION_KINDS + JUDGEMENT_KINDS + MEMORY_KINDS
 
 
 @cache

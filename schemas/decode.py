@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import fastjsonschema
@@ -32,7 +33,7 @@ from memdiag.contract import (
     WRONG_TYPE,
 )
 from memdiag.schemas import EVENT_KINDS, load_schema
-from memdiag.schemas.models import Event, format_ts, from_dict, ts_to_us
+from memdiag.schemas.models import Event, format_ts, from_dict, to_dict, ts_to_us
 
 #: The reasons the decoder gives (the `reason` column, dead_letter_total{reason}): the input
 #: reasons but ``late_event``, which the session stage gives.
@@ -59,6 +60,16 @@ class Accepted:
     event: Event
     raw: dict[str, Any]  # the event as published (kept for re-routing, extra fields included)
 
+    def reroutable(self) -> dict[str, Any]:
+        """The event to put back on its topic: as it was sent, unless an ignored field of it
+        nests deeper than orjson writes (254 levels); then its known fields, all the
+        receiving partition reads."""
+        try:
+            orjson.dumps([self.raw])  # as it is sent: in a batch, one level deeper
+        except orjson.JSONEncodeError:
+            return to_dict(self.event)
+        return self.raw
+
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
@@ -70,7 +81,9 @@ class Decoded:
 Validator = Callable[[Any], Any]
 
 
+@cache
 def _compile_all() -> dict[str, Validator]:
+    """Each kind's validator, compiled once per process (pure functions: shared)."""
     # use_default=False: validation must not write the schema's defaults into the event.
     return {
         kind: fastjsonschema.compile(load_schema(kind), use_default=False) for kind in EVENT_KINDS
@@ -214,8 +227,9 @@ class Decoder:
             if kind in self._other_kinds:
                 return (
                     UNKNOWN_KIND,
-                    f"kind {_show(kind)} does not belong on {self._topic_label}; "
-                    "publish judgements to the judgements topic and session events to events",
+                    f"kind {_show(kind)} does not belong on {self._topic_label}; publish "
+                    "judgements to the judgements topic, memory_written, memory_indexed, "
+                    "recall_probe and ambient_context to memory, and session events to events",
                 )
             return (
                 UNKNOWN_KIND,
@@ -225,6 +239,14 @@ class Decoder:
             validator(item)
         except fastjsonschema.JsonSchemaValueException as exc:
             return _explain(exc, item)
+        if kind == "recall_probe":
+            scores = item.get("scores")
+            if scores is not None and len(scores) != len(item["result_ids"]):
+                return (
+                    BAD_VALUE,
+                    f"scores has {len(scores)} values for {len(item['result_ids'])} result_ids; "
+                    "give one score per result, in the same order, or no scores",
+                )
         return None
 
 

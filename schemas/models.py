@@ -151,8 +151,58 @@ class Judgement:
     kind: str = field(default="judgement", init=False)
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryWritten:
+    event_id: str
+    ts_us: int
+    agent_id: str
+    memory_id: str
+    name: str | None = None
+    store: str | None = None
+    kind: str = field(default="memory_written", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryIndexed:
+    event_id: str
+    ts_us: int
+    agent_id: str
+    memory_id: str
+    store: str | None = None
+    kind: str = field(default="memory_indexed", init=False)
+
+
+#: A recall probe's defaults (docs/events.md): the top 3, a cosine similarity of 0.35.
+PROBE_K = 3
+PROBE_THRESHOLD = 0.35
+
+
+@dataclass(frozen=True, slots=True)
+class RecallProbe:
+    event_id: str
+    ts_us: int
+    agent_id: str
+    memory_id: str
+    result_ids: tuple[str, ...]
+    scores: tuple[float, ...] | None = None
+    k: int = PROBE_K
+    threshold: float = PROBE_THRESHOLD
+    kind: str = field(default="recall_probe", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AmbientContext:
+    event_id: str
+    ts_us: int
+    agent_id: str
+    session_id: str
+    memory_ids: tuple[str, ...]
+    kind: str = field(default="ambient_context", init=False)
+
+
 SessionEvent = Search | Injection | Response | SessionOutcome
-Event = SessionEvent | Judgement
+MemoryEvent = MemoryWritten | MemoryIndexed | RecallProbe | AmbientContext
+Event = SessionEvent | Judgement | MemoryEvent
 
 
 def _scope(d: dict[str, Any]) -> SessionScope:
@@ -212,7 +262,49 @@ def from_dict(d: dict[str, Any], ts_us: int) -> Event:
             d.get("latency_ms"),
             d.get("tokens"),
         )
+    if kind == "memory_written":
+        return MemoryWritten(
+            d["event_id"], ts_us, d["agent_id"], d["memory_id"], d.get("name"), d.get("store")
+        )
+    if kind == "memory_indexed":
+        return MemoryIndexed(d["event_id"], ts_us, d["agent_id"], d["memory_id"], d.get("store"))
+    if kind == "recall_probe":
+        scores = d.get("scores")
+        return RecallProbe(
+            d["event_id"],
+            ts_us,
+            d["agent_id"],
+            d["memory_id"],
+            tuple(d["result_ids"]),
+            None if scores is None else tuple(float(x) for x in scores),
+            d.get("k", PROBE_K),
+            float(d.get("threshold", PROBE_THRESHOLD)),
+        )
+    if kind == "ambient_context":
+        return AmbientContext(
+            d["event_id"], ts_us, d["agent_id"], d["session_id"], tuple(d["memory_ids"])
+        )
     raise ValueError(f"unknown kind {kind!r}")
+
+
+def _memory_dict(event: MemoryEvent, out: dict[str, Any]) -> dict[str, Any]:
+    out["agent_id"] = event.agent_id
+    if isinstance(event, AmbientContext):
+        out.update(session_id=event.session_id, memory_ids=list(event.memory_ids))
+        return out
+    out["memory_id"] = event.memory_id
+    if isinstance(event, MemoryWritten):
+        for name in ("name", "store"):
+            if getattr(event, name) is not None:
+                out[name] = getattr(event, name)
+    elif isinstance(event, MemoryIndexed):
+        if event.store is not None:
+            out["store"] = event.store
+    else:
+        out.update(result_ids=list(event.result_ids), k=event.k, threshold=event.threshold)
+        if event.scores is not None:
+            out["scores"] = list(event.scores)
+    return out
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -234,6 +326,8 @@ def to_dict(event: Event) -> dict[str, Any]:
         if event.tokens is not None:
             out["tokens"] = event.tokens
         return out
+    if isinstance(event, MemoryWritten | MemoryIndexed | RecallProbe | AmbientContext):
+        return _memory_dict(event, out)
     scope = event.scope
     out["session_id"] = scope.session_id
     for name in ("agent_id", "org_id", "project_id"):

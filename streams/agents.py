@@ -5,15 +5,17 @@
   turns, the session diagnostic; steps for the observation owners.
 - observations (``memdiag.streams.observations``): internal steps, keyed by observation -> ``o:``:
   the ledger of each observation; weights, and verdicts back to the sessions.
+- memory (``memdiag.streams.memory``): ``memory`` (keyed by agent, co-partitioned with
+  ``events``) -> per-agent state (``m:``, ``mm:``): memory rows, probes, pipeline breaks.
 - judgements (``memdiag.streams.judgements``): ``judgements`` -> a ``judgement`` record each
   (stateless).
 - counters (``memdiag.streams.counters``): the increments on ``counters`` -> a per-minute rollup of
   each (``rollups`` table), back on ``counters``.
 
-All four run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
+All five run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
 per touched key, offsets committed by the runner only once everything before them is
-durable. The sessions and observations share one table (and so one changelog); their source
-topics are co-partitioned, so Faust's assignor gives partition p of all of them to one
+durable. The sessions, observations and agents share one table (and so one changelog); their
+source topics are co-partitioned, so Faust's assignor gives partition p of all of them to one
 worker, with changelog partition p. Counters are an alerting signal, not the record (DuckDB
 is): an increment the worker buffered in its last second before a crash is not sent.
 """
@@ -32,6 +34,7 @@ from memdiag.streams.app import Wiring
 from memdiag.streams.batches import BatchRunner
 from memdiag.streams.counters import Rollups
 from memdiag.streams.judgements import JudgementProcessor
+from memdiag.streams.memory import MemoryStage
 from memdiag.streams.metrics import Counters
 from memdiag.streams.observations import ObservationOwner
 from memdiag.streams.outputs import CounterBuffer, Sender, TableStore
@@ -61,6 +64,7 @@ def register(w: Wiring) -> None:
         w.steps,
         w.verdicts,
         w.counters,
+        w.memory,
         CounterBuffer(),
         Counters(),
     )
@@ -76,6 +80,8 @@ def register(w: Wiring) -> None:
                     on_failure, commit_interval=every),
         BatchRunner(app, "observations", [w.steps], ObservationOwner(settings), state, sender,
                     on_failure, commit_interval=every),
+        BatchRunner(app, "memory", [w.memory], MemoryStage(settings, partition_of), state,
+                    sender, on_failure, commit_interval=every),
         # stateless, but its outputs are as precious: same offsets discipline
         BatchRunner(app, "judgements", [w.judgements], JudgementProcessor(settings), None,
                     sender, on_failure, commit_interval=every),

@@ -29,6 +29,8 @@ class Wiring:
     app: faust.App
     events: TopicT
     judgements: TopicT
+    #: the recall pipeline's events, keyed by agent_id (co-partitioned with ``events``)
+    memory: TopicT
     diagnostics: TopicT
     deadletter: TopicT
     counters: TopicT
@@ -37,8 +39,9 @@ class Wiring:
     steps: TopicT
     #: internal: observations' verdicts on a failed session, keyed by session_id
     verdicts: TopicT
-    #: The worker's state, one table for its two stateful stages, apart by key prefix:
-    #: sessions (``memdiag.streams.processor``) and observations (``memdiag.streams.observations``).
+    #: The worker's state, one table for its three stateful stages, apart by key prefix:
+    #: sessions (``memdiag.streams.processor``), observations
+    #: (``memdiag.streams.observations``) and agents' recall pipelines (``memdiag.streams.memory``).
     state: TableT
     #: Counter rollups: counter name and attributes -> {minute: total} (memdiag.streams.counters).
     rollups: TableT
@@ -115,6 +118,7 @@ def create_app(settings: Settings) -> Wiring:
         app=app,
         events=raw_topic(topics.events, settings.events_partitions),
         judgements=raw_topic(topics.judgements, settings.judgements_partitions),
+        memory=raw_topic(topics.memory, settings.events_partitions),
         diagnostics=raw_topic(topics.diagnostics, settings.diagnostics_partitions),
         deadletter=raw_topic(topics.deadletter, settings.aux_partitions),
         counters=raw_topic(topics.counters, settings.aux_partitions),

@@ -126,6 +126,7 @@ class Sender:
         steps: TopicT,
         verdicts: TopicT,
         counters: TopicT,
+        memory: TopicT,
         buffer: CounterBuffer,
         metrics: Counters,
     ):
@@ -135,6 +136,7 @@ class Sender:
         )  # fmt: skip
         self.events, self.steps = events.get_topic_name(), steps.get_topic_name()
         self.verdicts, self.counters = verdicts.get_topic_name(), counters.get_topic_name()
+        self.memory = memory.get_topic_name()
         self.buffer, self.metrics = buffer, metrics
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
@@ -161,16 +163,17 @@ class Sender:
                 await put(self.weights, obs_id, record)
         for dl_key, record in out.deadletters:
             await put(self.deadletter, dl_key, record)
-        for session_id, raws, timestamp_ms in out.reroute:
-            # back onto `events`, keyed so Kafka's partitioner puts it where its state lives,
-            # with its publish time, which the future check and `published_at` read
-            await put(
-                self.events,
-                session_id,
-                raws,
-                None if timestamp_ms is None else timestamp_ms / 1000,
-                [("memdiag-rerouted", b"1")],
-            )
+        for topic, reroute in ((self.events, out.reroute), (self.memory, out.reroute_memory)):
+            for key, raws, timestamp_ms in reroute:
+                # back onto its topic, keyed so Kafka's partitioner puts it where its state
+                # lives, with its publish time, which the future check and `published_at` read
+                await put(
+                    topic,
+                    key,
+                    raws,
+                    None if timestamp_ms is None else timestamp_ms / 1000,
+                    [("memdiag-rerouted", b"1")],
+                )
         for name, record in out.counter_messages:
             await put(self.counters, name, record)
         if out.counts:

@@ -114,7 +114,7 @@ class Processor:
             event: SessionEvent = acc.event  # type: ignore[assignment]
             session_id = event.scope.session_id
             if self._partition_of(session_id) != msg.partition:
-                rerouted.setdefault(session_id, []).append(_reroutable(acc.raw, event))
+                rerouted.setdefault(session_id, []).append(acc.reroutable())
                 continue
             session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
             if session is None:  # forgotten: the event is too late to be applied
@@ -176,16 +176,6 @@ def _late(index: int, raw: dict[str, Any], event: SessionEvent, session_id: str)
         "under a new session_id",
         _payload(raw, event),
     )
-
-
-def _reroutable(raw: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
-    """The event as it was sent, unless an ignored field of it nests deeper than orjson
-    writes (254 levels): then its known fields, all the receiving partition reads."""
-    try:
-        orjson.dumps([raw])  # as it is sent: in a batch, one level deeper
-    except orjson.JSONEncodeError:
-        return to_dict(event)
-    return raw
 
 
 def _payload(raw: dict[str, Any], event: SessionEvent) -> bytes:

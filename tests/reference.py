@@ -213,3 +213,90 @@ def reference(
         "observation_weights": weights,
         "observation_weight_history": history,
     }
+
+
+MEMORY_KINDS = ("memory_written", "memory_indexed", "recall_probe", "ambient_context")
+
+
+def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) -> dict[str, Any]:
+    """The recall pipeline's tables and view (docs/rules.md, "Recall pipeline health"), as
+    ``{table: {key: row}}``, from the valid memory events among ``events`` (any order): a
+    loop over each agent's events sorted by (ts, event_id), written from the rules alone.
+    Times are µs since the epoch; rates are floats or None."""
+    deadline_ms = round(deadline_s * 1000)
+    by_agent: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("kind") in MEMORY_KINDS:
+            by_agent.setdefault(e["agent_id"], []).append(e)
+    memories: dict[tuple[str, str], dict[str, Any]] = {}
+    probes: dict[str, dict[str, Any]] = {}
+    health: dict[str, dict[str, Any]] = {}
+    for agent, evs in by_agent.items():
+        evs = sorted(evs, key=lambda e: (parse(e["ts"]), e["event_id"]))
+        clock = parse(evs[-1]["ts"])
+        written: dict[str, tuple[int, str | None]] = {}
+        indexed: dict[str, int] = {}
+        index_times: list[int] = []
+        latest_probe: dict[str, bool] = {}
+        ambient: list[str] | None = None
+        for e in evs:
+            t, mid = parse(e["ts"]), e.get("memory_id")
+            if e["kind"] == "memory_written" and mid not in written:
+                written[mid] = (t, e.get("name"))
+            elif e["kind"] == "memory_indexed":
+                indexed.setdefault(mid, t)
+                index_times.append(t)
+            elif e["kind"] == "recall_probe":
+                ids, scores = e["result_ids"], e.get("scores")
+                k, threshold = e.get("k", 3), e.get("threshold", 0.35)
+                rank = ids.index(mid) + 1 if mid in ids else None
+                hit = (
+                    rank is not None
+                    and rank <= k
+                    and (scores is None or scores[rank - 1] >= threshold)
+                )
+                probes[e["event_id"]] = {"agent_id": agent, "memory_id": mid, "hit": hit,
+                                         "rank": rank, "ts": t}  # fmt: skip
+                latest_probe[mid] = hit  # sorted: the last one is the latest
+            elif e["kind"] == "ambient_context":
+                ambient = e["memory_ids"]
+        unindexed_since: list[int] = []
+        for mid in written.keys() | indexed.keys():
+            w = written.get(mid, (None, None))[0]
+            i = indexed.get(mid)
+            if w is None:
+                status = "not_written"
+            elif i is not None:
+                status = "indexed"
+            elif clock // 1000 - w // 1000 > deadline_ms:
+                status = "unindexed"
+                unindexed_since.append(w)
+            else:
+                status = "pending"
+            memories[(agent, mid)] = {"name": written.get(mid, (None, None))[1],
+                                      "written_at": w, "indexed_at": i, "status": status}  # fmt: skip
+        n_written = len(written)
+        n_indexed = sum(1 for mid in written if mid in indexed)
+        oldest = min(unindexed_since, default=None)
+        broken = oldest is not None and not any(t >= oldest for t in index_times)
+        in_ambient = len(set(ambient or ()) & written.keys())
+        health[agent] = {
+            "written": n_written,
+            "indexed": n_indexed,
+            "pending": sum(
+                1 for (a, _), r in memories.items() if a == agent and r["status"] == "pending"
+            ),
+            "unindexed": len(unindexed_since),
+            "pipeline_coverage": n_indexed / n_written if n_written else None,
+            "semantic_recall_rate": (
+                sum(latest_probe.values()) / len(latest_probe) if latest_probe else None
+            ),
+            "ambient_trigger_rate": (
+                in_ambient / n_written if n_written and ambient is not None else None
+            ),
+            "last_written_at": max((w for w, _ in written.values()), default=None),
+            "last_indexed_at": max(index_times, default=None),
+            "broken": broken,
+            "broken_since": oldest if broken else None,
+        }
+    return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health}

@@ -213,3 +213,118 @@ FROM counted
 GROUP BY observation_id
 HAVING sum(failed) >= 3 AND sum(accepted) = 0
 ORDER BY fail_count DESC, observation_id;
+
+-- Recall pipeline health (docs/rules.md, "Recall pipeline health"): written, indexed,
+-- recalled. One row per (agent, memory) a memory_written or memory_indexed event named.
+CREATE TABLE IF NOT EXISTS memory_pipeline (
+    agent_id            VARCHAR NOT NULL,
+    memory_id           VARCHAR NOT NULL,
+    name                VARCHAR,              -- of its first write in event time
+    written_at          TIMESTAMPTZ,          -- first memory_written; NULL: none came (yet)
+    indexed_at          TIMESTAMPTZ,          -- first memory_indexed, whatever the store
+    status              VARCHAR NOT NULL,     -- indexed | pending | unindexed | not_written
+    store               VARCHAR,              -- where it was written
+    indexed_store       VARCHAR,              -- where it was first indexed
+    index_delay_seconds DOUBLE,               -- indexed_at - written_at, whole milliseconds
+    ever_unindexed      BOOLEAN,              -- past the deadline unindexed at some point
+    write_event_id      VARCHAR,
+    index_event_id      VARCHAR,
+    updated_at          TIMESTAMPTZ,          -- when the sink last wrote the row (wall clock)
+    PRIMARY KEY (agent_id, memory_id)
+);
+
+-- One row per recall_probe event; each memory's latest (ts, then event_id) is its SRR verdict.
+CREATE TABLE IF NOT EXISTS recall_probes (
+    agent_id     VARCHAR NOT NULL,
+    memory_id    VARCHAR NOT NULL,             -- the memory the probe's query was made from
+    hit          BOOLEAN NOT NULL,             -- in the first k with score >= threshold
+    rank         INTEGER,                      -- 1-based position in the results; NULL: absent
+    ts           TIMESTAMPTZ NOT NULL,
+    event_id     VARCHAR PRIMARY KEY,
+    score        DOUBLE,                       -- its score, when the probe gave scores
+    k            INTEGER,
+    threshold    DOUBLE,
+    result_count INTEGER,
+    ingested_at  TIMESTAMPTZ
+);
+
+-- One row per agent: what its memories' rows do not say.
+CREATE TABLE IF NOT EXISTS pipeline_agents (
+    agent_id           VARCHAR PRIMARY KEY,
+    clock              TIMESTAMPTZ,            -- newest ts of the agent's memory events
+    last_indexed_at    TIMESTAMPTZ,            -- newest memory_indexed, of any memory
+    ambient_at         TIMESTAMPTZ,            -- the latest ambient_context
+    ambient_session_id VARCHAR,
+    ambient_memory_ids VARCHAR[],
+    broken_since       TIMESTAMPTZ,            -- the break holds: the oldest unindexed write
+    deadline_seconds   DOUBLE,                 -- MEMDIAG_INDEX_DEADLINE_SECONDS it ran with
+    updated_at         TIMESTAMPTZ
+);
+
+-- One row per break the worker raised (pipeline_break), closed by pipeline_recovered. The
+-- live record of the alerts; pipeline_agents.broken_since is the break as the events say.
+CREATE TABLE IF NOT EXISTS pipeline_breaks (
+    agent_id         VARCHAR NOT NULL,
+    since            TIMESTAMPTZ NOT NULL,     -- written_at of the oldest unindexed memory
+    broken_at        TIMESTAMPTZ,              -- the agent's clock when it was raised
+    recovered_at     TIMESTAMPTZ,              -- the agent's clock when it stopped holding
+    oldest_memory_id VARCHAR,
+    unindexed        INTEGER,                  -- unindexed memories when raised
+    PRIMARY KEY (agent_id, since)
+);
+
+CREATE OR REPLACE VIEW pipeline_health AS
+WITH memories AS (
+    SELECT agent_id,
+           count(*) FILTER (WHERE written_at IS NOT NULL) AS written,
+           count(*) FILTER (WHERE status = 'indexed') AS indexed,
+           count(*) FILTER (WHERE status = 'pending') AS pending,
+           count(*) FILTER (WHERE status = 'unindexed') AS unindexed,
+           max(written_at) AS last_written_at,
+           max(indexed_at) AS last_memory_indexed_at
+    FROM memory_pipeline
+    GROUP BY agent_id
+),
+latest_probes AS (
+    SELECT agent_id, hit
+    FROM recall_probes
+    QUALIFY row_number() OVER (PARTITION BY agent_id, memory_id ORDER BY ts DESC, event_id DESC) = 1
+),
+probes AS (
+    SELECT agent_id, count(*) AS probed, count(*) FILTER (WHERE hit) AS hits
+    FROM latest_probes
+    GROUP BY agent_id
+),
+ambient AS (
+    SELECT a.agent_id, count(DISTINCT m.memory_id) AS in_ambient
+    FROM (SELECT agent_id, unnest(ambient_memory_ids) AS memory_id FROM pipeline_agents) AS a
+    JOIN memory_pipeline m
+      ON m.agent_id = a.agent_id AND m.memory_id = a.memory_id AND m.written_at IS NOT NULL
+    GROUP BY a.agent_id
+),
+agents AS (
+    SELECT agent_id FROM memory_pipeline
+    UNION SELECT agent_id FROM recall_probes
+    UNION SELECT agent_id FROM pipeline_agents
+)
+SELECT g.agent_id,
+       coalesce(m.written, 0) AS written,
+       coalesce(m.indexed, 0) AS indexed,
+       coalesce(m.pending, 0) AS pending,
+       coalesce(m.unindexed, 0) AS unindexed,
+       CASE WHEN coalesce(m.written, 0) = 0 THEN NULL
+            ELSE m.indexed::DOUBLE / m.written END AS pipeline_coverage,
+       CASE WHEN coalesce(p.probed, 0) = 0 THEN NULL
+            ELSE p.hits::DOUBLE / p.probed END AS semantic_recall_rate,
+       CASE WHEN coalesce(m.written, 0) = 0 OR a.ambient_at IS NULL THEN NULL
+            ELSE coalesce(x.in_ambient, 0)::DOUBLE / m.written END AS ambient_trigger_rate,
+       m.last_written_at,
+       coalesce(a.last_indexed_at, m.last_memory_indexed_at) AS last_indexed_at,
+       a.broken_since IS NOT NULL AS broken,
+       a.broken_since,
+       coalesce(p.probed, 0) AS probed
+FROM agents g
+LEFT JOIN memories m USING (agent_id)
+LEFT JOIN probes p USING (agent_id)
+LEFT JOIN pipeline_agents a USING (agent_id)
+LEFT JOIN ambient x USING (agent_id);

@@ -20,6 +20,7 @@ RETRIEVAL_FAILURES = "agentmemory.retrieval_failure_total"
 DEAD_LETTERS = "memdiag.dead_letter_total"
 UNMATCHED_TURNS = "memdiag.unmatched_turn_total"
 LATE_EVENTS = "memdiag.late_event_total"
+UNINDEXED_MEMORIES = "memdiag.unindexed_memory_total"
 
 # -- what each counter says, and what it over- or under-counts --------------------------
 # Its OpenTelemetry description. An alert on a proxy metric is only as good as its caveat.
@@ -80,6 +81,15 @@ COUNTER_HELP: dict[str, str] = {
         "Input events sent to the dead-letter topic, by reason. A redelivered bad message "
         "may be counted again; the dead_letters table holds each bad input once."
     ),
+    UNINDEXED_MEMORIES: (
+        "Memories written and not indexed within MEMDIAG_INDEX_DEADLINE_SECONDS of the "
+        "agent's own event time, by agent, counted once per memory when that shows. "
+        "Misses an indexer that acknowledges but stores garbage (a vector of the wrong "
+        "dimension, an empty document): that memory counts as indexed; recall probes "
+        "(semantic_recall_rate) catch it. Overcounts a memory whose in-time index event "
+        "arrived after the agent's clock had passed its deadline. An agent that never "
+        "reports indexing counts every memory."
+    ),
 }
 
 #: The attributes each counter may carry; anything else is dropped by a View.
@@ -94,6 +104,7 @@ COUNTER_ATTRIBUTES: dict[str, frozenset[str]] = {
     READER_FAILURES: frozenset({"run_id"}),
     RETRIEVAL_FAILURES: frozenset({"run_id"}),
     DEAD_LETTERS: frozenset({"reason"}),
+    UNINDEXED_MEMORIES: frozenset({"agent_id"}),
 }
 
 #: The two proxies' caveats, as the status screen, the run summary and the report show them.
@@ -173,3 +184,17 @@ READER_FAILURE = "reader_failure"
 RETRIEVAL_FAILURE = "retrieval_failure"
 UNATTRIBUTED = "unattributed"
 FAILURE_MODES = (READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED)
+
+# -- recall pipeline health (docs/rules.md, "Recall pipeline health") ----------------------
+
+#: A written memory's status in ``memory_pipeline``.
+INDEXED = "indexed"  # a memory_indexed event names it
+PENDING = "pending"  # not indexed, within the deadline of the agent's clock
+UNINDEXED = "unindexed"  # not indexed, past the deadline
+#: a memory_indexed event came and no memory_written (yet): kept, to join the write
+NOT_WRITTEN = "not_written"
+MEMORY_STATUSES = (INDEXED, PENDING, UNINDEXED, NOT_WRITTEN)
+
+#: The diagnostics the recall pipeline stage sends (field ``kind``).
+PIPELINE_BREAK = "pipeline_break"
+PIPELINE_RECOVERED = "pipeline_recovered"

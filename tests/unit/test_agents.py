@@ -62,7 +62,13 @@ async def test_the_app_is_built_from_its_settings_alone(wiring: tuple[Wiring, Pr
     # every stage runs under memdiag's runner (its own offsets discipline), none as a
     # plain Faust agent: the counters' stage included
     assert set(w.app.agents) == set()
-    assert [r.name for r in w.runners] == ["sessions", "observations", "judgements", "counters"]
+    assert [r.name for r in w.runners] == [
+        "sessions",
+        "observations",
+        "memory",
+        "judgements",
+        "counters",
+    ]
 
 
 async def roll_up(w: Wiring, producer: Producer, values: list[bytes]) -> None:

@@ -89,7 +89,15 @@ def test_topics() -> None:
     topics = Settings().topics
     assert topics.all() == tuple(
         f"memdiag.{t}"
-        for t in ("events", "judgements", "diagnostics", "weights", "counters", "deadletter")
+        for t in (
+            "events",
+            "judgements",
+            "memory",
+            "diagnostics",
+            "weights",
+            "counters",
+            "deadletter",
+        )
     )
     text = (DOCS / "topics.md").read_text()
     table = dict(re.findall(r"^\| `(memdiag\.[a-z]+)` \| ([^|]+) \|", text, re.M))

@@ -10,6 +10,7 @@ def test_defaults_follow_the_contract() -> None:
     assert s.topics.all() == (
         "memdiag.events",
         "memdiag.judgements",
+        "memdiag.memory",
         "memdiag.diagnostics",
         "memdiag.weights",
         "memdiag.counters",

@@ -1,0 +1,17 @@
+-- One row per recall_probe event: a function of the event alone, so a redelivery or a replay
+-- writes the same values. ingested_at keeps its first value.
+INSERT INTO recall_probes (event_id, agent_id, memory_id, hit, rank, ts, score, k, threshold,
+                           result_count, ingested_at)
+SELECT event_id, agent_id, memory_id, hit, rank, CAST(ts AS TIMESTAMPTZ), score, k, threshold,
+       result_count, current_timestamp
+FROM batch
+ON CONFLICT (event_id) DO UPDATE SET
+    agent_id = EXCLUDED.agent_id,
+    memory_id = EXCLUDED.memory_id,
+    hit = EXCLUDED.hit,
+    rank = EXCLUDED.rank,
+    ts = EXCLUDED.ts,
+    score = EXCLUDED.score,
+    k = EXCLUDED.k,
+    threshold = EXCLUDED.threshold,
+    result_count = EXCLUDED.result_count;

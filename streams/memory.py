@@ -1,0 +1,70 @@
+"""The recall pipeline stage: ``memory`` messages in, memory rows, probes and breaks out.
+
+No Faust, no Kafka. Input: ``memory``, keyed by ``agent_id`` and co-partitioned with
+``events``, so the agents' state lives in the worker's one state table (keys ``m:`` and
+``mm:``, :mod:`memdiag.streams.recall`). Per batch, each event is decoded and validated
+once and applied to its :class:`memdiag.streams.recall.Agent`; each touched agent is written
+once, after the whole batch (its head and the memories that changed), and its summary
+(``pipeline_agent``) is sent once.
+
+Partitioning, as for sessions: an event that arrives on another partition than its
+``agent_id``'s (published without a key, or in a batch keyed by something else) is put back
+on ``memory`` keyed by its ``agent_id``, with its original Kafka timestamp, and applied when
+it arrives there. The rules are in event time, so the detour changes nothing.
+
+An agent's state is never forgotten: it is a few dozen bytes a memory, and an agent's
+pipeline health is a question about its whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.schemas import MEMORY_KINDS
+from memdiag.schemas.deadletters import add_dead_letter
+from memdiag.schemas.decode import Decoder
+from memdiag.schemas.models import MemoryEvent
+from memdiag.settings import Settings
+from memdiag.streams.recall import Agent
+
+
+class MemoryStage:
+    """The recall pipeline stage's logic; one per worker process."""
+
+    def __init__(self, settings: Settings, partition_of: Callable[[str], int]):
+        self.settings = settings
+        self._partition_of = partition_of
+        self._deadline_ms = settings.index_deadline_ms
+        self._decoder = Decoder(
+            MEMORY_KINDS, settings.topics.memory, settings.max_event_bytes, settings.max_skew_us
+        )
+
+    def process(self, msgs: list[InMessage], store: StateStore) -> Output:
+        out = Output()
+        agents: dict[str, Agent] = {}
+        for msg in msgs:
+            if msg.timestamp_ms is not None:
+                out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
+            decoded = self._decoder.decode(msg.value, msg.timestamp_ms)
+            for rejected in decoded.rejected:
+                add_dead_letter(out, msg, rejected, self.settings)
+            rerouted: dict[str, list[dict[str, Any]]] = {}
+            for acc in decoded.accepted:
+                event: MemoryEvent = acc.event  # type: ignore[assignment]
+                agent_id = event.agent_id
+                if self._partition_of(agent_id) != msg.partition:
+                    rerouted.setdefault(agent_id, []).append(acc.reroutable())
+                    continue
+                agent = agents.get(agent_id)
+                if agent is None:
+                    agent = Agent.load(agent_id, msg.partition, self._deadline_ms, store)
+                    agents[agent_id] = agent
+                agent.apply(event, store, out)
+            for agent_id, raws in rerouted.items():
+                out.reroute_memory.append((agent_id, raws, msg.timestamp_ms))
+        for agent in agents.values():
+            agent.save(store)
+            out.diagnostic(agent.agent_id, agent.summary())
+        return out

@@ -1,0 +1,422 @@
+"""Recall pipeline health (docs/rules.md): the rules as pure functions, the stage over a dict
+store, and the same tables from the same events in any order, batching and redelivery,
+against the independent reference (``tests.reference.pipeline_reference``)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memdiag.analytics.sink import DuckDBSink
+from memdiag.contract import (
+    INDEXED,
+    NOT_WRITTEN,
+    PENDING,
+    PIPELINE_BREAK,
+    PIPELINE_RECOVERED,
+    UNINDEXED,
+    UNINDEXED_MEMORIES,
+)
+from memdiag.contract.envelope import DictStore, InMessage
+from memdiag.settings import Settings
+from memdiag.streams.memory import MemoryStage
+from memdiag.streams.recall import break_since, ever_unindexed, probe_verdict, status
+from tests.reference import parse, pipeline_reference
+
+TOPIC = "memdiag.memory"
+#: the Kafka timestamp of every message: far after every ts, so none is "in the future"
+PUBLISHED_MS = 4_102_444_800_000
+T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
+DEADLINE_MS = 600_000
+
+
+def at(seconds: float) -> str:
+    return (
+        (T0 + timedelta(seconds=seconds)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    )
+
+
+def written(eid: str, s: float, mid: str, agent: str = "a1", name: str | None = None) -> dict:
+    e = {"kind": "memory_written", "event_id": eid, "ts": at(s), "agent_id": agent,
+         "memory_id": mid}  # fmt: skip
+    if name is not None:
+        e["name"] = name
+    return e
+
+
+def indexed(eid: str, s: float, mid: str, agent: str = "a1") -> dict:
+    return {"kind": "memory_indexed", "event_id": eid, "ts": at(s), "agent_id": agent,
+            "memory_id": mid, "store": "chroma"}  # fmt: skip
+
+
+def probe(eid: str, s: float, mid: str, ids: list[str], scores: list[float] | None = None,
+          agent: str = "a1") -> dict:  # fmt: skip
+    e: dict[str, Any] = {"kind": "recall_probe", "event_id": eid, "ts": at(s), "agent_id": agent,
+                         "memory_id": mid, "result_ids": ids}  # fmt: skip
+    if scores is not None:
+        e["scores"] = scores
+    return e
+
+
+def ambient(eid: str, s: float, ids: list[str], agent: str = "a1") -> dict:
+    return {"kind": "ambient_context", "event_id": eid, "ts": at(s), "agent_id": agent,
+            "session_id": "ses_1", "memory_ids": ids}  # fmt: skip
+
+
+class Run:
+    """The stage over a dict store; the records it sent, folded as the sink folds them."""
+
+    def __init__(self, deadline_s: float = 600.0):
+        self.stage = MemoryStage(Settings(index_deadline_seconds=deadline_s), lambda a: 0)
+        self.store = DictStore()
+        self.memories: dict[tuple[str, str], dict[str, Any]] = {}
+        self.probes: dict[str, dict[str, Any]] = {}
+        self.agents: dict[str, dict[str, Any]] = {}
+        self.transitions: list[dict[str, Any]] = []
+        self.counts: Counter[Any] = Counter()
+        self.deadletters: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []
+        self.offset = 0
+
+    def send(self, *batches: list[dict[str, Any]]) -> Run:
+        """Each batch is one stage batch; each event its own message."""
+        for batch in batches:
+            msgs = []
+            for e in batch:
+                msgs.append(InMessage(TOPIC, 0, self.offset, None, orjson.dumps(e), PUBLISHED_MS))
+                self.offset += 1
+            out = self.stage.process(msgs, self.store)
+            self.counts.update(out.counts)
+            self.deadletters += [r for _, r in out.deadletters]
+            for records in out.diagnostics.values():
+                for r in records:
+                    self.records.append(r)
+                    if r["kind"] == "memory_pipeline":
+                        self.memories[(r["agent_id"], r["memory_id"])] = r
+                    elif r["kind"] == "recall_probe":
+                        self.probes[r["event_id"]] = r
+                    elif r["kind"] == "pipeline_agent":
+                        self.agents[r["agent_id"]] = r
+                    else:
+                        self.transitions.append(r)
+        return self
+
+    def unindexed_counted(self, agent: str = "a1") -> int:
+        return self.counts[(UNINDEXED_MEMORIES, (("agent_id", agent),))]
+
+
+def us(ts: str | None) -> int | None:
+    return None if ts is None else parse(ts)
+
+
+# -- the rules, pure ----------------------------------------------------------------------
+
+
+def test_a_probe_hits_in_the_first_k_at_or_above_the_threshold() -> None:
+    ids = ["x", "m", "y", "z"]
+    assert probe_verdict("m", ids, [0.9, 0.52, 0.4, 0.3], 3, 0.35) == (True, 2, 0.52)
+    assert probe_verdict("m", ids, [0.9, 0.35, 0.4, 0.3], 3, 0.35) == (True, 2, 0.35)
+    assert probe_verdict("m", ids, [0.9, 0.34, 0.4, 0.3], 3, 0.35) == (False, 2, 0.34)
+    assert probe_verdict("z", ids, [0.9, 0.8, 0.7, 0.6], 3, 0.35) == (False, 4, 0.6)
+    assert probe_verdict("z", ids, None, 4, 0.35) == (True, 4, None)  # rank alone
+    assert probe_verdict("q", ids, None, 3, 0.35) == (False, None, None)
+    assert probe_verdict("m", [], None, 3, 0.35) == (False, None, None)
+
+
+def test_the_deadline_is_exceeded_in_whole_milliseconds() -> None:
+    w = parse(at(0))
+    assert status(w, None, w + DEADLINE_MS * 1000, DEADLINE_MS) == PENDING  # exactly: not over
+    assert status(w, None, w + DEADLINE_MS * 1000 + 999, DEADLINE_MS) == PENDING  # same ms
+    assert status(w, None, w + (DEADLINE_MS + 1) * 1000, DEADLINE_MS) == UNINDEXED
+    assert status(w, w + 10**9, w + 10**12, DEADLINE_MS) == INDEXED  # indexed late: indexed
+    assert status(None, w, w, DEADLINE_MS) == NOT_WRITTEN
+    # ever unindexed follows from indexed_at - written_at, not from when the index came
+    assert not ever_unindexed(w, w + DEADLINE_MS * 1000, w + 10**12, DEADLINE_MS)
+    assert ever_unindexed(w, w + (DEADLINE_MS + 1) * 1000, w + 10**12, DEADLINE_MS)
+    assert not ever_unindexed(None, w, w, DEADLINE_MS)
+
+
+def test_the_break_rule() -> None:
+    assert break_since(None, None) is None
+    assert break_since(100, None) == 100  # never indexed anything
+    assert break_since(100, 99) == 100  # nothing indexed since the oldest unindexed write
+    assert break_since(100, 100) is None  # an index since: the indexer runs, this one missed
+
+
+# -- the stage ----------------------------------------------------------------------------
+
+
+def test_the_contract_example() -> None:
+    events = [
+        written("mw-0001", 0, "ep-boot", name="cold-start-bootstrap"),
+        indexed("mi-0001", 31.5, "ep-boot"),
+        probe("rp-0001", 3600, "ep-boot", ["ep-deploy", "ep-boot"], [0.61, 0.52]),
+        ambient("ac-0001", 3900, ["ep-boot", "ep-deploy"]),
+    ]
+    r = Run().send(events)
+    row = r.memories[("a1", "ep-boot")]
+    assert row["status"] == INDEXED and row["index_delay_seconds"] == 31.5
+    assert r.probes["rp-0001"]["hit"] and r.probes["rp-0001"]["rank"] == 2
+    assert r.agents["a1"]["ambient_memory_ids"] == ["ep-boot", "ep-deploy"]
+    assert r.unindexed_counted() == 0 and r.transitions == [] and r.deadletters == []
+
+
+@pytest.mark.parametrize("order", ["write first", "index first"])
+def test_write_and_index_join_in_either_order(order: str) -> None:
+    w, i = written("w1", 0, "m1"), indexed("i1", 5, "m1")
+    r = Run().send([w]) if order == "write first" else Run().send([i])
+    first = r.memories[("a1", "m1")]["status"]
+    assert first == (PENDING if order == "write first" else NOT_WRITTEN)
+    r.send([i] if order == "write first" else [w])
+    row = r.memories[("a1", "m1")]
+    assert row["status"] == INDEXED and row["index_delay_seconds"] == 5.0
+    assert r.agents["a1"]["written"] == 1 and r.agents["a1"]["indexed"] == 1
+
+
+def test_the_deadline_boundary_through_the_stage() -> None:
+    r = Run().send([written("w1", 0, "m1"), written("w2", 600, "m2")])
+    assert r.memories[("a1", "m1")]["status"] == PENDING  # 600.000 s: not over
+    r.send([written("w3", 600.001, "m3")])
+    assert r.memories[("a1", "m1")]["status"] == UNINDEXED  # 600.001 s: over
+    assert r.memories[("a1", "m2")]["status"] == PENDING
+    assert r.unindexed_counted() == 1
+    # the counter's minute is the one the deadline passed in
+    assert r.agents["a1"]["unindexed"] == 1 and r.agents["a1"]["pending"] == 2
+
+
+def test_a_late_in_time_index_clears_the_status_but_not_the_counter() -> None:
+    r = Run().send([written("w1", 0, "m1"), written("w2", 700, "m2")])
+    assert r.memories[("a1", "m1")]["status"] == UNINDEXED and r.unindexed_counted() == 1
+    r.send([indexed("i1", 30, "m1")])  # it was indexed in time; the event came late
+    row = r.memories[("a1", "m1")]
+    assert row["status"] == INDEXED and row["ever_unindexed"] is False
+    assert r.unindexed_counted() == 1  # an increment is never taken back (the help text says)
+
+
+def test_an_index_over_the_deadline_counts_once_in_any_order() -> None:
+    events = [written("w1", 0, "m1"), indexed("i1", 700, "m1"), written("w2", 800, "m2")]
+    for order in (events, events[::-1], [events[1], events[0], events[2]]):
+        r = Run().send(*[[e] for e in order])
+        assert r.memories[("a1", "m1")]["ever_unindexed"] is True
+        assert r.unindexed_counted() == 1
+
+
+def test_a_redelivery_changes_nothing_and_sends_its_rows_again() -> None:
+    events = [written("w2", -10, "m2"), indexed("i2", -5, "m2"), written("w1", 0, "m1"),
+              written("w3", 700, "m3"), probe("p1", 710, "m2", ["m2"])]  # fmt: skip
+    r = Run().send(events)
+    before = (dict(r.memories), dict(r.probes), dict(r.agents), Counter(r.counts))
+    sent = len(r.records)
+    state = dict(r.store.data)
+    r.send(events)  # the whole batch again, as after a crash before the commit
+    assert (r.memories, r.probes, r.agents, r.counts) == before
+    assert r.store.data == state
+    again = r.records[sent:]
+    # w3 advanced the clock, turned m1 unindexed and broke the pipeline (no index since m1
+    # was written): its redelivery sends m1's row and the break again
+    assert {(x["kind"], x.get("memory_id")) for x in again} >= {
+        ("memory_pipeline", "m1"), ("memory_pipeline", "m3"), ("recall_probe", "m2"),
+        ("pipeline_break", None),
+    }  # fmt: skip
+
+
+def test_an_agent_that_breaks_and_recovers() -> None:
+    r = Run().send([written(f"w{n}", n * 60, f"m{n}") for n in range(5)])
+    r.send([indexed(f"i{n}", n * 60 + 5, f"m{n}") for n in range(2)])  # m0, m1 indexed
+    r.send([written("w9", 1000, "m9")])  # m2 (120 s) is past the deadline, no index since
+    kinds = [t["kind"] for t in r.transitions]
+    assert kinds == [PIPELINE_BREAK]
+    brk = r.transitions[0]
+    assert brk["oldest_memory_id"] == "m2" and us(brk["since"]) == parse(at(120))
+    assert us(r.agents["a1"]["broken_since"]) == parse(at(120))
+    # the indexer comes back: one index event after the oldest unindexed write recovers it
+    r.send([indexed("i9", 1010, "m9")])
+    assert [t["kind"] for t in r.transitions] == [PIPELINE_BREAK, PIPELINE_RECOVERED]
+    assert r.transitions[1]["since"] == brk["since"]
+    assert r.agents["a1"]["broken_since"] is None
+    assert r.memories[("a1", "m2")]["status"] == UNINDEXED  # still missed: PC shows it
+
+
+def test_an_agent_that_never_reports_indexing_is_broken() -> None:
+    r = Run().send([written(f"w{n}", n * 300, f"m{n}") for n in range(6)])
+    assert us(r.agents["a1"]["broken_since"]) == parse(at(0))
+    assert r.unindexed_counted() == 3  # m0..m2 are more than 600 s behind the clock (1500 s)
+
+
+def test_bad_memory_events_are_dead_lettered_and_the_rest_applied() -> None:
+    bad_scores = probe("p1", 5, "m1", ["m1", "m2"], [0.9])
+    session_event = {"kind": "search", "event_id": "s1", "ts": at(1), "session_id": "x",
+                     "query": "q", "result_ids": []}  # fmt: skip
+    no_agent = {**written("w0", 1, "m0")}
+    del no_agent["agent_id"]
+    r = Run().send([bad_scores, session_event, no_agent, written("w1", 0, "m1")])
+    reasons = sorted(d["reason"] for d in r.deadletters)
+    assert reasons == ["bad_value", "missing_field", "unknown_kind"]
+    details = " ".join(d["detail"] for d in r.deadletters)
+    assert "one score per result" in details and "memory" in details
+    assert r.memories[("a1", "m1")]["status"] == PENDING
+
+
+def test_an_event_on_another_agents_partition_is_rerouted() -> None:
+    stage = MemoryStage(Settings(), lambda agent: 1 if agent == "a2" else 0)
+    store = DictStore()
+    e = written("w1", 0, "m1", agent="a2")
+    out = stage.process([InMessage(TOPIC, 0, 0, None, orjson.dumps([e]), PUBLISHED_MS)], store)
+    assert out.reroute_memory == [("a2", [e], PUBLISHED_MS)]
+    assert out.diagnostics == {} and store.data == {}
+
+
+# -- same events, same tables, however they arrive ------------------------------------------
+
+AGENTS = ("a1", "a2")
+MEMORIES = ("m0", "m1", "m2", "m3")
+
+
+@st.composite
+def memory_events(draw: Any) -> list[dict[str, Any]]:
+    n = draw(st.integers(1, 25))
+    events = []
+    for i in range(n):
+        agent = draw(st.sampled_from(AGENTS))
+        mid = draw(st.sampled_from(MEMORIES))
+        s = draw(st.integers(0, 40)) * 37.5  # ties and the 600 s boundary both happen
+        kind = draw(st.sampled_from(["w", "w", "i", "p", "a"]))
+        eid = f"e{i:02d}"
+        if kind == "w":
+            events.append(written(eid, s, mid, agent, name=f"name-{mid}-{i}"))
+        elif kind == "i":
+            events.append(indexed(eid, s, mid, agent))
+        elif kind == "p":
+            ids = draw(st.lists(st.sampled_from(MEMORIES), max_size=5, unique=True))
+            scores = draw(st.one_of(st.none(), st.lists(st.sampled_from([0.2, 0.35, 0.6]),
+                                                        min_size=len(ids), max_size=len(ids))))  # fmt: skip
+            events.append(probe(eid, s, mid, ids, scores, agent))
+        else:
+            ids = draw(st.lists(st.sampled_from(MEMORIES), max_size=4, unique=True))
+            events.append(ambient(eid, s, ids, agent))
+    return events
+
+
+def batches_of(events: list[dict[str, Any]], rnd: random.Random) -> list[list[dict[str, Any]]]:
+    order = events[:]
+    rnd.shuffle(order)
+    if order and rnd.random() < 0.3:  # some redelivered
+        order += rnd.sample(order, k=rnd.randint(1, len(order)))
+    out, i = [], 0
+    while i < len(order):
+        n = rnd.randint(1, 4)
+        out.append(order[i : i + n])
+        i += n
+    return out
+
+
+def check_against_reference(r: Run, events: list[dict[str, Any]]) -> None:
+    ref = pipeline_reference(events)
+    have = {
+        k: {"name": m["name"], "written_at": us(m["written_at"]),
+            "indexed_at": us(m["indexed_at"]), "status": m["status"]}
+        for k, m in r.memories.items()
+    }  # fmt: skip
+    assert have == ref["memory_pipeline"]
+    assert {
+        eid: {"agent_id": p["agent_id"], "memory_id": p["memory_id"], "hit": p["hit"],
+              "rank": p["rank"], "ts": us(p["ts"])}
+        for eid, p in r.probes.items()
+    } == ref["recall_probes"]  # fmt: skip
+    for agent, h in ref["pipeline_health"].items():
+        s = r.agents[agent]
+        assert (s["written"], s["indexed"], s["pending"], s["unindexed"]) == (
+            h["written"], h["indexed"], h["pending"], h["unindexed"]
+        )  # fmt: skip
+        assert us(s["last_indexed_at"]) == h["last_indexed_at"]
+        assert us(s["broken_since"]) == h["broken_since"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(memory_events(), st.randoms(use_true_random=False))
+def test_the_same_events_give_the_same_tables_in_any_order(
+    events: list[dict[str, Any]], rnd: random.Random
+) -> None:
+    in_order = Run().send(sorted(events, key=lambda e: (e["ts"], e["event_id"])))
+    check_against_reference(in_order, events)
+    for _ in range(3):
+        check_against_reference(Run().send(*batches_of(events, rnd)), events)
+    # in event-time order the counter is exact: each memory that ever was unindexed, once
+    for agent in AGENTS:
+        expected = sum(
+            1 for (a, _), m in in_order.memories.items() if a == agent and m["ever_unindexed"]
+        )
+        assert in_order.unindexed_counted(agent) == expected
+
+
+# -- through the real sink: the view --------------------------------------------------------
+
+
+def paper_agents() -> list[dict[str, Any]]:
+    """Four agents shaped like the paper's table, and the truths they should show."""
+    events: list[dict[str, Any]] = []
+    for n in range(10):  # healthy: every write indexed within seconds, every probe a hit
+        events += [written(f"h-w{n}", n * 60, f"h{n}", "healthy"),
+                   indexed(f"h-i{n}", n * 60 + 3, f"h{n}", "healthy"),
+                   probe(f"h-p{n}", 3000 + n, f"h{n}", [f"h{n}"], [0.8], "healthy")]  # fmt: skip
+        events.append(written(f"n-w{n}", n * 60, f"n{n}", "never"))  # never indexed
+        events.append(written(f"s-w{n}", n * 60, f"s{n}", "stops"))  # stops halfway
+        if n < 5:
+            events.append(indexed(f"s-i{n}", n * 60 + 2, f"s{n}", "stops"))
+        events += [written(f"r-w{n}", n * 60, f"r{n}", "repetitive"),
+                   indexed(f"r-i{n}", n * 60 + 1, f"r{n}", "repetitive"),
+                   probe(f"r-p{n}", 3000 + n, f"r{n}", ["r0", "r1", "r2"],
+                         [0.5, 0.45, 0.4], "repetitive")]  # fmt: skip
+    for agent in ("healthy", "never", "stops", "repetitive"):
+        events.append(written(f"{agent}-late", 3600, f"{agent}-late", agent))
+        events.append(ambient(f"{agent}-amb", 3601, [f"{agent[0]}8", f"{agent[0]}9"], agent))
+    return events
+
+
+def health_from_duckdb(path: Path, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    sink = DuckDBSink(path)
+    sink.init()
+    sink.write(records)
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        cur = con.execute("SELECT * FROM pipeline_health ORDER BY agent_id")
+        names = [d[0] for d in cur.description]
+        return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_the_view_matches_the_reference(tmp_path: Path, seed: int | None) -> None:
+    events = paper_agents()
+    if seed is None:
+        r = Run().send(events)
+    else:
+        r = Run().send(*batches_of(events, random.Random(seed)))
+    got = health_from_duckdb(tmp_path / "p.duckdb", r.records)
+    ref = pipeline_reference(events)["pipeline_health"]
+    assert set(got) == set(ref)
+    for agent, h in ref.items():
+        g = got[agent]
+        for col in ("written", "indexed", "pending", "unindexed", "broken"):
+            assert g[col] == h[col], (agent, col)
+        for col in ("pipeline_coverage", "semantic_recall_rate", "ambient_trigger_rate"):
+            assert g[col] == pytest.approx(h[col]), (agent, col)
+        for col in ("last_written_at", "last_indexed_at", "broken_since"):
+            want = h[col]
+            assert (None if g[col] is None else int(g[col].timestamp() * 1e6)) == want
+    # the shapes of the paper's table
+    assert got["healthy"]["pipeline_coverage"] == pytest.approx(10 / 11)  # the late one pends
+    assert got["never"]["pipeline_coverage"] == 0.0 and got["never"]["broken"]
+    assert got["stops"]["pipeline_coverage"] == pytest.approx(5 / 11) and got["stops"]["broken"]
+    assert got["repetitive"]["semantic_recall_rate"] == pytest.approx(0.3)
+    assert got["healthy"]["ambient_trigger_rate"] == pytest.approx(2 / 11)
