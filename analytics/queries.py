@@ -103,3 +103,17 @@ def misleading(
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     return rows(con, "misleading", org_id=org, since=since, limit=limit)
+
+
+def pipeline_health(
+    con: duckdb.DuckDBPyConnection, agent: str | None = None
+) -> list[dict[str, Any]]:
+    """The recall pipeline per agent (the ``pipeline_health`` view), broken agents first."""
+    return rows(con, "pipeline_health", agent_id=agent)
+
+
+def pipeline_coverage_over_time(
+    con: duckdb.DuckDBPyConnection, buckets: int = 24
+) -> list[dict[str, Any]]:
+    """Pipeline coverage per agent and bucket of ``written_at`` (the report's chart)."""
+    return rows(con, "pipeline_coverage_over_time", buckets=buckets)

@@ -16,7 +16,7 @@ import duckdb
 
 from memdiag import __version__
 from memdiag.analytics.explain import explain, search_summary, timeline, turn_summary
-from memdiag.analytics.queries import rows
+from memdiag.analytics.queries import pipeline_coverage_over_time, pipeline_health, rows
 from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
 
 USED, IGNORED = "#2a9d8f", "#e76f51"
@@ -49,6 +49,7 @@ details:target { border-color: #457b9d; }
 .verdict { font-size: 16px; }
 """
 FAILED_SESSIONS = 10  # the newest failed sessions the report lists and embeds
+PIPELINE_AGENTS = 12  # agents drawn in the coverage chart (broken first: all in the table)
 
 
 def _svg(fig: Any) -> str:
@@ -134,6 +135,56 @@ def chart_runs(runs: list[dict[str, Any]]) -> str:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     ax.set_title("Benchmark runs: reader vs retrieval failures", loc="left")
     return _svg(fig)
+
+
+def chart_pipeline(points: list[dict[str, Any]]) -> str:
+    """Pipeline coverage over time, one line per agent (of the memories written then)."""
+    fig, ax = _figure()
+    agents: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        agents.setdefault(p["agent_id"], []).append(p)
+    for agent, series in sorted(agents.items())[:PIPELINE_AGENTS]:
+        xs = [p["bucket_start"] for p in series]
+        ax.plot(xs, [p["pipeline_coverage"] * 100 for p in series], marker="o", markersize=3,
+                label=agent)  # fmt: skip
+    if agents:
+        fig.autofmt_xdate()
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, frameon=False)
+    ax.set_ylim(-5, 105)
+    ax.set_ylabel("indexed, % of memories written")
+    ax.set_title("Pipeline coverage over time (by when written, UTC)", loc="left")
+    return _svg(fig)
+
+
+def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) -> str:
+    if p is None:
+        return (
+            "<p>This file predates pipeline health: start <code>memdiag sink</code> on it once.</p>"
+        )
+    if not p["agents"]:
+        return "<p>No memory events (<code>memdiag.memory</code>).</p>"
+    agents = pipeline_health(con)
+    for a in agents:
+        a["state"] = "BROKEN" if a["broken"] else "ok"
+        for key in ("pipeline_coverage", "semantic_recall_rate", "ambient_trigger_rate"):
+            a[key] = "n/a" if a[key] is None else f"{a[key]:.0%}"
+    table = _table(
+        agents,
+        [
+            ("agent_id", "agent"),
+            ("state", "pipeline"),
+            ("written", "written"),
+            ("indexed", "indexed"),
+            ("unindexed", "unindexed"),
+            ("pipeline_coverage", "coverage (PC)"),
+            ("semantic_recall_rate", "recall (SRR)"),
+            ("probed", "probed"),
+            ("ambient_trigger_rate", "ambient (ATR)"),
+            ("broken_since", "broken since"),
+        ],
+    )
+    chart = chart_pipeline(pipeline_coverage_over_time(con))
+    return f"{table}<div class=chart>{chart}</div>"
 
 
 def _table(
@@ -243,6 +294,16 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
             if st["misleading"]["top"]
             else "<p>None: no memory is in 3 or more failed sessions and no accepted one.</p>",
             "",
+        ),
+        (
+            "Recall pipeline: written, indexed, recalled",
+            _pipeline_section(con, st["pipeline"]),
+            "<p class=note>Coverage (PC): indexed over written memories. Recall (SRR): probed "
+            "memories their own probe found in its top k above its threshold. Ambient (ATR): "
+            "written memories in the latest ambient context. Broken: a memory missed its index "
+            "deadline and nothing was indexed since it was written; an agent that never reports "
+            "indexing shows as broken. PC misses an indexer that acknowledges but stores "
+            "garbage: SRR catches it.</p>",
         ),
         (
             "Benchmark runs",

@@ -7,7 +7,8 @@ from typing import Any
 
 import duckdb
 
-from memdiag.analytics.queries import rows
+from memdiag.analytics.db import DatabaseError
+from memdiag.analytics.queries import pipeline_health, rows
 from memdiag.contract import FOLLOWUP_CAVEAT, USED_CAVEAT
 
 _FRESHNESS = """
@@ -16,7 +17,12 @@ SELECT max(ts) AS newest_event, max(ingested_at) AS last_written FROM (
     UNION ALL SELECT ts, ingested_at FROM retrieval_feedback
     UNION ALL SELECT ts, ingested_at FROM session_diagnostics
     UNION ALL SELECT ts, ingested_at FROM judgements
+    {memory}
 )
+"""
+#: the recall pipeline's tables, in files that have them
+_FRESHNESS_MEMORY = """
+    UNION ALL SELECT clock, updated_at FROM pipeline_agents
 """
 
 
@@ -29,7 +35,9 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
     misleading = rows(con, "misleading", org_id=None, since=None, limit=top)
     recent_runs = rows(con, "status_runs", limit=runs)
     dead = rows(con, "status_dead_letters")
-    fresh = con.execute(_FRESHNESS).fetchone() or (None, None)
+    pipeline = pipeline_summary(con)
+    memory = _FRESHNESS_MEMORY if pipeline is not None else ""
+    fresh = con.execute(_FRESHNESS.format(memory=memory)).fetchone() or (None, None)
     return {
         "followup": {**followup, "caveat": FOLLOWUP_CAVEAT},
         "feedback": {
@@ -44,6 +52,7 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
             "top": misleading,
         },
         "runs": recent_runs,
+        "pipeline": pipeline,
         "dead_letters": dead,
         "freshness": {"newest_event": fresh[0], "last_written": fresh[1]},
     }
@@ -59,3 +68,30 @@ def feedback_per_observation(
 ) -> list[dict[str, Any]]:
     """Used and ignored counts of the most judged observations."""
     return rows(con, "feedback_per_observation", limit=limit)
+
+
+def pipeline_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    """The status line of the recall pipeline: the agents broken, then the worst coverage and
+    recall. None for a file written before memdiag had it (its sink upgrades it)."""
+    try:
+        agents = pipeline_health(con)
+    except DatabaseError:
+        return None
+
+    def worst(column: str) -> dict[str, Any] | None:
+        known = [a for a in agents if a[column] is not None]
+        if not known:
+            return None
+        a = min(known, key=lambda a: (a[column], a["agent_id"]))
+        return {"agent_id": a["agent_id"], "value": a[column]}
+
+    return {
+        "agents": len(agents),
+        "broken": [
+            {"agent_id": a["agent_id"], "since": a["broken_since"], "unindexed": a["unindexed"]}
+            for a in agents
+            if a["broken"]
+        ],
+        "worst_coverage": worst("pipeline_coverage"),
+        "worst_recall": worst("semantic_recall_rate"),
+    }

@@ -31,6 +31,7 @@ from memdiag.contract import (
     READER_FAILURES,
     RETRIEVAL_FAILURES,
     SEARCH_CALLS,
+    UNINDEXED_MEMORIES,
 )
 from memdiag.contract.envelope import MINUTE_US
 from memdiag.schemas.models import format_ts
@@ -50,7 +51,13 @@ ALIASES = {
     "retrieval_failures": f"count({RETRIEVAL_FAILURES})",
     "misleading": f"count({MISLEADING})",
     "dead_letters": f"count({DEAD_LETTERS})",
+    # any agent's unindexed_memory_total grew within the window
+    "pipeline_coverage": f"count({UNINDEXED_MEMORIES})",
 }
+#: Aliases that are a whole rule by themselves: the condition they mean when none is given
+#: (``pipeline_coverage`` or ``pipeline_coverage for 10m``).
+ALONE = {"pipeline_coverage": "> 0"}
+_ALONE = re.compile(r"^\s*(?P<alias>\w+)(?P<window>\s+for\s+\S+)?\s*$")
 _RULE = re.compile(
     r"^\s*(?P<expr>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<num>-?\d+(?:\.\d+)?)"
     r"(?:\s+for\s+(?P<dur>\d+)\s*(?P<unit>[smh]))?\s*$"
@@ -118,6 +125,9 @@ def _resolve(name: str) -> str:
 
 
 def parse_rule(text: str, label: str = "") -> Rule:
+    alone = _ALONE.match(text)
+    if alone and alone.group("alias") in ALONE:
+        text = f"{alone.group('alias')} {ALONE[alone.group('alias')]}{alone.group('window') or ''}"
     m = _RULE.match(text)
     if not m:
         raise RuleError(

@@ -139,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     q = question("observation-history", "one observation's verdicts, most recent first")
     q.add_argument("observation_id", metavar="OBS_ID")
     q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    q = question(
+        "pipeline-health",
+        "per agent: memories written, indexed, pending, unindexed; pipeline coverage, semantic "
+        "recall rate, ambient trigger rate; broken agents first",
+    )
+    q.add_argument("--agent", metavar="AGENT_ID", help="only this agent_id")
     explain = add(
         "explain",
         "one session's story: searches, turns, outcome, misleading memories",
@@ -272,9 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
         "POSTs as JSON to --webhook, each time a rule starts or stops holding.\n\n"
         "A rule:  EXPR OP NUMBER [for DURATION]   (the window, 5m by default, in event time)\n"
         "  EXPR:  followup_rate | ignored_share | reader_failures | retrieval_failures |\n"
-        "         misleading | dead_letters | count(S) | rate(S) | ratio(S1, S2)\n"
+        "         misleading | dead_letters | pipeline_coverage | count(S) | rate(S) |\n"
+        "         ratio(S1, S2)\n"
         "  S:     a counter, e.g. memdiag.dead_letter_total{reason=not_json}\n"
         "e.g.     memdiag alert --rule 'followup_rate > 0.3 for 5m'\n"
+        "pipeline_coverage alone means 'pipeline_coverage > 0': some agent's\n"
+        "memdiag.unindexed_memory_total grew within the window (a memory missed its index\n"
+        "deadline); it resolves after a window with none.\n"
         "A rules file has one rule a line, optionally named (NAME: RULE); # comments.",
     )
     alert.add_argument("--rule", action="append", metavar="RULE", help="a rule (repeatable)")

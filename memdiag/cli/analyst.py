@@ -11,7 +11,12 @@ from typing import Any
 from rich.table import Table
 
 from memdiag.cli.common import err, json_default, open_db, out, print_json, settings_of
-from memdiag.cli.render import print_comparison, print_observation_stats, rich_table
+from memdiag.cli.render import (
+    print_comparison,
+    print_observation_stats,
+    print_pipeline_health,
+    rich_table,
+)
 
 
 def _filters(args: argparse.Namespace) -> str:
@@ -45,6 +50,8 @@ def cmd_query(args: argparse.Namespace) -> int:
             result = queries.observation_history(con, args.observation_id, args.limit)
         elif args.question == "failure-distribution":
             result = queries.failure_distribution(con, args.org, args.project, since)
+        elif args.question == "pipeline-health":
+            result = queries.pipeline_health(con, args.agent)
         else:
             result = queries.misleading(con, args.org, since, args.limit)
     finally:
@@ -54,6 +61,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 0
     if args.question == "observation-stats":
         print_observation_stats(result)
+    elif args.question == "pipeline-health":
+        print_pipeline_health(result, args.agent)
     elif args.question == "observation-history":
         if not result:
             err.print(f"no verdicts recorded for observation {args.observation_id}")

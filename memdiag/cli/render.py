@@ -64,6 +64,12 @@ _HEADERS = {
     "match_ratio": "ratio",
     "matched_count": "matched",
     "keyword_count": "keywords",
+    "agent_id": "agent",
+    "pipeline_coverage": "coverage",
+    "semantic_recall_rate": "recall",
+    "ambient_trigger_rate": "ambient",
+    "broken_since": "broken since",
+    "last_indexed_at": "last indexed",
 }
 
 
@@ -219,6 +225,7 @@ def print_status(st: dict[str, Any], db: str) -> None:
         + ", ".join(f"{k} {v:,}" for k, v in sessions.items())
         + (f"  ({failed / total:.0%} failed)" if total else ""),
     )
+    head.add_row("memory pipeline", pipeline_line(st.get("pipeline")))
     fresh = st["freshness"]
     newest = fresh["newest_event"]
     head.add_row(
@@ -273,3 +280,82 @@ def print_status(st: dict[str, Any], db: str) -> None:
             padding=(0, 4),
         )
     )
+
+
+def pipeline_line(p: dict[str, Any] | None) -> str:
+    """The recall pipeline at a glance: agents broken, then the worst coverage and recall."""
+    if p is None:
+        return "[dim]not in this file yet (start `memdiag sink` on it once to upgrade it)[/dim]"
+    if not p["agents"]:
+        return "[dim]no memory events (memdiag.memory)[/dim]"
+    broken = p["broken"]
+    parts = [
+        f"[bold red]{len(broken)} of {p['agents']} agents broken[/bold red] "
+        f"({', '.join(b['agent_id'] for b in broken[:4])}{', …' if len(broken) > 4 else ''})"
+        if broken
+        else f"{p['agents']} agents, none broken"
+    ]
+    for key, label in (("worst_coverage", "worst coverage"), ("worst_recall", "worst recall")):
+        w = p[key]
+        if w is not None:
+            parts.append(f"{label} {_pct(w['value'])} ({w['agent_id']})")
+    return " · ".join(parts)
+
+
+def _minute(v: datetime | None) -> str | None:
+    return None if v is None else v.astimezone(UTC).strftime("%m-%d %H:%M")
+
+
+def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None:
+    if not rows:
+        err.print(
+            f"no memory events for agent {agent!r}"
+            if agent
+            else "no memory events yet: "
+            "publish memory_written, memory_indexed, recall_probe and ambient_context to "
+            "memdiag.memory"
+        )
+        return
+    shown = [
+        {
+            **r,
+            "agent_id": f"[bold red]{r['agent_id']}[/bold red]" if r["broken"] else r["agent_id"],
+            "pipeline_coverage": _pct(r["pipeline_coverage"]),
+            "semantic_recall_rate": _pct(r["semantic_recall_rate"])
+            + (f" ({r['probed']})" if r["probed"] else ""),
+            "ambient_trigger_rate": _pct(r["ambient_trigger_rate"]),
+            "broken_since": _minute(r["broken_since"]),
+            "last_indexed_at": _minute(r["last_indexed_at"]),
+        }
+        for r in rows
+    ]
+    broken = sum(1 for r in rows if r["broken"])
+    out.print(
+        rich_table(
+            f"recall pipeline: {len(rows)} agents, {broken} broken (red); times UTC",
+            shown,
+            [
+                "agent_id",
+                "written",
+                "indexed",
+                "pending",
+                "unindexed",
+                "pipeline_coverage",
+                "semantic_recall_rate",
+                "ambient_trigger_rate",
+                "broken_since",
+                "last_indexed_at",
+            ],
+        )  # fmt: skip
+    )
+    out.print(
+        "[dim]coverage: indexed / written; recall: probed memories found in their probe's "
+        "top k above its threshold; ambient: written memories in the latest ambient context[/dim]"
+    )
+    if broken:
+        out.print(
+            "[dim]broken: a memory is unindexed (not indexed within "
+            "MEMDIAG_INDEX_DEADLINE_SECONDS) and nothing was indexed since it was written. An "
+            "agent that never reports memory_indexed shows as broken: memdiag cannot know "
+            "otherwise.[/dim]"
+        )

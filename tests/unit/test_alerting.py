@@ -272,3 +272,22 @@ def test_a_backlog_in_any_order_replays_the_same_alerts() -> None:
         assert got and [s for s, _ in got] == ["firing", "resolved"]
         expected = expected or got
         assert got == expected
+
+
+def test_pipeline_coverage_fires_while_memories_go_unindexed_and_resolves_after() -> None:
+    """The alias alone: some agent's unindexed_memory_total grew within the window."""
+    rule = parse_rule("pipeline_coverage for 10m")
+    assert (rule.fn, rule.op, rule.threshold) == ("count", ">", 0.0)
+    assert parse_rule("pipeline_coverage > 3").threshold == 3.0
+    ev = Evaluator([rule])
+    name = "memdiag.unindexed_memory_total"
+    states = []
+    for minute in range(40):
+        ev.add(*rollup("memdiag.dead_letter_total", minute, 1, reason="not_json"))  # time goes on
+        if 12 <= minute < 15:
+            ev.add(*rollup(name, minute, 2, agent_id="indexer-orphaned"))
+        states += [(a.state, minute) for a in ev.evaluate()]
+    # fires with the first unindexed memory, resolves after a window (10 min) with none
+    assert states == [("firing", 12), ("resolved", 24)]
+    with pytest.raises(RuleError):
+        parse_rule("followup_rate for 5m")  # only pipeline_coverage stands alone
