@@ -218,6 +218,7 @@ def summary(db_path: str) -> dict[str, Any]:
             c["failure_category"]: c["sessions"] for c in st["failure_categories"]
         },
         "misleading_observations": st["misleading"]["count"],
+        "memory_pipeline": st["pipeline"],
         "benchmark_runs": [  # oldest first: the first is the natural baseline
             {
                 "run_id": r["run_id"],

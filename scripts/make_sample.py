@@ -7,8 +7,11 @@ session searches its memory (refinements within the followup window, retries of 
 query, late searches, searches whose results overlap, viewer searches, empty results), gets
 memories injected, answers, and ends accepted, rejected or reworked; some inject a stale
 memory that makes them fail, some never search. Two benchmark runs (a baseline and a
-candidate with a better reranker) judge the same 150 questions twice each. A few
-deliberately bad lines show the dead-letter path.
+candidate with a better reranker) judge the same 150 questions twice each. Four agents'
+memory pipelines are shaped like the recall paper's table: one healthy, one whose indexer
+was orphaned partway (a migration), one never indexed, and one with repetitive episode names
+that its own name's probe rarely finds. A few deliberately bad lines show the dead-letter
+path.
 """
 
 from __future__ import annotations
@@ -346,10 +349,74 @@ def judgements(seed: int, questions: int = 150, repeats: int = 2) -> list[dict]:
     return out
 
 
+#: (agent, episodes, episodes indexed before the indexer stops (None: all), distinctive
+#: names?, slug of the names)
+MEMORY_AGENTS = (
+    ("archivist", 36, None, True, "archivist"),
+    ("migrated-indexer", 30, 18, True, "ops-runbook"),
+    ("cold-notes", 12, 0, True, "notes"),
+    ("proving-medqa", 72, None, False, "proving-medqa"),
+)
+NAME_WORDS = (
+    "rollback drill pager rotation quota bump vendor outage schema freeze canary split audit "
+    "trail cache stampede budget review tenant split token leak retry storm index rebuild "
+    "dashboard cleanup release train"
+).split()
+
+
+def memory_agents(seed: int) -> list[dict]:
+    """The recall pipeline's events: episodes written over five hours, indexed (or not), a
+    probe sweep of every episode by its own name, and the latest ambient context (the last
+    ten names)."""
+    r = random.Random(seed + 3)
+    out: list[dict] = []
+    sweep = BASE + timedelta(hours=5, minutes=30)
+    for agent, episodes, stops, distinctive, slug in MEMORY_AGENTS:
+        span = 5 * 3600 / episodes
+        ids = []
+        for n in range(episodes):
+            mid = f"ep-{slug}-{n:03d}"
+            ids.append(mid)
+            name = (
+                f"{slug}-{r.choice(NAME_WORDS)}-{r.choice(NAME_WORDS)}-{n:03d}"
+                if distinctive
+                else f"{slug}-{n:03d}"
+            )
+            written = BASE + timedelta(seconds=n * span + r.uniform(0, span / 2))
+            out.append({"kind": "memory_written", "event_id": f"mw-{agent}-{n:03d}",
+                        "ts": ts(written), "agent_id": agent, "memory_id": mid, "name": name,
+                        "store": "episodes"})  # fmt: skip
+            indexed = stops is None or n < stops
+            if indexed:
+                out.append({"kind": "memory_indexed", "event_id": f"mi-{agent}-{n:03d}",
+                            "ts": ts(written + timedelta(seconds=r.uniform(2, 45))),
+                            "agent_id": agent, "memory_id": mid, "store": "chroma"})  # fmt: skip
+            # the probe: a query made from the episode's name. Distinctive names are found
+            # when indexed (nine in ten); repetitive ones lose to their look-alikes
+            found = indexed and r.random() < (0.92 if distinctive else 0.4)
+            others = [f"ep-{slug}-{k:03d}" for k in r.sample(range(episodes), 4) if k != n][:3]
+            if found:
+                rank = r.choice([0, 0, 1, 2])
+                results = others[:rank] + [mid] + others[rank:]
+                scores = sorted((round(r.uniform(0.36, 0.82), 2) for _ in results), reverse=True)
+            else:
+                results = others + ([mid] if indexed and not distinctive else [])
+                scores = sorted((round(r.uniform(0.2, 0.6), 2) for _ in results), reverse=True)
+            out.append({"kind": "recall_probe", "event_id": f"rp-{agent}-{n:03d}",
+                        "ts": ts(sweep + timedelta(seconds=n)), "agent_id": agent,
+                        "memory_id": mid, "result_ids": results, "scores": scores, "k": 3,
+                        "threshold": 0.35})  # fmt: skip
+        out.append({"kind": "ambient_context", "event_id": f"ac-{agent}",
+                    "ts": ts(sweep + timedelta(minutes=5)), "agent_id": agent,
+                    "session_id": f"ambient-{agent}", "memory_ids": ids[-10:]})  # fmt: skip
+    return out
+
+
 def make(sessions: int, seed: int) -> list[str]:
     sample = Sample(seed)
     events = [e for i in range(sessions) for e in sample.session(i)]
     events += judgements(seed)
+    events += memory_agents(seed)
     events.sort(key=lambda e: e["ts"])  # sessions interleave, as on a live stream (stable sort)
     lines = [json.dumps(e, separators=(",", ":")) for e in events]
     r = random.Random(seed + 1)

@@ -89,7 +89,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     explain = f"memdiag explain {shlex.quote(latest[0])} --db {args.db} · " if latest else ""
     out.print(
         f"[dim]next: {explain}memdiag calibrate --db {args.db} · memdiag query misleading "
-        f"--db {args.db} · memdiag compare --baseline longmem-baseline --candidate "
+        f"--db {args.db} · memdiag query pipeline-health --db {args.db} · memdiag compare --baseline longmem-baseline --candidate "
         f"longmem-rerank --db {args.db}[/dim]"
     )
     return 0

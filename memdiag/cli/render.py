@@ -39,6 +39,9 @@ def print_run_report(r: dict[str, Any]) -> None:
         if top:
             table.add_row("failures by category", ", ".join(f"{k} {v}" for k, v in top))
         table.add_row("misleading memories", f"{r['misleading_observations']:,}")
+    pipeline = r.get("memory_pipeline")
+    if pipeline and pipeline["agents"]:
+        table.add_row("memory pipeline", pipeline_line(pipeline))
     for run in r["benchmark_runs"]:
         table.add_row(
             f"run {run['run_id']}",
