@@ -64,7 +64,10 @@ def events_page() -> str:
         "",
         "Session events (`search`, `injection`, `response`, `session_outcome`) go to",
         "`memdiag.events` keyed by `session_id`; `judgement` goes to `memdiag.judgements` keyed",
-        "by `run_id`. A message holds one event (a JSON object) or a batch (a JSON array). A file",
+        "by `run_id`; the recall pipeline's (`memory_written`, `memory_indexed`, `recall_probe`,",
+        "`ambient_context`) go to `memdiag.memory` keyed by `agent_id`",
+        "([rules](rules.md#recall-pipeline-health)).",
+        "A message holds one event (a JSON object) or a batch (a JSON array). A file",
         "of events for `memdiag run` and `memdiag publish` is JSON Lines, one event a line.",
         "Unknown extra fields are allowed and ignored. `?` marks an optional field.",
     ]

@@ -63,6 +63,36 @@ def from_reference(ref: dict[str, Any]) -> Snapshot:
             for k, r in ref["observation_weight_history"].items()
         },
         "observation_weights": {k: (_r(w),) for k, w in ref["observation_weights"].items()},
+        **(_pipeline_from_reference(ref) if "memory_pipeline" in ref else {}),
+    }
+
+
+def _pipeline_from_reference(ref: dict[str, Any]) -> Snapshot:
+    return {
+        "memory_pipeline": {
+            k: (r["name"], r["written_at"], r["indexed_at"], r["status"])
+            for k, r in ref["memory_pipeline"].items()
+        },
+        "recall_probes": {
+            eid: (r["agent_id"], r["memory_id"], r["hit"], r["rank"], r["ts"])
+            for eid, r in ref["recall_probes"].items()
+        },
+        "pipeline_health": {
+            agent: (
+                h["written"],
+                h["indexed"],
+                h["pending"],
+                h["unindexed"],
+                _r(h["pipeline_coverage"]),
+                _r(h["semantic_recall_rate"]),
+                _r(h["ambient_trigger_rate"]),
+                h["last_written_at"],
+                h["last_indexed_at"],
+                h["broken"],
+                h["broken_since"],
+            )
+            for agent, h in ref["pipeline_health"].items()
+        },  # fmt: skip
     }
 
 
@@ -177,6 +207,27 @@ def from_duckdb(query: Any) -> Snapshot:
         "observation_weights": {
             r[0]: (_r(r[1]),)
             for r in query("SELECT observation_id, weight FROM observation_weights")
+        },
+        "memory_pipeline": {
+            (r[0], r[1]): (r[2], r[3], r[4], r[5])
+            for r in query(
+                "SELECT agent_id, memory_id, name, epoch_us(written_at), epoch_us(indexed_at), "
+                "status FROM memory_pipeline"
+            )
+        },
+        "recall_probes": {
+            r[0]: tuple(r[1:])
+            for r in query(
+                "SELECT event_id, agent_id, memory_id, hit, rank, epoch_us(ts) FROM recall_probes"
+            )
+        },
+        "pipeline_health": {
+            r[0]: (*r[1:5], _r(r[5]), _r(r[6]), _r(r[7]), *r[8:])
+            for r in query(
+                "SELECT agent_id, written, indexed, pending, unindexed, pipeline_coverage, "
+                "semantic_recall_rate, ambient_trigger_rate, epoch_us(last_written_at), "
+                "epoch_us(last_indexed_at), broken, epoch_us(broken_since) FROM pipeline_health"
+            )
         },
     }
 

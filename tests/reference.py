@@ -17,6 +17,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+MEMORY_KINDS = ("memory_written", "memory_indexed", "recall_probe", "ambient_context")
 WINDOW_S = 30.0
 RETENTION_S = 24 * 3600.0
 ALPHA_SUCCESS, ALPHA_FAILURE = 0.1, 0.2
@@ -62,6 +63,8 @@ def reference(
     """The tables, as ``{table: {key: row}}``, for valid session events (any order)."""
     unique: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, e in enumerate(events):
+        if e["kind"] in MEMORY_KINDS:
+            continue  # the recall pipeline's: pipeline_reference
         unique.setdefault(e["event_id"], (i, e))  # the first copy of an event id counts
     window, retention = round(window_s * 1e6), round(retention_s * 1e6)
     by_session: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
@@ -206,16 +209,16 @@ def reference(
             s["misleading_observation_ids"] = [
                 o for o in s["injected_observation_ids"] if misleading_after[(o, sid)]
             ]
-    return {
+    tables = {
         "searches": searches,
         "retrieval_feedback": feedback,
         "session_diagnostics": sessions,
         "observation_weights": weights,
         "observation_weight_history": history,
     }
-
-
-MEMORY_KINDS = ("memory_written", "memory_indexed", "recall_probe", "ambient_context")
+    if any(e["kind"] in MEMORY_KINDS for e in events):
+        tables.update(pipeline_reference(events))
+    return tables
 
 
 def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) -> dict[str, Any]:

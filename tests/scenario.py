@@ -45,8 +45,9 @@ def observations(r: random.Random, n: int) -> list[dict[str, str]]:
     ]
 
 
-def generate(sessions: int = 300, seed: int = 11) -> list[dict[str, Any]]:
-    """The scenario's events in arrival order (redeliveries included)."""
+def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[str, Any]]:
+    """The scenario's events in arrival order (redeliveries included); with ``agents``, the
+    recall pipeline events of that many agents interleaved (:func:`memory_events`)."""
     r = random.Random(seed)
     pool = observations(r, 60)
     stale = {o["id"] for o in pool[:6]}  # injecting one of these makes a session fail
@@ -156,6 +157,66 @@ def generate(sessions: int = 300, seed: int = 11) -> list[dict[str, Any]]:
     for event in r.sample(arrival, len(arrival) // 30):
         arrival.insert(r.randint(arrival.index(event) + 1, len(arrival)), dict(event))
     assert len(by_id) == len({e["event_id"] for e in arrival})
+    if agents:
+        for event in memory_events(random.Random(seed + 1), agents):
+            arrival.insert(r.randint(0, len(arrival)), event)
+    return arrival
+
+
+def memory_events(r: random.Random, agents: int) -> list[dict[str, Any]]:
+    """The recall pipeline events of ``agents`` agents, in an arrival order of their own:
+    indexes in time, late (past the 600 s deadline), before their write and never; probes
+    (some twice), ambient contexts (the latest counts), agents that break, redeliveries."""
+    out: list[tuple[datetime, dict[str, Any]]] = []
+    for a in range(agents):
+        agent = f"mem-agent-{a}"
+        stops = r.choice([None, None, 8, 0])  # healthy, healthy, stops halfway, never indexed
+        n = 0
+
+        def add(kind: str, at: datetime, agent: str = agent, **fields: Any) -> None:
+            nonlocal n
+            n += 1
+            out.append((at, {"kind": kind, "event_id": f"{agent}-{n:03d}", "ts": _ts(at),
+                             "agent_id": agent, **fields}))  # fmt: skip
+
+        t = T0
+        for m in range(16):
+            mid = f"{agent}-ep-{m:02d}"
+            t += timedelta(seconds=r.uniform(30, 900), microseconds=r.randint(1, 999))
+            add("memory_written", t, memory_id=mid, name=f"episode {_sentence(r, 2)}")
+            if stops is None or m < stops:
+                roll = r.random()
+                if roll < 0.75:
+                    delay = r.uniform(0.5, 120)
+                elif roll < 0.85:
+                    delay = r.uniform(600, 2400)  # late: it counted as unindexed
+                elif roll < 0.95:
+                    delay = -r.uniform(0.5, 5)  # the index event's ts before the write's
+                else:
+                    delay = None  # this one never indexed
+                if delay is not None:
+                    add("memory_indexed", t + timedelta(seconds=delay), memory_id=mid)
+            for _ in range(r.choice([0, 1, 1, 2])):
+                ids = [f"{agent}-ep-{k:02d}" for k in r.sample(range(16), 4)]
+                if r.random() < 0.6:
+                    ids[r.randrange(4)] = mid
+                scores = sorted((round(r.uniform(0.1, 0.9), 2) for _ in ids), reverse=True)
+                add("recall_probe", t + timedelta(seconds=r.uniform(60, 9000)), memory_id=mid,
+                    result_ids=ids, scores=scores if r.random() < 0.8 else None)  # fmt: skip
+        for _ in range(2):
+            ids = [f"{agent}-ep-{k:02d}" for k in r.sample(range(20), 6)]  # some never written
+            add("ambient_context", t + timedelta(seconds=r.uniform(0, 3600)),
+                session_id=f"ambient-{agent}", memory_ids=ids)  # fmt: skip
+    out.sort(key=lambda te: te[0])
+    arrival = [e for _, e in out]
+    for event in r.sample(arrival, len(arrival) // 8):  # late arrivals
+        i = arrival.index(event)
+        arrival.insert(min(len(arrival), i + r.randint(5, 60)), arrival.pop(i))
+    for event in r.sample(arrival, len(arrival) // 20):  # redeliveries
+        arrival.insert(r.randint(arrival.index(event) + 1, len(arrival)), dict(event))
+    for e in arrival:  # no None scores on the wire: absent
+        if "scores" in e and e["scores"] is None:
+            del e["scores"]
     return arrival
 
 

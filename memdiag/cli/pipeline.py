@@ -89,8 +89,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     explain = f"memdiag explain {shlex.quote(latest[0])} --db {args.db} · " if latest else ""
     out.print(
         f"[dim]next: {explain}memdiag calibrate --db {args.db} · memdiag query misleading "
-        f"--db {args.db} · memdiag query pipeline-health --db {args.db} · memdiag compare --baseline longmem-baseline --candidate "
-        f"longmem-rerank --db {args.db}[/dim]"
+        f"--db {args.db} · memdiag query pipeline-health --db {args.db} · memdiag compare "
+        f"--baseline longmem-baseline --candidate longmem-rerank --db {args.db}[/dim]"
     )
     return 0
 

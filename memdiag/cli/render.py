@@ -67,12 +67,6 @@ _HEADERS = {
     "match_ratio": "ratio",
     "matched_count": "matched",
     "keyword_count": "keywords",
-    "agent_id": "agent",
-    "pipeline_coverage": "coverage",
-    "semantic_recall_rate": "recall",
-    "ambient_trigger_rate": "ambient",
-    "broken_since": "broken since",
-    "last_indexed_at": "last indexed",
 }
 
 
@@ -319,41 +313,34 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
             "memdiag.memory"
         )
         return
-    shown = [
-        {
-            **r,
-            "agent_id": f"[bold red]{r['agent_id']}[/bold red]" if r["broken"] else r["agent_id"],
-            "pipeline_coverage": _pct(r["pipeline_coverage"]),
-            "semantic_recall_rate": _pct(r["semantic_recall_rate"])
-            + (f" ({r['probed']})" if r["probed"] else ""),
-            "ambient_trigger_rate": _pct(r["ambient_trigger_rate"]),
-            "broken_since": _minute(r["broken_since"]),
-            "last_indexed_at": _minute(r["last_indexed_at"]),
-        }
-        for r in rows
-    ]
     broken = sum(1 for r in rows if r["broken"])
-    out.print(
-        rich_table(
-            f"recall pipeline: {len(rows)} agents, {broken} broken (red); times UTC",
-            shown,
-            [
-                "agent_id",
-                "written",
-                "indexed",
-                "pending",
-                "unindexed",
-                "pipeline_coverage",
-                "semantic_recall_rate",
-                "ambient_trigger_rate",
-                "broken_since",
-                "last_indexed_at",
-            ],
-        )  # fmt: skip
+    table = Table(
+        title=f"recall pipeline: {len(rows)} agent{'s' if len(rows) != 1 else ''}, "
+        f"{broken} broken (red)",
+        title_justify="left",
+        box=None,
     )
+    longest = max(len(r["agent_id"]) for r in rows)
+    table.add_column("agent", overflow="fold", min_width=min(longest, 24))
+    for header in ("written", "unindexed", "PC", "SRR", "ATR"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("broken since", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            f"[bold red]{r['agent_id']}[/bold red]" if r["broken"] else r["agent_id"],
+            f"{r['written']:,}",
+            f"{r['unindexed']:,}",
+            _pct(r["pipeline_coverage"]),
+            _pct(r["semantic_recall_rate"]),
+            _pct(r["ambient_trigger_rate"]),
+            _minute(r["broken_since"]) or "—",
+        )
+    out.print(table)
     out.print(
-        "[dim]coverage: indexed / written; recall: probed memories found in their probe's "
-        "top k above its threshold; ambient: written memories in the latest ambient context[/dim]"
+        "[dim]PC (pipeline coverage): indexed / written. SRR (semantic recall rate): probed "
+        "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
+        "rate): written memories in the latest ambient context. Times UTC; --json for every "
+        "column (indexed, pending, probed, last_indexed_at...).[/dim]"
     )
     if broken:
         out.print(

@@ -276,3 +276,29 @@ def test_publish_without_a_broker_is_one_clear_line(small_file: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "error:" in result.stderr and "MEMDIAG_BROKER=kafka://127.0.0.1:9" in result.stderr
+
+
+def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
+    """The demo's four memory agents: the broken two in `status` and in the report, and the
+    paper's shapes in `query pipeline-health`."""
+    db, page, stdout = demo
+    assert "memory pipeline" in stdout and "2 of 4 agents broken" in stdout
+    assert "cold-notes" in stdout and "migrated-indexer" in stdout
+    html = page.read_text()
+    assert "Recall pipeline" in html and html.count("BROKEN") == 2
+    rows = json.loads(memdiag("query", "pipeline-health", "--db", str(db), "--json").stdout)
+    health = {r["agent_id"]: r for r in rows}
+    assert [r["agent_id"] for r in rows][:2] == ["cold-notes", "migrated-indexer"]  # broken first
+    assert health["cold-notes"]["pipeline_coverage"] == 0.0 and health["cold-notes"]["broken"]
+    assert health["migrated-indexer"]["pipeline_coverage"] == pytest.approx(18 / 30)
+    assert health["archivist"]["pipeline_coverage"] == 1.0
+    assert health["archivist"]["semantic_recall_rate"] > 0.9
+    assert health["proving-medqa"]["semantic_recall_rate"] < 0.5
+    assert health["proving-medqa"]["ambient_trigger_rate"] == pytest.approx(10 / 72)
+    one = memdiag("query", "pipeline-health", "--agent", "archivist", "--db", str(db))
+    assert one.returncode == 0 and "archivist" in one.stdout and "cold-notes" not in one.stdout
+    none = memdiag("query", "pipeline-health", "--agent", "nobody", "--db", str(db))
+    assert none.returncode == 0 and "no memory events for agent 'nobody'" in none.stderr
+    st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)["pipeline"]
+    assert [b["agent_id"] for b in st["broken"]] == ["cold-notes", "migrated-indexer"]
+    assert st["worst_coverage"]["agent_id"] == "cold-notes"

@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from memdiag import procs
 from memdiag.kafka import ensure_topics, wait_drained
 from memdiag.runner import Child, sink_inputs, spawn_child, wait_worker
+from memdiag.schemas import MEMORY_KINDS
 from memdiag.settings import Settings
 
 
@@ -113,8 +114,9 @@ class Pipeline:
     def publish_events(
         self, events: list[dict[str, Any]], keyed: bool = True, rate: float = 0.0
     ) -> None:
-        """One event per message, in list order: keyed by session, or unkeyed (round-robin
-        over the partitions, as a producer without a key does), at ``rate`` a second."""
+        """One event per message, in list order: keyed by session (memory events by agent,
+        on ``memory``), or unkeyed (round-robin over the partitions, as a producer without a
+        key does), at ``rate`` a second."""
 
         async def go() -> None:
             p = AIOKafkaProducer(
@@ -122,7 +124,7 @@ class Pipeline:
             )
             await p.start()
             try:
-                topic = self.settings.topics.events
+                topics = self.settings.topics
                 partitions = self.settings.events_partitions
                 start = time.monotonic()
                 pending = []
@@ -131,7 +133,9 @@ class Pipeline:
                         ahead = start + i / rate - time.monotonic()
                         if ahead > 0:
                             await asyncio.sleep(ahead)
-                    key = e["session_id"].encode() if keyed else None
+                    memory = e.get("kind") in MEMORY_KINDS
+                    topic = topics.memory if memory else topics.events
+                    key = e["agent_id" if memory else "session_id"].encode() if keyed else None
                     pending.append(
                         await p.send(
                             topic, orjson.dumps(e), key=key,
@@ -182,6 +186,10 @@ class Pipeline:
             "observation_weights": "*",
             "observation_weight_history": "*",
             "judgements": "* EXCLUDE (ingested_at)",
+            "memory_pipeline": "* EXCLUDE (updated_at)",
+            "recall_probes": "* EXCLUDE (ingested_at)",
+            "pipeline_agents": "* EXCLUDE (updated_at)",
+            "pipeline_breaks": "*",
         }
         return {
             t: self.query(f"SELECT {cols} FROM {t} ORDER BY ALL")  # noqa: S608

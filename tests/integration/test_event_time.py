@@ -3,7 +3,8 @@ issue), through the real broker, with long-lived ``memdiag worker`` and ``memdia
 
 One generated scenario (``tests.scenario``: hundreds of sessions over hours of event time,
 interleaved, late events beyond the turn TTL, injections after their outcome, sessions with
-several outcomes, redeliveries) is fed in eight ways. Every way must give the tables of the
+several outcomes, redeliveries; and the recall pipelines of six agents, on ``memory``) is
+fed in eight ways. Every way must give the tables of the
 independent in-order reference (``tests.reference``), on the contract's columns; so all eight
 give the same tables. Events from the future are the one exception: they are dead letters.
 
@@ -35,6 +36,8 @@ from tests.scenario import future_events, generate
 pytestmark = pytest.mark.integration
 
 SESSIONS = 250
+#: agents whose recall pipeline events are interleaved with the sessions'
+AGENTS = 6
 #: events a second for the live modes: the scenario takes about 15 s to publish
 LIVE_RATE = 200.0
 #: events a second while processes are killed: publishing spans the ten restarts
@@ -43,7 +46,7 @@ KILL_RATE = 25.0
 
 @pytest.fixture(scope="module")
 def scenario() -> list[dict[str, Any]]:
-    return generate(sessions=SESSIONS, seed=21)
+    return generate(sessions=SESSIONS, seed=21, agents=AGENTS)
 
 
 @pytest.fixture(scope="module")
