@@ -38,8 +38,7 @@ never the whole agent.
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -140,12 +139,138 @@ def _earlier(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
     return a is None or (ts_us, event_id) < (a[0], a[1])
 
 
-def _remove(items: list[list[Any]], prefix: list[Any]) -> list[Any] | None:
-    """Remove (and return) the item of the sorted ``items`` that starts with ``prefix``."""
-    at = bisect.bisect_left(items, prefix)
-    if at < len(items) and items[at][: len(prefix)] == prefix:
-        return items.pop(at)
-    return None
+#: Not-indexed memories per backlog chunk: a write rewrites one chunk, never the backlog.
+CHUNK = 128
+BACKLOG = "mx:"
+
+
+class Backlog:
+    """An agent's written, not indexed memories, ``[written_us, memory_id, turned_us]`` each
+    (``turned_us``: the clock when it turned unindexed; 0 while pending), in chunks of
+    :data:`CHUNK` under their own keys (``mx:<len>:<agent_id><chunk>``).
+
+    The head keeps one summary per chunk, ``[unindexed, pending, oldest unindexed
+    written_us, oldest pending written_us, first turned_us, last turned_us]``, so an agent
+    whose indexer died weeks ago costs a chunk and its summaries per event, not its whole
+    backlog. New entries go to the open chunk until it holds :data:`CHUNK`; an emptied chunk
+    is deleted.
+    """
+
+    def __init__(self, agent_id: str, state: dict[str, Any] | None):
+        state = state or {}
+        self.agent_id = agent_id
+        self.summaries: dict[int, list[Any]] = {int(k): v for k, v in state.get("s", {}).items()}
+        self.open: int = state.get("o", 0)
+        self.next: int = state.get("n", 1)
+        self.chunks: dict[int, list[list[Any]]] = {}
+        self.dirty: set[int] = set()
+        self.store: StateStore | None = None
+
+    def state(self) -> dict[str, Any]:
+        return {"o": self.open, "n": self.next, "s": {str(k): v for k, v in self.summaries.items()}}
+
+    def key(self, cid: int) -> str:
+        return f"{BACKLOG}{len(self.agent_id)}:{self.agent_id}{cid}"
+
+    def _chunk(self, cid: int) -> list[list[Any]]:
+        chunk = self.chunks.get(cid)
+        if chunk is None:
+            raw = None if self.store is None else self.store.get(self.key(cid))
+            chunk = self.chunks[cid] = orjson.loads(raw) if raw is not None else []
+        return chunk
+
+    def add(self, written_us: int, memory_id: str, turned_us: int) -> int:
+        """Add an entry; the chunk it went to."""
+        cid = self.open
+        chunk = self._chunk(cid)
+        if len(chunk) >= CHUNK:
+            cid, self.open, self.next = self.next, self.next, self.next + 1
+            chunk = self._chunk(cid)
+        chunk.append([written_us, memory_id, turned_us])
+        self._summarise(cid)
+        return cid
+
+    def remove(self, cid: int, memory_id: str) -> list[Any] | None:
+        """Remove ``memory_id``'s entry from chunk ``cid``; the entry."""
+        chunk = self._chunk(cid)
+        for i, entry in enumerate(chunk):
+            if entry[1] == memory_id:
+                del chunk[i]
+                self._summarise(cid)
+                return entry
+        return None
+
+    def settle(self, horizon_ms: int, clock_us: int) -> list[list[Any]]:
+        """Pending entries written before ``horizon_ms`` turn unindexed at ``clock_us``; the
+        entries that turned, oldest first."""
+        turned: list[list[Any]] = []
+        for cid, s in list(self.summaries.items()):
+            if s[3] is not None and ms(s[3]) < horizon_ms:
+                for entry in self._chunk(cid):
+                    if not entry[2] and ms(entry[0]) < horizon_ms:
+                        entry[2] = clock_us
+                        turned.append(entry)
+                self._summarise(cid)
+        return sorted(turned)
+
+    def turned_at(self, ts_us: int) -> list[str]:
+        """The memories that turned unindexed when the clock reached ``ts_us``."""
+        out: list[str] = []
+        for cid, s in self.summaries.items():
+            if s[4] is not None and s[4] <= ts_us <= s[5]:
+                out += [e[1] for e in self._chunk(cid) if e[2] == ts_us]
+        return sorted(out)
+
+    def oldest_unindexed_us(self) -> int | None:
+        """The ``written_us`` of the oldest unindexed entry, from the summaries alone."""
+        return min((s[2] for s in self.summaries.values() if s[2] is not None), default=None)
+
+    def oldest_unindexed(self) -> tuple[int, str] | None:
+        """(written_us, memory_id) of the oldest unindexed entry (ties: the smaller id)."""
+        oldest = self.oldest_unindexed_us()
+        if oldest is None:
+            return None
+        entry = min(
+            e
+            for cid, s in self.summaries.items()
+            if s[2] == oldest
+            for e in self._chunk(cid)
+            if e[2] and e[0] == oldest
+        )
+        return entry[0], entry[1]
+
+    def counts(self) -> tuple[int, int]:
+        """(unindexed, pending)."""
+        return (
+            sum(s[0] for s in self.summaries.values()),
+            sum(s[1] for s in self.summaries.values()),
+        )
+
+    def _summarise(self, cid: int) -> None:
+        chunk = self._chunk(cid)
+        self.dirty.add(cid)
+        if not chunk:
+            self.summaries.pop(cid, None)
+            return
+        turned = [e for e in chunk if e[2]]
+        pending = [e[0] for e in chunk if not e[2]]
+        self.summaries[cid] = [
+            len(turned),
+            len(pending),
+            min((e[0] for e in turned), default=None),
+            min(pending, default=None),
+            min((e[2] for e in turned), default=None),
+            max((e[2] for e in turned), default=None),
+        ]
+
+    def save(self, store: StateStore, partition: int) -> None:
+        for cid in sorted(self.dirty):
+            chunk = self.chunks[cid]
+            if chunk:
+                store.put(self.key(cid), orjson.dumps(chunk), partition)
+            else:
+                store.delete(self.key(cid), partition)
+        self.dirty.clear()
 
 
 # -- one agent ------------------------------------------------------------------------------
@@ -154,7 +279,7 @@ def _remove(items: list[list[Any]], prefix: list[Any]) -> list[Any] | None:
 class Memory:
     """One memory's record: its first write and first index in event time."""
 
-    __slots__ = ("memory_id", "written", "indexed", "counted", "dirty")
+    __slots__ = ("memory_id", "written", "indexed", "counted", "chunk", "dirty")
 
     def __init__(self, memory_id: str, rec: dict[str, Any] | None = None):
         self.memory_id = memory_id
@@ -162,6 +287,7 @@ class Memory:
         self.written: list[Any] | None = rec.get("w")  # [ts_us, event_id, name, store]
         self.indexed: list[Any] | None = rec.get("i")  # [ts_us, event_id, store]
         self.counted: bool = rec.get("x", False)  # counted in unindexed_memory_total
+        self.chunk: int | None = rec.get("c")  # its backlog chunk, while not indexed
         self.dirty = False
 
     @property
@@ -180,10 +306,9 @@ class Memory:
             rec["i"] = self.indexed
         if self.counted:
             rec["x"] = True
+        if self.chunk is not None:
+            rec["c"] = self.chunk
         return rec
-
-
-Loader = Callable[[str], Memory]
 
 
 class Agent:
@@ -196,11 +321,8 @@ class Agent:
         self.clock: int = head.get("c", 0)
         self.last_indexed: int | None = head.get("li")
         self.ambient: list[Any] | None = head.get("a")  # [ts_us, event_id, session_id, ids]
-        #: written, not indexed, within the deadline: [[written_us, memory_id], ...] sorted
-        self.pending: list[list[Any]] = head.get("pd", [])
-        #: written, not indexed, past the deadline, sorted:
-        #: [[written_us, memory_id, the clock when it turned unindexed], ...]
-        self.unindexed: list[list[Any]] = head.get("un", [])
+        #: the written memories not indexed, pending and unindexed
+        self.backlog = Backlog(agent_id, head.get("bl"))
         self.written: int = head.get("w", 0)  # written memories
         self.indexed: int = head.get("i", 0)  # written memories that are indexed
         #: the break, while it holds: [since_us, raised at (clock)]; the last recovery:
@@ -213,7 +335,9 @@ class Agent:
     def load(cls, agent_id: str, partition: int, deadline_ms: int, store: StateStore) -> Agent:
         raw = store.get(head_key(agent_id))
         head = orjson.loads(raw) if raw is not None else {}
-        return cls(agent_id, head.get("p", partition), deadline_ms, head)
+        agent = cls(agent_id, head.get("p", partition), deadline_ms, head)
+        agent.backlog.store = store
+        return agent
 
     def head(self) -> dict[str, Any]:
         head: dict[str, Any] = {"p": self.partition, "c": self.clock, "w": self.written,
@@ -221,16 +345,17 @@ class Agent:
         for key, value in (
             ("li", self.last_indexed),
             ("a", self.ambient),
-            ("pd", self.pending),
-            ("un", self.unindexed),
             ("br", self.broken),
             ("rc", self.recovered),
         ):
-            if value:  # fmt: skip
+            if value:
                 head[key] = value
+        if self.backlog.summaries or self.backlog.next > 1:
+            head["bl"] = self.backlog.state()
         return head
 
     def save(self, store: StateStore) -> None:
+        self.backlog.save(store, self.partition)
         for memory in self.memories.values():
             if memory.dirty:
                 key = memory_key(self.agent_id, memory.memory_id)
@@ -278,45 +403,37 @@ class Agent:
         if advanced:
             self._settle(store, out)
         else:  # possibly a redelivery: the rows this ts turned unindexed, again
-            for _, memory_id, turned in self.unindexed:
-                if turned == ts:
-                    out.diagnostic(self.agent_id, self._row(self.memory(memory_id, store)))
+            for memory_id in self.backlog.turned_at(ts):
+                out.diagnostic(self.agent_id, self._row(self.memory(memory_id, store)))
         self._check_break(ts, advanced, out)
         out.ts_us = max(out.ts_us, ts)
 
     def _place(self, m: Memory, before: tuple[int | None, int | None], out: Output) -> None:
-        """Put ``m`` where its status says (pending, unindexed, neither), keep the counts,
-        count it once if it ever was unindexed, and send its row."""
+        """Put ``m`` where its status says (in the backlog while not indexed), keep the
+        counts, count it once if it ever was unindexed, and send its row."""
         old_w, old_i = before
-        turned = None
-        if old_w is not None and old_i is None:
-            _remove(self.pending, [old_w, m.memory_id])
-            turned = _remove(self.unindexed, [old_w, m.memory_id])
         w, i = m.written_us, m.indexed_us
-        self.written += (w is not None) - (old_w is not None)
-        self.indexed += (w is not None and i is not None) - (
-            old_w is not None and old_i is not None
-        )
-        st = status(w, i, self.clock, self.deadline_ms)
-        if st == PENDING:
-            bisect.insort(self.pending, [w, m.memory_id])
-        elif st == UNINDEXED:
-            keep = turned[2] if turned is not None else self.clock
-            bisect.insort(self.unindexed, [w, m.memory_id, keep])
+        if (w, i) != before:
+            turned = 0
+            if m.chunk is not None:
+                entry = self.backlog.remove(m.chunk, m.memory_id)
+                turned = entry[2] if entry else 0
+                m.chunk = None
+            self.written += (w is not None) - (old_w is not None)
+            both = w is not None and i is not None
+            self.indexed += both - (old_w is not None and old_i is not None)
+            st = status(w, i, self.clock, self.deadline_ms)
+            if w is not None and st in (PENDING, UNINDEXED):
+                turned_us = (turned or self.clock) if st == UNINDEXED else 0
+                m.chunk = self.backlog.add(w, m.memory_id, turned_us)
+            m.dirty = True
         self._count(m, out)
         out.diagnostic(self.agent_id, self._row(m))
 
     def _settle(self, store: StateStore, out: Output) -> None:
         """The clock moved: pending memories past the deadline turn unindexed."""
         horizon_ms = ms(self.clock) - self.deadline_ms  # unindexed iff ms(written) < horizon
-        n = 0
-        while n < len(self.pending) and ms(self.pending[n][0]) < horizon_ms:
-            n += 1
-        if not n:
-            return
-        turned, self.pending = self.pending[:n], self.pending[n:]
-        for written_us, memory_id in turned:
-            bisect.insort(self.unindexed, [written_us, memory_id, self.clock])
+        for _, memory_id, _ in self.backlog.settle(horizon_ms, self.clock):
             m = self.memory(memory_id, store)
             self._count(m, out)
             out.diagnostic(self.agent_id, self._row(m))
@@ -334,15 +451,11 @@ class Agent:
     # -- the break --------------------------------------------------------------------------
 
     def oldest_unindexed(self) -> tuple[int, str] | None:
-        if not self.unindexed:
-            return None
-        written_us, memory_id, _ = self.unindexed[0]
-        return written_us, memory_id
+        return self.backlog.oldest_unindexed()
 
     def current_break(self) -> int | None:
         """The break rule now: the oldest unindexed write, if nothing was indexed since."""
-        oldest = self.oldest_unindexed()
-        return break_since(oldest[0] if oldest else None, self.last_indexed)
+        return break_since(self.backlog.oldest_unindexed_us(), self.last_indexed)
 
     def _check_break(self, ts: int, advanced: bool, out: Output) -> None:
         """Raise ``pipeline_break`` when the rule starts to hold, ``pipeline_recovered`` when
@@ -370,7 +483,7 @@ class Agent:
             "agent_id": self.agent_id,
             "since": format_ts(since_us),
             "ts": format_ts(at_us),
-            "unindexed": len(self.unindexed),
+            "unindexed": self.backlog.counts()[0],
             "oldest_memory_id": oldest[1] if oldest else None,
             "written": self.written,
             "indexed": self.indexed,
@@ -417,6 +530,7 @@ class Agent:
         """The agent as it stands (``pipeline_agents``): what the memories' rows do not say."""
         ambient = self.ambient
         since = self.current_break()
+        unindexed, pending = self.backlog.counts()
         return {
             "kind": "pipeline_agent",
             "agent_id": self.agent_id,
@@ -428,7 +542,7 @@ class Agent:
             "broken_since": None if since is None else format_ts(since),
             "written": self.written,
             "indexed": self.indexed,
-            "pending": len(self.pending),
-            "unindexed": len(self.unindexed),
+            "pending": pending,
+            "unindexed": unindexed,
             "deadline_seconds": self.deadline_ms / 1000,
         }

@@ -27,6 +27,7 @@ from memdiag.contract import (
 )
 from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.settings import Settings
+from memdiag.streams import recall
 from memdiag.streams.memory import MemoryStage
 from memdiag.streams.recall import break_since, ever_unindexed, probe_verdict, status
 from tests.recall_scenario import ambient, at, indexed, paper_agents, probe, written
@@ -316,6 +317,12 @@ def test_the_same_events_give_the_same_tables_in_any_order(
     check_against_reference(in_order, events)
     for _ in range(3):
         check_against_reference(Run().send(*batches_of(events, rnd)), events)
+    # chunks of two: every backlog operation crosses chunks (add, remove, settle, oldest)
+    chunk, recall.CHUNK = recall.CHUNK, 2
+    try:
+        check_against_reference(Run().send(*batches_of(events, rnd)), events)
+    finally:
+        recall.CHUNK = chunk
     # in event-time order the counter is exact: each memory that ever was unindexed, once
     for agent in AGENTS:
         expected = sum(
