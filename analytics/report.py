@@ -137,13 +137,14 @@ def chart_runs(runs: list[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-def chart_pipeline(points: list[dict[str, Any]]) -> str:
-    """Pipeline coverage over time, one line per agent (of the memories written then)."""
+def chart_pipeline(points: list[dict[str, Any]], order: list[str]) -> str:
+    """Pipeline coverage over time, one line per agent (of the memories written then), the
+    agents in ``order`` (broken first), at most :data:`PIPELINE_AGENTS` of them."""
     fig, ax = _figure()
     agents: dict[str, list[dict[str, Any]]] = {}
     for p in points:
         agents.setdefault(p["agent_id"], []).append(p)
-    for agent, series in sorted(agents.items())[:PIPELINE_AGENTS]:
+    for agent, series in [(a, agents[a]) for a in order if a in agents][:PIPELINE_AGENTS]:
         xs = [p["bucket_start"] for p in series]
         ax.plot(xs, [p["pipeline_coverage"] * 100 for p in series], marker="o", markersize=3,
                 label=agent)  # fmt: skip
@@ -183,7 +184,7 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
             ("broken_since", "broken since"),
         ],
     )
-    chart = chart_pipeline(pipeline_coverage_over_time(con))
+    chart = chart_pipeline(pipeline_coverage_over_time(con), [a["agent_id"] for a in agents])
     return f"{table}<div class=chart>{chart}</div>"
 
 

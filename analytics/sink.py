@@ -238,6 +238,7 @@ _PIPELINE_BREAK = pa.schema(
         ("agent_id", pa.string()),
         ("since", pa.string()),
         ("ts", pa.string()),
+        ("broken_at", pa.string()),
         ("oldest_memory_id", pa.string()),
         ("unindexed", pa.int32()),
     ]

@@ -129,6 +129,11 @@ def parse_rule(text: str, label: str = "") -> Rule:
     if alone and alone.group("alias") in ALONE:
         text = f"{alone.group('alias')} {ALONE[alone.group('alias')]}{alone.group('window') or ''}"
     m = _RULE.match(text)
+    if m and m.group("expr").strip() in ALONE and m.group("op") not in (">", ">="):
+        raise RuleError(
+            f"{m.group('expr').strip()} counts the memories that missed their index deadline "
+            "within the window, so it fires on more of them: write it alone, or with > N"
+        )
     if not m:
         raise RuleError(
             f"cannot read rule {text!r}: write EXPR OP NUMBER [for DURATION], e.g. "

@@ -6,7 +6,7 @@
 - observations (``memdiag.streams.observations``): internal steps, keyed by observation -> ``o:``:
   the ledger of each observation; weights, and verdicts back to the sessions.
 - memory (``memdiag.streams.memory``): ``memory`` (keyed by agent, co-partitioned with
-  ``events``) -> per-agent state (``m:``, ``mm:``): memory rows, probes, pipeline breaks.
+  ``events``) -> per-agent state (``m:``, ``mx:``, ``mm:``): memory rows, probes, breaks.
 - judgements (``memdiag.streams.judgements``): ``judgements`` -> a ``judgement`` record each
   (stateless).
 - counters (``memdiag.streams.counters``): the increments on ``counters`` -> a per-minute rollup of

@@ -1,8 +1,8 @@
 """The recall pipeline stage: ``memory`` messages in, memory rows, probes and breaks out.
 
 No Faust, no Kafka. Input: ``memory``, keyed by ``agent_id`` and co-partitioned with
-``events``, so the agents' state lives in the worker's one state table (keys ``m:`` and
-``mm:``, :mod:`memdiag.streams.recall`). Per batch, each event is decoded and validated
+``events``, so the agents' state lives in the worker's one state table (keys ``m:``,
+``mx:`` and ``mm:``, :mod:`memdiag.streams.recall`). Per batch, each event is decoded and validated
 once and applied to its :class:`memdiag.streams.recall.Agent`; each touched agent is written
 once, after the whole batch (its head and the memories that changed), and its summary
 (``pipeline_agent``) is sent once.
@@ -13,7 +13,9 @@ on ``memory`` keyed by its ``agent_id``, with its original Kafka timestamp, and 
 it arrives there. The rules are in event time, so the detour changes nothing.
 
 An agent's state is never forgotten: it is a few dozen bytes a memory, and an agent's
-pipeline health is a question about its whole history.
+pipeline health is a question about its whole history. A batch costs an agent its head (one
+summary line per 128 memories not indexed), the backlog chunk or two it touched and the
+memories it named: an agent whose indexer died weeks ago is not rewritten whole per event.
 """
 
 from __future__ import annotations

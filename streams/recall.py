@@ -14,26 +14,30 @@ The rules, all in event time (the agent's own events, never their arrival order)
   ``written_at`` exceeds the deadline (in whole milliseconds), else ``pending``.
 - A memory *ever* counted as unindexed follows from ``indexed_at - written_at`` once it is
   indexed (over the deadline: it was), from the status otherwise. It is counted once in
-  ``memdiag.unindexed_memory_total{agent_id}``, in the minute of event time its deadline
-  passed.
+  ``memdiag.unindexed_memory_total{agent_id}``, in the minute of the agent's clock that
+  showed it (so a live alert sees it in its window).
 - Break: the agent has an unindexed memory and no ``memory_indexed`` (of any memory) since
   the oldest unindexed one was written. ``pipeline_break`` when that starts to hold,
   ``pipeline_recovered`` when it stops.
 - Probes: a hit iff the memory is in the first ``k`` results with a score of at least the
   threshold (scores absent: rank alone). Ties in ``ts`` between two events of one kind for
   one memory (two writes, two probes, two ambient contexts of the agent) go to the greater
-  ``event_id``, so the result never depends on which arrived first.
+  ``event_id`` for "latest" and the smaller for "first", so the result never depends on
+  which arrived first.
 
 Redelivery. Every rule is a minimum, a maximum or a latest-by-``(ts, event_id)``, so an event
 applied twice changes nothing; the records an event is responsible for are sent again with
-their current values (the sink upserts them): its memory's row, and the rows its ``ts``
-turned unindexed (kept with the ``ts`` that turned them), so a crash between the state write
-and the sends loses nothing.
+their current values (the sink upserts them): its memory's row, the rows its ``ts`` turned
+unindexed (each kept with the clock that turned it), and the break or recovery it made
+(kept with its ``ts``). So a crash between the state write and the sends loses nothing. A
+crash that lands only part of a batch's state writes is healed as the batch comes again
+(:class:`Backlog`).
 
-State: the agent's head under ``m:<agent_id>`` (clock, last index, latest ambient context,
-the pending and unindexed memories, counts, the break) and one small record per memory under
-``mm:<len>:<agent_id><memory_id>``: a batch writes the head and the memories it touched,
-never the whole agent.
+State, apart by key: the agent's head under ``m:<agent_id>`` (clock, deadline, last index,
+latest ambient context, the break, one summary line per backlog chunk); its not-indexed
+memories in chunks under ``mx:<len>:<agent_id><n>``; one small record per memory under
+``mm:<len>:<agent_id><memory_id>``. A batch writes the chunks and the memories it touched,
+then the head; never the whole agent.
 """
 
 from __future__ import annotations
@@ -143,17 +147,27 @@ def _earlier(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
 CHUNK = 128
 BACKLOG = "mx:"
 
+# A chunk's summary in the head: [unindexed, pending, oldest unindexed written_us, oldest
+# pending written_us, first turned_us, last turned_us, least written_us, most written_us]
+U, P, MIN_U, MIN_P, FIRST_T, LAST_T, LO, HI = range(8)
+
 
 class Backlog:
     """An agent's written, not indexed memories, ``[written_us, memory_id, turned_us]`` each
-    (``turned_us``: the clock when it turned unindexed; 0 while pending), in chunks of
-    :data:`CHUNK` under their own keys (``mx:<len>:<agent_id><chunk>``).
+    (``turned_us``: the agent's clock when it turned unindexed; 0 while pending), in chunks
+    of at most :data:`CHUNK` under their own keys (``mx:<len>:<agent_id><chunk>``).
 
-    The head keeps one summary per chunk, ``[unindexed, pending, oldest unindexed
-    written_us, oldest pending written_us, first turned_us, last turned_us]``, so an agent
-    whose indexer died weeks ago costs a chunk and its summaries per event, not its whole
-    backlog. New entries go to the open chunk until it holds :data:`CHUNK`; an emptied chunk
-    is deleted.
+    The head keeps one summary per chunk (:data:`U` ...), so an agent whose indexer died
+    weeks ago costs a chunk or two and its summaries per event, not its whole backlog. An
+    entry is found by its ``written_us`` (the chunks whose range holds it), so nothing else
+    points into a chunk: new entries go to the open chunk, and a chunk that falls under a
+    quarter full is merged into it.
+
+    Self-healing. The state is several keys, written head last; if a crash lands only some
+    of a batch's writes, the batch comes again as redeliveries. Every chunk read is
+    summarised again from its content, an entry is added only where none is, and the oldest
+    unindexed entry is checked against its chunk before a break is said to hold, so a
+    partial write leaves neither a duplicate nor a stale summary behind.
     """
 
     def __init__(self, agent_id: str, state: dict[str, Any] | None):
@@ -165,6 +179,7 @@ class Backlog:
         self.chunks: dict[int, list[list[Any]]] = {}
         self.dirty: set[int] = set()
         self.store: StateStore | None = None
+        self.clock = 0  # the agent's clock (set by it): no entry turned after it
 
     def state(self) -> dict[str, Any]:
         return {"o": self.open, "n": self.next, "s": {str(k): v for k, v in self.summaries.items()}}
@@ -177,35 +192,67 @@ class Backlog:
         if chunk is None:
             raw = None if self.store is None else self.store.get(self.key(cid))
             chunk = self.chunks[cid] = orjson.loads(raw) if raw is not None else []
+            for entry in chunk:  # turned by a batch whose head (and clock) was lost: not yet
+                if entry[2] > self.clock:
+                    entry[2] = 0
+            self._summarise(cid, changed=False)  # heals a summary a lost head left stale
         return chunk
 
-    def add(self, written_us: int, memory_id: str, turned_us: int) -> int:
-        """Add an entry; the chunk it went to."""
-        cid = self.open
-        chunk = self._chunk(cid)
-        if len(chunk) >= CHUNK:
-            cid, self.open, self.next = self.next, self.next, self.next + 1
-            chunk = self._chunk(cid)
-        chunk.append([written_us, memory_id, turned_us])
-        self._summarise(cid)
-        return cid
-
-    def remove(self, cid: int, memory_id: str) -> list[Any] | None:
-        """Remove ``memory_id``'s entry from chunk ``cid``; the entry."""
-        chunk = self._chunk(cid)
-        for i, entry in enumerate(chunk):
-            if entry[1] == memory_id:
-                del chunk[i]
-                self._summarise(cid)
-                return entry
+    def find(self, written_us: int, memory_id: str) -> tuple[int, int] | None:
+        """(chunk, index) of ``memory_id``'s entry written at ``written_us``."""
+        for cid in [c for c, s in self.summaries.items() if s[LO] <= written_us <= s[HI]]:
+            for i, e in enumerate(self._chunk(cid)):
+                if e[1] == memory_id and e[0] == written_us:
+                    return cid, i
         return None
+
+    def add(self, written_us: int, memory_id: str, turned_us: int) -> None:
+        """Add an entry, unless it is there (a redelivery after a partial write)."""
+        self._chunk(self.open)  # a crash may have landed it with entries its summary lacks
+        if self.find(written_us, memory_id) is not None:
+            return
+        if len(self._chunk(self.open)) >= CHUNK:
+            self._roll()
+        self._chunk(self.open).append([written_us, memory_id, turned_us])
+        self._summarise(self.open)
+
+    def _roll(self) -> None:
+        """A new open chunk. Whatever its key holds is from a batch whose head was lost
+        (its events come again): it starts empty."""
+        self.open, self.next = self.next, self.next + 1
+        self.chunks[self.open] = []
+        self.dirty.add(self.open)
+
+    def remove(self, written_us: int, memory_id: str) -> list[Any] | None:
+        """Remove ``memory_id``'s entry written at ``written_us``, if there; the entry."""
+        self._chunk(self.open)  # as in add
+        found = self.find(written_us, memory_id)
+        if found is None:
+            return None
+        cid, i = found
+        entry = self.chunks[cid].pop(i)
+        self._summarise(cid)
+        if cid != self.open and len(self.chunks[cid]) < CHUNK // 4:
+            self._merge(cid)
+        return entry
+
+    def _merge(self, cid: int) -> None:
+        """Move a sparse chunk's entries to the open chunk (rolling it over when full)."""
+        entries, self.chunks[cid] = self.chunks[cid], []
+        self._summarise(cid)
+        for entry in entries:
+            if len(self._chunk(self.open)) >= CHUNK:
+                self._summarise(self.open)
+                self._roll()
+            self._chunk(self.open).append(entry)
+        self._summarise(self.open)
 
     def settle(self, horizon_ms: int, clock_us: int) -> list[list[Any]]:
         """Pending entries written before ``horizon_ms`` turn unindexed at ``clock_us``; the
         entries that turned, oldest first."""
         turned: list[list[Any]] = []
         for cid, s in list(self.summaries.items()):
-            if s[3] is not None and ms(s[3]) < horizon_ms:
+            if s[MIN_P] is not None and ms(s[MIN_P]) < horizon_ms:
                 for entry in self._chunk(cid):
                     if not entry[2] and ms(entry[0]) < horizon_ms:
                         entry[2] = clock_us
@@ -213,55 +260,76 @@ class Backlog:
                 self._summarise(cid)
         return sorted(turned)
 
+    def rebase(self, horizon_ms: int, clock_us: int) -> list[str]:
+        """Every entry's status again under another deadline (the setting changed); the
+        memories whose status changed."""
+        changed: list[str] = []
+        for cid in list(self.summaries):
+            for entry in self._chunk(cid):
+                unindexed = ms(entry[0]) < horizon_ms
+                if unindexed != bool(entry[2]):
+                    entry[2] = clock_us if unindexed else 0
+                    changed.append(entry[1])
+            self._summarise(cid)
+        return sorted(changed)
+
     def turned_at(self, ts_us: int) -> list[str]:
         """The memories that turned unindexed when the clock reached ``ts_us``."""
         out: list[str] = []
-        for cid, s in self.summaries.items():
-            if s[4] is not None and s[4] <= ts_us <= s[5]:
+        for cid, s in list(self.summaries.items()):
+            if s[FIRST_T] is not None and s[FIRST_T] <= ts_us <= s[LAST_T]:
                 out += [e[1] for e in self._chunk(cid) if e[2] == ts_us]
         return sorted(out)
 
     def oldest_unindexed_us(self) -> int | None:
-        """The ``written_us`` of the oldest unindexed entry, from the summaries alone."""
-        return min((s[2] for s in self.summaries.values() if s[2] is not None), default=None)
+        """The ``written_us`` of the oldest unindexed entry, by the summaries alone."""
+        return min((s[MIN_U] for s in self.summaries.values() if s[MIN_U] is not None),
+                   default=None)  # fmt: skip
 
     def oldest_unindexed(self) -> tuple[int, str] | None:
-        """(written_us, memory_id) of the oldest unindexed entry (ties: the smaller id)."""
-        oldest = self.oldest_unindexed_us()
-        if oldest is None:
-            return None
-        entry = min(
-            e
-            for cid, s in self.summaries.items()
-            if s[2] == oldest
-            for e in self._chunk(cid)
-            if e[2] and e[0] == oldest
-        )
-        return entry[0], entry[1]
+        """(written_us, memory_id) of the oldest unindexed entry (ties: the smaller id),
+        checked against its chunks (reading a chunk corrects a stale summary)."""
+        while (oldest := self.oldest_unindexed_us()) is not None:
+            holding = [c for c, s in self.summaries.items() if s[MIN_U] == oldest]
+            entries = []
+            for c in holding:
+                entries += [e for e in self._chunk(c) if e[2] and e[0] == oldest]
+                self._summarise(c, changed=False)  # stale (a lost head): correct it, look again
+            if entries:
+                entry = min(entries)
+                return entry[0], entry[1]
+        return None
 
     def counts(self) -> tuple[int, int]:
         """(unindexed, pending)."""
-        return (
-            sum(s[0] for s in self.summaries.values()),
-            sum(s[1] for s in self.summaries.values()),
-        )
+        return (sum(s[U] for s in self.summaries.values()),
+                sum(s[P] for s in self.summaries.values()))  # fmt: skip
 
-    def _summarise(self, cid: int) -> None:
-        chunk = self._chunk(cid)
-        self.dirty.add(cid)
+    def _summarise(self, cid: int, changed: bool = True) -> None:
+        chunk = self.chunks[cid]
         if not chunk:
-            self.summaries.pop(cid, None)
-            return
-        turned = [e for e in chunk if e[2]]
-        pending = [e[0] for e in chunk if not e[2]]
-        self.summaries[cid] = [
-            len(turned),
-            len(pending),
-            min((e[0] for e in turned), default=None),
-            min(pending, default=None),
-            min((e[2] for e in turned), default=None),
-            max((e[2] for e in turned), default=None),
-        ]
+            summary = None
+        else:
+            turned = [e for e in chunk if e[2]]
+            pending = [e[0] for e in chunk if not e[2]]
+            summary = [
+                len(turned),
+                len(pending),
+                min((e[0] for e in turned), default=None),
+                min(pending, default=None),
+                min((e[2] for e in turned), default=None),
+                max((e[2] for e in turned), default=None),
+                min(e[0] for e in chunk),
+                max(e[0] for e in chunk),
+            ]
+        if summary != self.summaries.get(cid):
+            if summary is None:
+                self.summaries.pop(cid, None)
+            else:
+                self.summaries[cid] = summary
+            changed = True
+        if changed:
+            self.dirty.add(cid)
 
     def save(self, store: StateStore, partition: int) -> None:
         for cid in sorted(self.dirty):
@@ -279,7 +347,7 @@ class Backlog:
 class Memory:
     """One memory's record: its first write and first index in event time."""
 
-    __slots__ = ("memory_id", "written", "indexed", "counted", "chunk", "dirty")
+    __slots__ = ("memory_id", "written", "indexed", "counted", "dirty")
 
     def __init__(self, memory_id: str, rec: dict[str, Any] | None = None):
         self.memory_id = memory_id
@@ -287,7 +355,6 @@ class Memory:
         self.written: list[Any] | None = rec.get("w")  # [ts_us, event_id, name, store]
         self.indexed: list[Any] | None = rec.get("i")  # [ts_us, event_id, store]
         self.counted: bool = rec.get("x", False)  # counted in unindexed_memory_total
-        self.chunk: int | None = rec.get("c")  # its backlog chunk, while not indexed
         self.dirty = False
 
     @property
@@ -306,8 +373,6 @@ class Memory:
             rec["i"] = self.indexed
         if self.counted:
             rec["x"] = True
-        if self.chunk is not None:
-            rec["c"] = self.chunk
         return rec
 
 
@@ -323,12 +388,12 @@ class Agent:
         self.ambient: list[Any] | None = head.get("a")  # [ts_us, event_id, session_id, ids]
         #: the written memories not indexed, pending and unindexed
         self.backlog = Backlog(agent_id, head.get("bl"))
-        self.written: int = head.get("w", 0)  # written memories
-        self.indexed: int = head.get("i", 0)  # written memories that are indexed
-        #: the break, while it holds: [since_us, raised at (clock)]; the last recovery:
-        #: [since_us, recovered at (clock)]
-        self.broken: list[int] | None = head.get("br")
-        self.recovered: list[int] | None = head.get("rc")
+        #: the break while it holds, and the last recovery: [since_us, the ts of the event
+        #: that made it, broken at (clock), oldest memory id, unindexed then] (+ recovered at)
+        self.broken: list[Any] | None = head.get("br")
+        self.recovered: list[Any] | None = head.get("rc")
+        #: MEMDIAG_INDEX_DEADLINE_SECONDS changed since the backlog was sorted: sort it again
+        self._rebase = head.get("d", deadline_ms) != deadline_ms
         self.memories: dict[str, Memory] = {}
 
     @classmethod
@@ -336,12 +401,11 @@ class Agent:
         raw = store.get(head_key(agent_id))
         head = orjson.loads(raw) if raw is not None else {}
         agent = cls(agent_id, head.get("p", partition), deadline_ms, head)
-        agent.backlog.store = store
+        agent.backlog.store, agent.backlog.clock = store, agent.clock
         return agent
 
     def head(self) -> dict[str, Any]:
-        head: dict[str, Any] = {"p": self.partition, "c": self.clock, "w": self.written,
-                                "i": self.indexed}  # fmt: skip
+        head: dict[str, Any] = {"p": self.partition, "c": self.clock, "d": self.deadline_ms}
         for key, value in (
             ("li", self.last_indexed),
             ("a", self.ambient),
@@ -355,6 +419,7 @@ class Agent:
         return head
 
     def save(self, store: StateStore) -> None:
+        """The backlog's chunks and the memories first, the head last (see :class:`Backlog`)."""
         self.backlog.save(store, self.partition)
         for memory in self.memories.values():
             if memory.dirty:
@@ -377,116 +442,116 @@ class Agent:
         """Apply one validated event and send what it changed (or, for an event seen before,
         what it is responsible for, with current values)."""
         ts = event.ts_us
+        if self._rebase:
+            self._rebase = False
+            for memory_id in self.backlog.rebase(self._horizon_ms(), self.clock):
+                self._send_row(self.memory(memory_id, store), out)
         advanced = ts > self.clock
         if advanced:
             self.clock = ts
+        self.backlog.clock = self.clock
         if isinstance(event, MemoryWritten):
             m = self.memory(event.memory_id, store)
-            before = (m.written_us, m.indexed_us)
+            old_w = m.written_us
             if _earlier(m.written, ts, event.event_id):
                 m.written = [ts, event.event_id, event.name, event.store]
                 m.dirty = True
-            self._place(m, before, out)
+            self._place(m, old_w, out)
         elif isinstance(event, MemoryIndexed):
             m = self.memory(event.memory_id, store)
-            before = (m.written_us, m.indexed_us)
             if _earlier(m.indexed, ts, event.event_id):
                 m.indexed = [ts, event.event_id, event.store]
                 m.dirty = True
             if self.last_indexed is None or ts > self.last_indexed:
                 self.last_indexed = ts
-            self._place(m, before, out)
+            self._place(m, m.written_us, out)
         elif isinstance(event, RecallProbe):
             out.diagnostic(self.agent_id, self._probe_row(event))
         elif isinstance(event, AmbientContext) and _later(self.ambient, ts, event.event_id):
             self.ambient = [ts, event.event_id, event.session_id, list(event.memory_ids)]
         if advanced:
-            self._settle(store, out)
-        else:  # possibly a redelivery: the rows this ts turned unindexed, again
-            for memory_id in self.backlog.turned_at(ts):
-                out.diagnostic(self.agent_id, self._row(self.memory(memory_id, store)))
-        self._check_break(ts, advanced, out)
+            self.backlog.settle(self._horizon_ms(), self.clock)
+        # the rows this ts turned unindexed: now, or again for a redelivery (also when a
+        # crash landed the turned chunk but not the head that moved the clock)
+        for memory_id in self.backlog.turned_at(ts):
+            self._send_row(self.memory(memory_id, store), out)
+        self._check_break(ts, out)
         out.ts_us = max(out.ts_us, ts)
 
-    def _place(self, m: Memory, before: tuple[int | None, int | None], out: Output) -> None:
-        """Put ``m`` where its status says (in the backlog while not indexed), keep the
-        counts, count it once if it ever was unindexed, and send its row."""
-        old_w, old_i = before
-        w, i = m.written_us, m.indexed_us
-        if (w, i) != before:
-            turned = 0
-            if m.chunk is not None:
-                entry = self.backlog.remove(m.chunk, m.memory_id)
-                turned = entry[2] if entry else 0
-                m.chunk = None
-            self.written += (w is not None) - (old_w is not None)
-            both = w is not None and i is not None
-            self.indexed += both - (old_w is not None and old_i is not None)
-            st = status(w, i, self.clock, self.deadline_ms)
-            if w is not None and st in (PENDING, UNINDEXED):
-                turned_us = (turned or self.clock) if st == UNINDEXED else 0
-                m.chunk = self.backlog.add(w, m.memory_id, turned_us)
-            m.dirty = True
-        self._count(m, out)
-        out.diagnostic(self.agent_id, self._row(m))
+    def _horizon_ms(self) -> int:
+        """A memory written before this (whole ms) and not indexed is unindexed."""
+        return ms(self.clock) - self.deadline_ms
 
-    def _settle(self, store: StateStore, out: Output) -> None:
-        """The clock moved: pending memories past the deadline turn unindexed."""
-        horizon_ms = ms(self.clock) - self.deadline_ms  # unindexed iff ms(written) < horizon
-        for _, memory_id, _ in self.backlog.settle(horizon_ms, self.clock):
-            m = self.memory(memory_id, store)
-            self._count(m, out)
-            out.diagnostic(self.agent_id, self._row(m))
-
-    def _count(self, m: Memory, out: Output) -> None:
-        """Count ``m`` once in ``unindexed_memory_total``, in the minute its deadline passed."""
+    def _place(self, m: Memory, old_w: int | None, out: Output) -> None:
+        """Make the backlog hold ``m`` exactly while it is written and not indexed (whatever
+        a partial write before a crash left there), and send its row."""
         w = m.written_us
-        if m.counted or w is None:
-            return
-        if ever_unindexed(w, m.indexed_us, self.clock, self.deadline_ms):
+        turned = 0
+        if old_w is not None and old_w != w:  # an earlier write came: the entry moves
+            entry = self.backlog.remove(old_w, m.memory_id)
+            turned = entry[2] if entry else 0
+        st = status(w, m.indexed_us, self.clock, self.deadline_ms)
+        if w is not None and st in (PENDING, UNINDEXED):
+            self.backlog.add(w, m.memory_id, (turned or self.clock) if st == UNINDEXED else 0)
+        elif w is not None:
+            self.backlog.remove(w, m.memory_id)
+        self._send_row(m, out)
+
+    def _send_row(self, m: Memory, out: Output) -> None:
+        """``m``'s row; and, once, its increment of ``unindexed_memory_total``, in the minute
+        of the agent's clock that showed it (when the alert can still see it)."""
+        if not m.counted and ever_unindexed(
+            m.written_us, m.indexed_us, self.clock, self.deadline_ms
+        ):
             m.counted = m.dirty = True
-            passed_us = (ms(w) + self.deadline_ms + 1) * 1000
-            out.count(UNINDEXED_MEMORIES, at_us=passed_us, agent_id=self.agent_id)
+            out.count(UNINDEXED_MEMORIES, at_us=self.clock, agent_id=self.agent_id)
+        out.diagnostic(self.agent_id, self._row(m))
 
     # -- the break --------------------------------------------------------------------------
 
-    def oldest_unindexed(self) -> tuple[int, str] | None:
-        return self.backlog.oldest_unindexed()
-
     def current_break(self) -> int | None:
-        """The break rule now: the oldest unindexed write, if nothing was indexed since."""
-        return break_since(self.backlog.oldest_unindexed_us(), self.last_indexed)
+        """The break rule now: the oldest unindexed write, if nothing was indexed since. The
+        summaries say; a break is checked against the chunk that holds its memory."""
+        since = break_since(self.backlog.oldest_unindexed_us(), self.last_indexed)
+        if since is None:
+            return None
+        oldest = self.backlog.oldest_unindexed()
+        return break_since(oldest[0] if oldest else None, self.last_indexed)
 
-    def _check_break(self, ts: int, advanced: bool, out: Output) -> None:
+    def _check_break(self, ts: int, out: Output) -> None:
         """Raise ``pipeline_break`` when the rule starts to hold, ``pipeline_recovered`` when
-        it stops. An episode keeps the ``since`` it was raised with (a late write may move
-        the oldest unindexed memory earlier while it holds: the summary says so)."""
+        it stops; again when the event that did it comes again (a redelivery). An episode
+        keeps the ``since`` it was raised with (a late write may move the oldest unindexed
+        memory earlier while it holds: the summary says so)."""
         since = self.current_break()
         if since is not None and self.broken is None:
-            self.broken = [since, self.clock]
-            out.diagnostic(self.agent_id, self._break_record(PIPELINE_BREAK, since, self.clock))
+            oldest = self.backlog.oldest_unindexed()
+            unindexed = self.backlog.counts()[0]
+            self.broken = [since, ts, self.clock, oldest[1] if oldest else None, unindexed]
+            out.diagnostic(self.agent_id, self._break_record(PIPELINE_BREAK, self.broken))
         elif since is None and self.broken is not None:
-            self.recovered = [self.broken[0], self.clock]
+            self.recovered = [self.broken[0], ts, *self.broken[2:], self.clock]
             self.broken = None
-            out.diagnostic(self.agent_id, self._break_record(PIPELINE_RECOVERED, *self.recovered))
-        elif not advanced:  # a redelivery re-sends the transition its ts made
+            out.diagnostic(self.agent_id, self._break_record(PIPELINE_RECOVERED, self.recovered))
+        else:
             for kind, held in ((PIPELINE_BREAK, self.broken), (PIPELINE_RECOVERED, self.recovered)):
                 if held is not None and held[1] == ts:
-                    out.diagnostic(self.agent_id, self._break_record(kind, *held))
+                    out.diagnostic(self.agent_id, self._break_record(kind, held))
 
     # -- records ----------------------------------------------------------------------------
 
-    def _break_record(self, kind: str, since_us: int, at_us: int) -> dict[str, Any]:
-        oldest = self.oldest_unindexed()
+    def _break_record(self, kind: str, held: list[Any]) -> dict[str, Any]:
+        """A transition, whole: a recovery says the break it ends, so either record alone
+        rebuilds the episode's row."""
+        since_us, _, broken_at, oldest_id, unindexed = held[:5]
         return {
             "kind": kind,
             "agent_id": self.agent_id,
             "since": format_ts(since_us),
-            "ts": format_ts(at_us),
-            "unindexed": self.backlog.counts()[0],
-            "oldest_memory_id": oldest[1] if oldest else None,
-            "written": self.written,
-            "indexed": self.indexed,
+            "ts": format_ts(held[5] if kind == PIPELINE_RECOVERED else broken_at),
+            "broken_at": format_ts(broken_at),
+            "oldest_memory_id": oldest_id,
+            "unindexed": unindexed,
             "last_indexed_at": None if self.last_indexed is None else format_ts(self.last_indexed),
         }
 
@@ -527,7 +592,8 @@ class Agent:
         }
 
     def summary(self) -> dict[str, Any]:
-        """The agent as it stands (``pipeline_agents``): what the memories' rows do not say."""
+        """The agent as it stands (``pipeline_agents``): what the memories' rows do not say.
+        ``pending`` and ``unindexed`` are the backlog's; the view counts the rows."""
         ambient = self.ambient
         since = self.current_break()
         unindexed, pending = self.backlog.counts()
@@ -540,8 +606,6 @@ class Agent:
             "ambient_session_id": None if ambient is None else ambient[2],
             "ambient_memory_ids": None if ambient is None else ambient[3],
             "broken_since": None if since is None else format_ts(since),
-            "written": self.written,
-            "indexed": self.indexed,
             "pending": pending,
             "unindexed": unindexed,
             "deadline_seconds": self.deadline_ms / 1000,

@@ -86,9 +86,11 @@ COUNTER_HELP: dict[str, str] = {
         "agent's own event time, by agent, counted once per memory when that shows. "
         "Misses an indexer that acknowledges but stores garbage (a vector of the wrong "
         "dimension, an empty document): that memory counts as indexed; recall probes "
-        "(semantic_recall_rate) catch it. Overcounts a memory whose in-time index event "
-        "arrived after the agent's clock had passed its deadline. An agent that never "
-        "reports indexing counts every memory."
+        "(semantic_recall_rate) catch it. Misses, until the agent's next memory event, the "
+        "last memories of an agent that goes quiet: the deadline runs on its own events. "
+        "Overcounts a memory whose in-time index event arrived after the agent's clock had "
+        "passed its deadline. An agent that never reports indexing counts every memory. Each "
+        "increment is in the minute of the agent's event time that showed it."
     ),
 }
 

@@ -291,3 +291,5 @@ def test_pipeline_coverage_fires_while_memories_go_unindexed_and_resolves_after(
     assert states == [("firing", 12), ("resolved", 24)]
     with pytest.raises(RuleError):
         parse_rule("followup_rate for 5m")  # only pipeline_coverage stands alone
+    with pytest.raises(RuleError, match="write it alone"):
+        parse_rule("pipeline_coverage < 0.9")  # a count, not a coverage: "<" would invert it
