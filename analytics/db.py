@@ -13,6 +13,7 @@ import time
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -56,11 +57,14 @@ def connect(
         )
     deadline = time.monotonic() + timeout
     delay = 0.01
+    # A table the file lacks is a CatalogException, never a Python variable of that name
+    # (DuckDB's replacement scans: a missing view `pipeline_health` found the function).
+    config: dict[str, Any] = {"python_enable_replacements": False}
+    if not read_only and storage_version != "latest":
+        config["storage_compatibility_version"] = storage_version
     while True:
         try:
-            if read_only or storage_version == "latest":
-                return duckdb.connect(path, read_only=read_only)
-            return duckdb.connect(path, config={"storage_compatibility_version": storage_version})
+            return duckdb.connect(path, read_only=read_only, config=config)
         except duckdb.IOException as exc:
             if not _is_lock_error(exc) or time.monotonic() > deadline:
                 if _is_lock_error(exc):

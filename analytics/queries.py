@@ -65,9 +65,14 @@ def rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[
     """``analytics/sql/NAME.sql`` with ``params`` bound; each row as a dict."""
     try:
         cur = con.execute(upgraded(con, sql(name)), params)
-    except duckdb.CatalogException as exc:
+    except (duckdb.CatalogException, duckdb.InvalidInputException) as exc:
+        # a missing table, or (on a caller's own connection, where DuckDB looks for a Python
+        # variable of a missing table's name) one that found something else of that name
+        if isinstance(exc, duckdb.InvalidInputException) and "replacement scan" not in str(exc):
+            raise
         raise DatabaseError(
-            f"this DuckDB file lacks part of memdiag's schema ({exc}); it was written by "
+            f"this DuckDB file lacks part of memdiag's schema ({str(exc).splitlines()[0]}); "
+            "it was written by "
             "an older memdiag: start `memdiag sink` on it once to upgrade it"
         ) from exc
     names = [d[0] for d in cur.description]

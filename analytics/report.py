@@ -72,6 +72,8 @@ def _figure(width: float = 6.4, height: float = 3.2) -> tuple[Any, Any]:
         {
             "font.size": 9,
             "svg.fonttype": "none",
+            # labels are data (agent, memory and run ids): a `$` is a dollar, never mathtext
+            "text.parse_math": False,
             "axes.spines.top": False,
             "axes.spines.right": False,
         }

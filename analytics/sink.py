@@ -236,9 +236,10 @@ _PIPELINE_AGENT = pa.schema(
 _PIPELINE_BREAK = pa.schema(
     [
         ("agent_id", pa.string()),
+        ("episode", pa.int32()),
         ("since", pa.string()),
-        ("ts", pa.string()),
         ("broken_at", pa.string()),
+        ("recovered_at", pa.string()),
         ("oldest_memory_id", pa.string()),
         ("unindexed", pa.int32()),
     ]
@@ -270,9 +271,9 @@ SPECS: dict[str, TableSpec] = {
     ),
     "recall_probe": TableSpec("upsert_recall_probes", ("event_id",), _RECALL_PROBE),
     "pipeline_agent": TableSpec("upsert_pipeline_agents", ("agent_id",), _PIPELINE_AGENT),
-    "pipeline_break": TableSpec("upsert_pipeline_breaks", ("agent_id", "since"), _PIPELINE_BREAK),
+    "pipeline_break": TableSpec("upsert_pipeline_breaks", ("agent_id", "episode"), _PIPELINE_BREAK),
     "pipeline_recovered": TableSpec(
-        "upsert_pipeline_recoveries", ("agent_id", "since"), _PIPELINE_BREAK
+        "upsert_pipeline_recoveries", ("agent_id", "episode"), _PIPELINE_BREAK
     ),
     "dead_letter": TableSpec("insert_dead_letters", ("dead_letter_id",), _DEAD_LETTER),
 }

@@ -15,6 +15,10 @@ in this same process:
 The memory events: ``--agents`` agents writing episodes, nine in ten indexed seconds later
 (the rest go unindexed past the deadline and break some agents), a third probed, an
 ambient context every twenty writes, each agent's events in event-time order.
+
+- **backlog**: one agent whose indexer died, with 1,000 to 100,000 memories never indexed:
+  microseconds per single-event write at that size, the writes in event-time order and
+  shuffled (a backfill, several producers), against the same baseline.
 """
 
 from __future__ import annotations
@@ -122,6 +126,33 @@ def measure_stages(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def backlog_us(size: int, shuffled: bool, timed: int = 1000) -> float:
+    """µs per single-event write for one agent with ``size`` memories never indexed (built
+    in messages of 500, then ``timed`` more timed one a message)."""
+    settings = Settings.from_env({})
+    stage = MemoryStage(settings, lambda _: 0)
+    seconds = list(range(size + timed))
+    if shuffled:
+        random.Random(size).shuffle(seconds)
+    raws = [orjson.dumps({"kind": "memory_written", "event_id": f"w{i}", "ts": _iso(1.795e9 + s),
+                          "agent_id": "orphaned", "memory_id": f"ep-{i:06d}"})
+            for i, s in enumerate(seconds)]  # fmt: skip
+    store = DictStore()
+    topic = settings.topics.memory
+    for i in range(0, size, 500):
+        batch = b"[" + b",".join(raws[i : min(i + 500, size)]) + b"]"
+        stage.process([InMessage(topic, 0, i, None, batch, PUBLISHED_MS)], store)
+    start = time.perf_counter()
+    for i in range(size, size + timed):
+        stage.process([InMessage(topic, 0, i, None, raws[i], PUBLISHED_MS)], store)
+    return (time.perf_counter() - start) / timed * 1e6
+
+
+def measure_backlog(sizes: list[int]) -> list[dict[str, Any]]:
+    return [{"size": n, "in_order_us": backlog_us(n, False), "shuffled_us": backlog_us(n, True)}
+            for n in sizes]  # fmt: skip
+
+
 # -- through the worker -----------------------------------------------------------------------
 
 
@@ -197,6 +228,12 @@ def main() -> int:
     for label, r in stages.items():
         print(f"{label:<14}{r['memory_us']:>17.1f}{r['search_us']:>17.1f}"
               f"{r['memory_us'] / r['search_us']:>17.2f}")  # fmt: skip
+    search_us = stages["single"]["search_us"]
+    print(f"\n{'one broken agent':<18}{'in order µs/write':>19}{'shuffled µs/write':>19}"
+          f"{'shuffled ÷ search':>19}")  # fmt: skip
+    for r in measure_backlog([1_000, 10_000, 100_000]):
+        print(f"{r['size']:>8,} unindexed{r['in_order_us']:>19.1f}{r['shuffled_us']:>19.1f}"
+              f"{r['shuffled_us'] / search_us:>19.2f}")  # fmt: skip
     if not args.no_worker:
         w = measure_worker(args)
         print(f"\n{'worker, single events':<24}{'memory events/s':>17}{'search events/s':>17}"

@@ -57,7 +57,7 @@ ALIASES = {
 #: Aliases that are a whole rule by themselves: the condition they mean when none is given
 #: (``pipeline_coverage`` or ``pipeline_coverage for 10m``).
 ALONE = {"pipeline_coverage": "> 0"}
-_ALONE = re.compile(r"^\s*(?P<alias>\w+)(?P<window>\s+for\s+\S+)?\s*$")
+_ALONE = re.compile(r"^\s*(?P<alias>\w+)(?P<window>\s+for\s+\d+\s*[smh])?\s*$")
 _RULE = re.compile(
     r"^\s*(?P<expr>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<num>-?\d+(?:\.\d+)?)"
     r"(?:\s+for\s+(?P<dur>\d+)\s*(?P<unit>[smh]))?\s*$"
@@ -129,11 +129,15 @@ def parse_rule(text: str, label: str = "") -> Rule:
     if alone and alone.group("alias") in ALONE:
         text = f"{alone.group('alias')} {ALONE[alone.group('alias')]}{alone.group('window') or ''}"
     m = _RULE.match(text)
-    if m and m.group("expr").strip() in ALONE and m.group("op") not in (">", ">="):
-        raise RuleError(
-            f"{m.group('expr').strip()} counts the memories that missed their index deadline "
-            "within the window, so it fires on more of them: write it alone, or with > N"
-        )
+    if m and m.group("expr").strip() in ALONE:
+        op, n = m.group("op"), float(m.group("num"))
+        if op not in (">", ">=") or (op == ">" and n < 0) or (op == ">=" and n <= 0):
+            raise RuleError(
+                f"{m.group('expr').strip()} counts the memories that missed their index "
+                "deadline within the window, so it fires on more of them (and with "
+                f"{op} {m.group('num')} it would always, or never, hold): write it alone, or "
+                "with > N (N >= 0)"
+            )
     if not m:
         raise RuleError(
             f"cannot read rule {text!r}: write EXPR OP NUMBER [for DURATION], e.g. "

@@ -69,6 +69,7 @@ def register(w: Wiring) -> None:
         Counters(),
     )
     processor = Processor(settings, partition_of)
+    memory = MemoryStage(settings, partition_of)
     state = TableStore(w.state)
 
     def on_failure(msg: InMessage, exc: BaseException) -> Any:
@@ -80,8 +81,8 @@ def register(w: Wiring) -> None:
                     on_failure, commit_interval=every),
         BatchRunner(app, "observations", [w.steps], ObservationOwner(settings), state, sender,
                     on_failure, commit_interval=every),
-        BatchRunner(app, "memory", [w.memory], MemoryStage(settings, partition_of), state,
-                    sender, on_failure, commit_interval=every),
+        BatchRunner(app, "memory", [w.memory], memory, state, sender, on_failure,
+                    commit_interval=every),
         # stateless, but its outputs are as precious: same offsets discipline
         BatchRunner(app, "judgements", [w.judgements], JudgementProcessor(settings), None,
                     sender, on_failure, commit_interval=every),
@@ -109,6 +110,7 @@ def register(w: Wiring) -> None:
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _on_assigned(sender_: Any, assigned: Any = (), **kwargs: Any) -> None:
         processor.partitions_changed()
+        memory.partitions_changed()
         mine = sorted(tp.partition for tp in assigned if tp.topic == w.events.get_topic_name())
         log.info("memdiag worker assigned partitions %s of %s", mine, w.events.get_topic_name())
 

@@ -2,10 +2,10 @@
 
 No Faust, no Kafka. Input: ``memory``, keyed by ``agent_id`` and co-partitioned with
 ``events``, so the agents' state lives in the worker's one state table (keys ``m:``,
-``mx:`` and ``mm:``, :mod:`memdiag.streams.recall`). Per batch, each event is decoded and validated
-once and applied to its :class:`memdiag.streams.recall.Agent`; each touched agent is written
-once, after the whole batch (its head and the memories that changed), and its summary
-(``pipeline_agent``) is sent once.
+``mx:`` and ``mm:``, :mod:`memdiag.streams.recall`). Per batch, each event is decoded and
+validated once and applied to its :class:`memdiag.streams.recall.Agent`; each touched agent
+is written once, after the whole batch (the memories and backlog nodes that changed, then
+its head), and its summary (``pipeline_agent``) is sent once.
 
 Partitioning, as for sessions: an event that arrives on another partition than its
 ``agent_id``'s (published without a key, or in a batch keyed by something else) is put back
@@ -13,9 +13,9 @@ on ``memory`` keyed by its ``agent_id``, with its original Kafka timestamp, and 
 it arrives there. The rules are in event time, so the detour changes nothing.
 
 An agent's state is never forgotten: it is a few dozen bytes a memory, and an agent's
-pipeline health is a question about its whole history. A batch costs an agent its head (one
-summary line per 128 memories not indexed), the backlog chunk or two it touched and the
-memories it named: an agent whose indexer died weeks ago is not rewritten whole per event.
+pipeline health is a question about its whole history. A batch costs an agent its head, the
+memories it named and the backlog nodes on their paths (a tree of 128 memories a leaf): an
+agent whose indexer died weeks ago is not rewritten whole per event.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder
 from memdiag.schemas.models import MemoryEvent
 from memdiag.settings import Settings
+from memdiag.streams.backlog import NodeCache
 from memdiag.streams.recall import Agent
 
 
@@ -42,8 +43,19 @@ class MemoryStage:
         self._decoder = Decoder(
             MEMORY_KINDS, settings.topics.memory, settings.max_event_bytes, settings.max_skew_us
         )
+        self._nodes = NodeCache()  # decoded backlog nodes, across batches
+
+    def partitions_changed(self) -> None:
+        self._nodes.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
+        try:
+            return self._process(msgs, store)
+        except BaseException:
+            self._nodes.clear()  # a node may have changed in place and not moved
+            raise
+
+    def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
         agents: dict[str, Agent] = {}
         for msg in msgs:
@@ -61,9 +73,10 @@ class MemoryStage:
                     continue
                 agent = agents.get(agent_id)
                 if agent is None:
-                    agent = Agent.load(agent_id, msg.partition, self._deadline_ms, store)
+                    agent = Agent.load(agent_id, msg.partition, self._deadline_ms, store,
+                                       self._nodes)  # fmt: skip
                     agents[agent_id] = agent
-                agent.apply(event, store, out)
+                agent.apply(event, out)
             for agent_id, raws in rerouted.items():
                 out.reroute_memory.append((agent_id, raws, msg.timestamp_ms))
         for agent in agents.values():

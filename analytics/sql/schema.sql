@@ -261,16 +261,18 @@ CREATE TABLE IF NOT EXISTS pipeline_agents (
     updated_at         TIMESTAMPTZ
 );
 
--- One row per break the worker raised (pipeline_break), closed by pipeline_recovered. The
--- live record of the alerts; pipeline_agents.broken_since is the break as the events say.
+-- One row per break episode the worker raised (pipeline_break), closed by its
+-- pipeline_recovered. The live record of the alerts; pipeline_agents.broken_since is the
+-- break as the events say.
 CREATE TABLE IF NOT EXISTS pipeline_breaks (
     agent_id         VARCHAR NOT NULL,
+    episode          INTEGER NOT NULL,          -- the agent's n-th break
     since            TIMESTAMPTZ NOT NULL,     -- written_at of the oldest unindexed memory
     broken_at        TIMESTAMPTZ,              -- the agent's clock when it was raised
     recovered_at     TIMESTAMPTZ,              -- the agent's clock when it stopped holding
     oldest_memory_id VARCHAR,
     unindexed        INTEGER,                  -- unindexed memories when raised
-    PRIMARY KEY (agent_id, since)
+    PRIMARY KEY (agent_id, episode)
 );
 
 CREATE OR REPLACE VIEW pipeline_health AS

@@ -1,12 +1,13 @@
--- A pipeline_recovered closes the episode that began at `since`. It carries the break it
--- ends, so it rebuilds the whole row when the pipeline_break record itself was lost.
-INSERT INTO pipeline_breaks (agent_id, since, broken_at, recovered_at, oldest_memory_id,
-                             unindexed)
-SELECT agent_id, CAST(since AS TIMESTAMPTZ), CAST(broken_at AS TIMESTAMPTZ),
-       CAST(ts AS TIMESTAMPTZ), oldest_memory_id, unindexed
+-- A pipeline_recovered closes its episode. It carries the break it ends, so it makes the
+-- whole row when the pipeline_break record itself was lost.
+INSERT INTO pipeline_breaks (agent_id, episode, since, broken_at, recovered_at,
+                             oldest_memory_id, unindexed)
+SELECT agent_id, episode, CAST(since AS TIMESTAMPTZ), CAST(broken_at AS TIMESTAMPTZ),
+       CAST(recovered_at AS TIMESTAMPTZ), oldest_memory_id, unindexed
 FROM batch
-ON CONFLICT (agent_id, since) DO UPDATE SET
+ON CONFLICT (agent_id, episode) DO UPDATE SET
+    since = EXCLUDED.since,
+    broken_at = EXCLUDED.broken_at,
     recovered_at = EXCLUDED.recovered_at,
-    broken_at = coalesce(pipeline_breaks.broken_at, EXCLUDED.broken_at),
-    oldest_memory_id = coalesce(pipeline_breaks.oldest_memory_id, EXCLUDED.oldest_memory_id),
-    unindexed = coalesce(pipeline_breaks.unindexed, EXCLUDED.unindexed);
+    oldest_memory_id = EXCLUDED.oldest_memory_id,
+    unindexed = EXCLUDED.unindexed;

@@ -27,7 +27,7 @@ from memdiag.contract import (
 )
 from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.settings import Settings
-from memdiag.streams import recall
+from memdiag.streams import backlog
 from memdiag.streams.memory import MemoryStage
 from memdiag.streams.recall import break_since, ever_unindexed, probe_verdict, status
 from tests.recall_scenario import ambient, at, indexed, paper_agents, probe, written
@@ -90,18 +90,13 @@ class Run:
         return self
 
     def _episode(self, r: dict[str, Any]) -> None:
-        """``pipeline_breaks`` as the sink folds the transitions."""
-        row = self.episodes.setdefault((r["agent_id"], r["since"]), {})
-        if r["kind"] == PIPELINE_BREAK:
-            if row.get("recovered_at") and r["broken_at"] > row["recovered_at"]:
-                row["recovered_at"] = None
-            row.update(broken_at=r["broken_at"], oldest=r["oldest_memory_id"],
-                       unindexed=r["unindexed"])  # fmt: skip
-        else:
-            row["recovered_at"] = r["ts"]
-            for key, value in (("broken_at", r["broken_at"]), ("oldest", r["oldest_memory_id"]),
-                               ("unindexed", r["unindexed"])):  # fmt: skip
-                row.setdefault(key, value)
+        """``pipeline_breaks`` as the sink folds the transitions: a break sets all but
+        ``recovered_at``, a recovery sets all."""
+        row = self.episodes.setdefault((r["agent_id"], r["episode"]), {})
+        row.update(since=r["since"], broken_at=r["broken_at"], oldest=r["oldest_memory_id"],
+                   unindexed=r["unindexed"])  # fmt: skip
+        if r["kind"] == PIPELINE_RECOVERED:
+            row["recovered_at"] = r["recovered_at"]
 
     def rows_of(self, agent: str) -> list[dict[str, Any]]:
         return [m for (a, _), m in self.memories.items() if a == agent]
@@ -300,7 +295,7 @@ def test_an_event_on_another_agents_partition_is_rerouted() -> None:
 # -- same events, same tables, however they arrive ------------------------------------------
 
 AGENTS = ("a1", "a2")
-MEMORIES = ("m0", "m1", "m2", "m3")
+MEMORIES = tuple(f"m{i}" for i in range(8))
 
 
 @st.composite
@@ -370,12 +365,12 @@ def test_the_same_events_give_the_same_tables_in_any_order(
     check_against_reference(in_order, events)
     for _ in range(3):
         check_against_reference(Run().send(*batches_of(events, rnd)), events)
-    # chunks of two: every backlog operation crosses chunks (add, remove, settle, oldest)
-    chunk, recall.CHUNK = recall.CHUNK, 2
+    # a tree of tiny nodes: every backlog operation crosses nodes and levels
+    sizes, (backlog.LEAF, backlog.FANOUT) = (backlog.LEAF, backlog.FANOUT), (2, 2)
     try:
         check_against_reference(Run().send(*batches_of(events, rnd)), events)
     finally:
-        recall.CHUNK = chunk
+        backlog.LEAF, backlog.FANOUT = sizes
     # in event-time order the counter is exact: each memory that ever was unindexed, once
     for agent in AGENTS:
         expected = sum(
@@ -384,10 +379,10 @@ def test_the_same_events_give_the_same_tables_in_any_order(
         assert in_order.unindexed_counted(agent) == expected
 
 
-def snapshot(r: Run, episodes: bool = True) -> tuple[Any, ...]:
+def snapshot(r: Run) -> tuple[Any, ...]:
     agents = {a: (s["clock"], s["broken_since"], s["pending"], s["unindexed"],
                   s["last_indexed_at"], s["ambient_memory_ids"]) for a, s in r.agents.items()}  # fmt: skip
-    return r.memories, r.probes, agents, r.episodes if episodes else None
+    return r.memories, r.probes, agents, r.episodes
 
 
 @settings(max_examples=150, deadline=None)
@@ -395,12 +390,12 @@ def snapshot(r: Run, episodes: bool = True) -> tuple[Any, ...]:
 def test_a_crash_between_the_state_and_the_outputs_loses_nothing(
     events: list[dict[str, Any]], rnd: random.Random, partial: bool
 ) -> None:
-    """Batches whose outputs were lost after their state writes landed, then redelivered:
-    the same rows, summaries and break episodes as without the crash. When only part of a
-    batch's writes landed (any prefix), the rows and summaries still come out the same; the
-    episodes, a live record, may then differ in what the batch raised on its way."""
+    """Batches whose outputs were lost after their state writes landed, then redelivered,
+    or (``partial``) of whose writes only a prefix landed: the same rows, summaries and break
+    episodes as without the crash (the head is each agent's commit)."""
     batches = batches_of(events, rnd)
-    chunk, recall.CHUNK = recall.CHUNK, rnd.choice([2, 128])
+    sizes = backlog.LEAF, backlog.FANOUT
+    backlog.LEAF, backlog.FANOUT = rnd.choice([(2, 2), (3, 2), (128, 64)])
     try:
         clean = Run().send(*batches)
         crashed = Run()
@@ -410,8 +405,8 @@ def test_a_crash_between_the_state_and_the_outputs_loses_nothing(
             else:
                 crashed.send(batch)
     finally:
-        recall.CHUNK = chunk
-    assert snapshot(crashed, episodes=not partial) == snapshot(clean, episodes=not partial)
+        backlog.LEAF, backlog.FANOUT = sizes
+    assert snapshot(crashed) == snapshot(clean)
     check_against_reference(crashed, events)
 
 

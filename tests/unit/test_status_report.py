@@ -118,3 +118,41 @@ def test_the_report_renders_in_headless_chromium(db: str, tmp_path: Path) -> Non
         assert close.sum() > 400, f"{name} ({colour}) barely visible: {close.sum()} pixels"
     # and the page is not blank below the charts' area
     assert (pixels < 0.9).any(axis=2)[:1500].mean() > 0.02
+
+
+def test_a_file_from_before_the_recall_pipeline_still_reads(db: str, tmp_path: Path) -> None:
+    """A file written before memdiag had the recall pipeline (its tables and view dropped
+    here): status and the report say it is not there yet, the query says what to do, and
+    nothing crashes (DuckDB once found the function `pipeline_health` for the missing view)."""
+    import sys
+
+    old = tmp_path / "old.duckdb"
+    shutil.copy(db, old)
+    with duckdb.connect(str(old)) as con:
+        con.execute("DROP VIEW pipeline_health")
+        for table in ("memory_pipeline", "recall_probes", "pipeline_agents", "pipeline_breaks"):
+            con.execute(f"DROP TABLE {table}")
+    with duckdb.connect(str(old), read_only=True) as con:
+        assert status(con)["pipeline"] is None
+    env = {"COLUMNS": "120", "PATH": "/usr/bin:/bin"}
+    run = [sys.executable, "-m", "memdiag.cli"]
+    st = subprocess.run([*run, "status", "--db", str(old)], capture_output=True, text=True,
+                        timeout=60, env=env)  # fmt: skip
+    assert st.returncode == 0 and "Traceback" not in st.stderr, st.stderr
+    report = subprocess.run([*run, "report", "html", "--db", str(old), "--out",
+                             str(tmp_path / "r.html")], capture_output=True, text=True,
+                            timeout=120, env=env)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    q = subprocess.run([*run, "query", "pipeline-health", "--db", str(old)], capture_output=True,
+                       text=True, timeout=60, env=env)  # fmt: skip
+    assert q.returncode != 0 and "Traceback" not in q.stderr
+    assert "memdiag sink" in q.stderr and len(q.stderr.strip().splitlines()) == 1
+
+
+def test_ids_with_dollars_are_text_in_the_charts() -> None:
+    """An id is data: `cost$\\frac$` is drawn as it is, never parsed as mathtext."""
+    from memdiag.analytics.report import chart_pipeline
+
+    points = [{"agent_id": "cost$\\frac$", "bucket_start": 0, "pipeline_coverage": 0.5}]
+    svg = chart_pipeline(points, ["cost$\\frac$"])
+    assert "cost$\\frac$" in svg
