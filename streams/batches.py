@@ -51,6 +51,9 @@ log = logging.getLogger("memdiag.worker")
 
 
 class Stage(Protocol):
+    """A stage's logic. It may also have ``begin_batch()``, called once per batch of the
+    runner before its ``process`` calls (one, or one a message when the batch is retried)."""
+
     def process(self, msgs: list[InMessage], store: StateStore) -> Output: ...
 
 
@@ -326,8 +329,7 @@ class BatchRunner:
             await self._seek_back(tp)
         if not live:
             return
-        outputs = self._process(msgs)
-        futures = await self.store.flush(self.app.producer) if self.store is not None else []
+        outputs, futures = await self._process(msgs)
         for out in outputs:
             futures += await self.sender.send(out)
         previous = self._in_flight[-1] if self._in_flight else None
@@ -381,9 +383,17 @@ class BatchRunner:
         except Exception:  # noqa: BLE001 - revoked meanwhile: the next generation seeks anew
             log.info("%s: seek of %s/%d failed", self.name, tp.topic, tp.partition, exc_info=True)
 
-    def _process(self, msgs: list[InMessage]) -> list[Output]:
+    async def _process(self, msgs: list[InMessage]) -> tuple[list[Output], list[Any]]:
+        """The batch's outputs, and the delivery futures of its state writes. A stage writes
+        each key it touches once a ``process`` call, the keys a stage's commit depends on
+        last; so the writes of each call are flushed on their own: in the retry below, one
+        call a message, none of them mixed with another's writes to the same keys."""
+        begin = getattr(self.stage, "begin_batch", None)
+        if begin is not None:
+            begin()
         try:
-            return [self.stage.process(msgs, self._store())]
+            outputs = [self.stage.process(msgs, self._store())]
+            return outputs, await self._flush_store()
         except Exception:  # noqa: BLE001 - find the message that raises, one at a time
             log.warning(
                 "%s: a batch of %d raised; retrying message by message",
@@ -391,6 +401,7 @@ class BatchRunner:
                 len(msgs),
                 exc_info=True,
             )
+        futures = await self._flush_store()  # what the failed call wrote, on its own
         outputs = []
         for msg in msgs:
             try:
@@ -404,7 +415,11 @@ class BatchRunner:
                     msg.offset,
                 )
                 outputs.append(self.on_failure(msg, exc))
-        return outputs
+            futures += await self._flush_store()
+        return outputs, futures
+
+    async def _flush_store(self) -> list[Any]:
+        return await self.store.flush(self.app.producer) if self.store is not None else []
 
     def _store(self) -> Any:
         return self.store if self.store is not None else {}

@@ -20,6 +20,8 @@ agent whose indexer died weeks ago is not rewritten whole per event.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +46,12 @@ class MemoryStage:
             MEMORY_KINDS, settings.topics.memory, settings.max_event_bytes, settings.max_skew_us
         )
         self._nodes = NodeCache()  # decoded backlog nodes, across batches
+        self._batch = f"{os.getpid():x}.{time.monotonic_ns():x}"  # this process's batches:
+        self._batches = 0  # an agent keeps what its last few sent, by batch
+
+    def begin_batch(self) -> None:
+        """The runner starts a batch (its messages come in one call, or one a call)."""
+        self._batches += 1
 
     def partitions_changed(self) -> None:
         self._nodes.clear()
@@ -74,9 +82,9 @@ class MemoryStage:
                 agent = agents.get(agent_id)
                 if agent is None:
                     agent = Agent.load(agent_id, msg.partition, self._deadline_ms, store,
-                                       self._nodes)  # fmt: skip
+                                       self._nodes, f"{self._batch}.{self._batches}")  # fmt: skip
                     agents[agent_id] = agent
-                agent.apply(event, out)
+                agent.apply(event, out, msg.offset)
             for agent_id, raws in rerouted.items():
                 out.reroute_memory.append((agent_id, raws, msg.timestamp_ms))
         for agent in agents.values():

@@ -56,11 +56,13 @@ class TableStore:
         return value
 
     def put(self, key: str, value: bytes, partition: int) -> None:
+        self._pending.pop(key, None)  # sent in the order of the last writes: see flush
         self._pending[key] = (partition, value)
         self._data[key] = value
         self._partitions[key] = partition
 
     def delete(self, key: str, partition: int) -> None:
+        self._pending.pop(key, None)
         self._pending[key] = (partition, None)
         self._data.pop(key, None)
         self._partitions.pop(key, None)
@@ -69,8 +71,9 @@ class TableStore:
         return list(self._data.keys())
 
     async def flush(self, producer: Any) -> list[asyncio.Future[Any]]:
-        """Send the writes since the last flush (the last one of each key); their delivery
-        futures."""
+        """Send the writes since the last flush (the last one of each key, in the order of
+        those last writes: a stage that writes its commit key last gets it sent last); their
+        delivery futures."""
         pending, self._pending = self._pending, {}
         send, topic, dumps = producer.send, self._changelog, orjson.dumps
         return [

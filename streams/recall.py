@@ -154,9 +154,16 @@ def _earlier(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
 
 
 #: An agent's batches whose outputs it can send again (a crash can lose the outputs of the
-#: batches in flight, four at most, after their state landed): what each turned unindexed
-#: and which transitions it raised, with the events that did it.
+#: runner's batches in flight, four at most, after their state landed): the events whose
+#: clock turned memories unindexed, the transitions each raised, the event that sorted the
+#: backlog again.
 BATCHES_KEPT = 4
+RESORTED = "mr:"
+
+
+def resorted_key(agent_id: str) -> str:
+    """The memories the last re-sort of the agent's backlog changed (``[event id, ids]``)."""
+    return f"{RESORTED}{len(agent_id)}:{agent_id}"
 
 
 class Memory:
@@ -215,7 +222,10 @@ class Agent:
     the latest ambient context, the break that holds (an episode number, its ``since``, when
     it was raised, its oldest memory and the unindexed count then), what the agent's last
     :data:`BATCHES_KEPT` batches would send again for a redelivery, the backlog's root, and
-    an epoch that grows with every save."""
+    its epoch: one more than the greatest offset of ``memory`` the batch applied (at least
+    one more than the last epoch). A redelivery cut into other batches gives each part the
+    epoch of its own last offset: only the part that ends where the lost batch ended reaches
+    the epoch the lost batch's memory records carry, and that part writes them again."""
 
     def __init__(
         self,
@@ -225,6 +235,7 @@ class Agent:
         head: dict[str, Any],
         store: StateStore,
         cache: NodeCache | None = None,
+        batch_id: str = "",
     ):
         self.agent_id = agent_id
         self.partition = partition
@@ -241,15 +252,17 @@ class Agent:
         #: id, unindexed then]
         self.broken: list[Any] | None = head.get("br")
         self.episodes: int = head.get("en", 0)
-        #: what the last batches did, to send again: each {"t": [the clock values whose
-        #: advance turned memories unindexed], "x": [transitions: [the event that raised
-        #: it, kind, episode, since_us, broken at, oldest memory id, unindexed, recovered at
-        #: or None]], "r": [the event that sorted the backlog again, the memories changed]}
+        #: what the runner's last batches did, to send again: each {"b": the batch's id,
+        #: "t": [[the event whose clock turned memories unindexed, that clock]], "x":
+        #: [transitions: [the event that raised it, kind, episode, since_us, broken at,
+        #: oldest memory id, unindexed, recovered at or None]], "r": [the event that sorted
+        #: the backlog again (its memories: under resorted_key)]}
         self.recent: list[dict[str, Any]] = head.get("rb", [])
-        self.batch: dict[str, Any] = {}  # this batch's, the same way
-        # the same, by what finds it: the clock values, and the events
-        self._turned_ts: set[int] = {t for done in self.recent for t in done.get("t", ())}
-        self._by_event: dict[str, list[list[Any]]] = {}
+        self.batch: dict[str, Any] = {"b": batch_id}  # this batch's, the same way
+        self._resorted: list[Any] | None = None  # [event id, memory ids], this batch
+        self._offset = 0  # the greatest offset applied in this batch, plus one
+        # what a redelivered event finds: by its id
+        self._again_of: dict[str, list[list[Any]]] = {}
         for done in self.recent:
             self._index(done)
         #: MEMDIAG_INDEX_DEADLINE_SECONDS changed since the backlog was sorted: sort it again
@@ -264,10 +277,11 @@ class Agent:
         deadline_ms: int,
         store: StateStore,
         cache: NodeCache | None = None,
+        batch_id: str = "",
     ) -> Agent:
         raw = store.get(head_key(agent_id))
         head = orjson.loads(raw) if raw is not None else {}
-        return cls(agent_id, head.get("p", partition), deadline_ms, head, store, cache)
+        return cls(agent_id, head.get("p", partition), deadline_ms, head, store, cache, batch_id)
 
     def head(self) -> dict[str, Any]:
         head: dict[str, Any] = {"p": self.partition, "c": self.clock, "d": self.deadline_ms,
@@ -277,7 +291,7 @@ class Agent:
             ("a", self.ambient),
             ("br", self.broken),
             ("en", self.episodes),
-            ("rb", [*self.recent, self.batch][-BATCHES_KEPT:] if self.batch else self.recent),
+            ("rb", self._recent()),
         ):
             if value:
                 head[key] = value
@@ -290,17 +304,37 @@ class Agent:
         dirty = [m for m in self.memories.values() if m.dirty]
         if not dirty and not self.backlog.changed and orjson.dumps(self.head()) == self._loaded:
             return
-        epoch = self.epoch + 1
+        epoch = max(self.epoch + 1, self._offset)
         self.backlog.save_nodes(store, self.partition)
         for memory in dirty:
             key = memory_key(self.agent_id, memory.memory_id)
             store.put(key, orjson.dumps(memory.state(epoch)), self.partition)
             memory.base, memory.dirty = memory.facts(), False
+        if self._resorted is not None:
+            store.put(resorted_key(self.agent_id), orjson.dumps(self._resorted), self.partition)
+            self._resorted = None
         self.epoch = epoch
+        self.recent, self.batch = self._recent(), {"b": self.batch["b"]}
         self._loaded = orjson.dumps(self.head())
         store.put(head_key(self.agent_id), self._loaded, self.partition)
-        if self.batch:
-            self.recent, self.batch = [*self.recent, self.batch][-BATCHES_KEPT:], {}
+
+    def _recent(self) -> list[dict[str, Any]]:
+        """The kept batches with this one's (merged into the last if it is the same batch:
+        a retried batch saves an agent once a message)."""
+        if len(self.batch) == 1:  # nothing but its id
+            return self.recent
+        recent = list(self.recent)
+        if recent and recent[-1].get("b") == self.batch["b"]:
+            last = dict(recent.pop())
+            for key in ("t", "x"):
+                if key in self.batch:
+                    last[key] = [*last.get(key, ()), *self.batch[key]]
+            if "r" in self.batch:
+                last["r"] = self.batch["r"]
+            recent.append(last)
+        else:
+            recent.append(self.batch)
+        return recent[-BATCHES_KEPT:]
 
     def memory(self, memory_id: str) -> Memory:
         known = self.memories.get(memory_id)
@@ -311,16 +345,20 @@ class Agent:
 
     # -- events -----------------------------------------------------------------------------
 
-    def apply(self, event: MemoryEvent, out: Output) -> None:
-        """Apply one validated event and send what it changed (or, for an event seen before,
-        what it is responsible for, with current values)."""
+    def apply(self, event: MemoryEvent, out: Output, offset: int = 0) -> None:
+        """Apply one validated event (from ``memory``'s ``offset``) and send what it changed
+        (or, for an event seen before, what it is responsible for, with current values)."""
         ts, eid = event.ts_us, event.event_id
+        self._offset = max(self._offset, offset + 1)
         if self._resort:
             self._resort = False
             changed = self.backlog.resort(self._horizon_ms() * 1000, self.clock)
-            self.batch["r"] = [eid, changed]
-            self._by_event.setdefault(eid, []).append(self.batch["r"])
-        self._again(eid, ts, out)
+            self._resorted = [eid, changed]
+            self.batch["r"] = eid
+            for memory_id in changed:
+                self._send_row(self.memory(memory_id), out)
+        else:
+            self._again(eid, out)
         advanced = ts > self.clock
         if advanced:
             self.clock = ts
@@ -346,29 +384,32 @@ class Agent:
         if advanced:
             turned = self.backlog.turn(self._horizon_ms() * 1000, self.clock)
             if turned:
-                self.batch.setdefault("t", []).append(ts)
-                self._turned_ts.add(ts)
+                self.batch.setdefault("t", []).append([eid, ts])
             for _, memory_id, _ in turned:
                 self._send_row(self.memory(memory_id), out)
         self._check_break(eid, out)
         out.ts_us = max(out.ts_us, ts)
 
     def _index(self, done: dict[str, Any]) -> None:
+        for t in done.get("t", ()):
+            self._again_of.setdefault(t[0], []).append(t)
         for t in done.get("x", ()):
-            self._by_event.setdefault(t[0], []).append(t)
+            self._again_of.setdefault(t[0], []).append(t)
         if "r" in done:
-            self._by_event.setdefault(done["r"][0], []).append(done["r"])
+            self._again_of.setdefault(done["r"], []).append([done["r"]])
 
-    def _again(self, eid: str, ts: int, out: Output) -> None:
-        """For an event this agent's last batches saw: send again what it did (or, in this
-        batch, what sorting the backlog again did)."""
-        if ts in self._turned_ts:
-            for memory_id in self.backlog.turned_at(ts):
-                self._send_row(self.memory(memory_id), out)
-        for done in self._by_event.get(eid, ()):
-            if len(done) == 2:  # sorted again: [event, memories]
-                for memory_id in done[1]:
+    def _again(self, eid: str, out: Output) -> None:
+        """For an event the agent's last batches applied: send again what it did."""
+        for done in self._again_of.get(eid, ()):
+            if len(done) == 2:  # its clock turned memories unindexed: [event, clock]
+                for memory_id in self.backlog.turned_at(done[1]):
                     self._send_row(self.memory(memory_id), out)
+            elif len(done) == 1:  # it sorted the backlog again
+                raw = self.store.get(resorted_key(self.agent_id))
+                resorted = orjson.loads(raw) if raw is not None else None
+                if resorted is not None and resorted[0] == eid:
+                    for memory_id in resorted[1]:
+                        self._send_row(self.memory(memory_id), out)
             else:
                 out.diagnostic(self.agent_id, self._transition_record(done))
 
@@ -426,7 +467,6 @@ class Agent:
             self.broken = None
         if raised is not None:
             self.batch.setdefault("x", []).append(raised)
-            self._by_event.setdefault(eid, []).append(raised)
             out.diagnostic(self.agent_id, self._transition_record(raised))
 
     # -- records ----------------------------------------------------------------------------

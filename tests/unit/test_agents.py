@@ -77,8 +77,7 @@ async def roll_up(w: Wiring, producer: Producer, values: list[bytes]) -> None:
     msgs = [
         InMessage("t.counters", 0, i, SEARCH_CALLS.encode(), v, 0) for i, v in enumerate(values)
     ]
-    outputs = runner._process(msgs)
-    await runner.store.flush(producer)
+    outputs, _ = await runner._process(msgs)  # the state writes flushed, to the producer
     for out in outputs:
         await runner.sender.send(out)
 

@@ -56,20 +56,46 @@ class Run:
         self.records: list[dict[str, Any]] = []
         self.offset = 0
 
-    def send(self, *batches: list[dict[str, Any]], crash: int | None = None) -> Run:
+    def send(
+        self,
+        *batches: list[dict[str, Any]],
+        crash: int | None = None,
+        rnd: random.Random | None = None,
+    ) -> Run:
         """Each batch is one stage batch; each event its own message. ``crash``: the process
         dies after the state writes of each batch but before its outputs: only the first
         ``crash`` of the batch's writes land (the changelog keeps a prefix), the outputs are
-        lost, and the batch comes again (redelivered) in full."""
+        lost, and the batch comes again (redelivered). With ``rnd``, the crashed batch may
+        have been retried message by message (one save a message, as the runner does after
+        a batch raised), and comes again cut into other batches."""
         for batch in batches:
             msgs = []
             for e in batch:
                 msgs.append(InMessage(TOPIC, 0, self.offset, None, orjson.dumps(e), PUBLISHED_MS))
                 self.offset += 1
+            again = [msgs]
             if crash is not None:
                 staged = Staged(self.store)
-                self.stage.process(msgs, staged)
+                self.stage.begin_batch()
+                if rnd is not None and rnd.random() < 0.3:
+                    for msg in msgs:
+                        self.stage.process([msg], staged)
+                else:
+                    self.stage.process(msgs, staged)
                 staged.land(crash)
+                if rnd is not None:
+                    again, i = [], 0
+                    while i < len(msgs):
+                        n = rnd.randint(1, len(msgs))
+                        again.append(msgs[i : i + n])
+                        i += n
+            for part in again:
+                self._deliver(part)
+        return self
+
+    def _deliver(self, msgs: list[InMessage]) -> None:
+        if msgs:
+            self.stage.begin_batch()
             out = self.stage.process(msgs, self.store)
             self.counts.update(out.counts)
             for (key, minute), (value, _) in out.by_minute.items():
@@ -87,7 +113,6 @@ class Run:
                     else:
                         self.transitions.append(r)
                         self._episode(r)
-        return self
 
     def _episode(self, r: dict[str, Any]) -> None:
         """``pipeline_breaks`` as the sink folds the transitions: a break sets all but
@@ -401,7 +426,7 @@ def test_a_crash_between_the_state_and_the_outputs_loses_nothing(
         crashed = Run()
         for batch in batches:
             if rnd.random() < 0.5:
-                crashed.send(batch, crash=rnd.randint(0, 12) if partial else 10**6)
+                crashed.send(batch, crash=rnd.randint(0, 30) if partial else 10**6, rnd=rnd)
             else:
                 crashed.send(batch)
     finally:
@@ -464,3 +489,50 @@ def test_a_new_deadline_sorts_the_backlog_again() -> None:
     assert (r.agents["a1"]["unindexed"], r.agents["a1"]["pending"]) == (0, 3)
     assert r.agents["a1"]["broken_since"] is None
     assert [t["kind"] for t in r.transitions] == [PIPELINE_BREAK, PIPELINE_RECOVERED]
+    # the memories it sorted again are kept apart (sent again if w3 comes again), not in
+    # the head, which every later event rewrites
+    assert orjson.loads(r.store.data["mr:2:a1"]) == ["w3", ["m1"]]
+    assert b"m1" not in r.store.data["m:a1"].split(b'"bl"')[0]
+
+
+def test_a_crashed_batch_cut_otherwise_leaves_no_stale_memory() -> None:
+    """A batch moves X to an earlier write, lands its memory records but not its head, and
+    comes again cut in two, the first part without X: that part's commit must not make the
+    lost batch's record of X look committed (its epoch is the offset it applied, never one a
+    record of the lost batch carries), or X's old backlog entry would stay for good."""
+    r = Run().send([written("w-x1", 100, "X")])
+    batch = [written("w-y", 110, "Y"), written("w-x0", 50, "X")]
+    msgs = [InMessage(TOPIC, 0, r.offset + i, None, orjson.dumps(e), PUBLISHED_MS)
+            for i, e in enumerate(batch)]  # fmt: skip
+    staged = Staged(r.store)
+    r.stage.begin_batch()
+    r.stage.process(msgs, staged)
+    assert [k for k, _ in staged.log][-1].startswith("m:")  # the head, last
+    staged.land(len(staged.log) - 1)  # all but the head
+    r._deliver(msgs[:1])
+    r._deliver(msgs[1:])
+    r.offset += len(batch)
+    r.send([indexed("i-x", 120, "X"), indexed("i-y", 121, "Y")])
+    r.send([written("w-z", 200, "Z"), probe("p", 1000, "Z", [])])
+    events = [written("w-x1", 100, "X"), *batch, indexed("i-x", 120, "X"),
+              indexed("i-y", 121, "Y"), written("w-z", 200, "Z"), probe("p", 1000, "Z", [])]  # fmt: skip
+    check_against_reference(r, events)
+    assert r.agents["a1"]["unindexed"] == 1 and us(r.agents["a1"]["broken_since"]) == parse(at(200))
+
+
+def test_a_retried_batch_whose_outputs_were_lost_sends_them_all_again() -> None:
+    """A batch retried message by message (after it raised) saves the agent once a message:
+    what it would send again is kept by the runner's batch, not by save, so six messages that
+    each turn a memory unindexed are all sent again when the batch comes back."""
+    r = Run().send([written(f"w{i}", i * 10, f"m{i}") for i in range(6)])
+    batch = [probe(f"p{i}", 601 + i * 10, "m0", []) for i in range(6)]  # each turns one
+    msgs = [InMessage(TOPIC, 0, r.offset + i, None, orjson.dumps(e), PUBLISHED_MS)
+            for i, e in enumerate(batch)]  # fmt: skip
+    r.stage.begin_batch()
+    for msg in msgs:  # the retry; its outputs are lost
+        r.stage.process([msg], r.store)
+    sent = len(r.records)
+    r._deliver(msgs)  # the batch again
+    again = {x["memory_id"] for x in r.records[sent:] if x["kind"] == "memory_pipeline"}
+    assert again == {f"m{i}" for i in range(6)}
+    assert all(r.memories[("a1", f"m{i}")]["status"] == UNINDEXED for i in range(6))
