@@ -35,6 +35,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,8 +52,8 @@ log = logging.getLogger("memdiag.worker")
 
 
 class Stage(Protocol):
-    """A stage's logic. It may also have ``begin_batch()``, called once per batch of the
-    runner before its ``process`` calls (one, or one a message when the batch is retried)."""
+    """A stage's logic. It may also have ``one_batch()``, a context the runner holds around
+    the ``process`` calls of a batch it retries a message at a time."""
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output: ...
 
@@ -388,9 +389,6 @@ class BatchRunner:
         each key it touches once a ``process`` call, the keys a stage's commit depends on
         last; so the writes of each call are flushed on their own: in the retry below, one
         call a message, none of them mixed with another's writes to the same keys."""
-        begin = getattr(self.stage, "begin_batch", None)
-        if begin is not None:
-            begin()
         try:
             outputs = [self.stage.process(msgs, self._store())]
             return outputs, await self._flush_store()
@@ -403,19 +401,20 @@ class BatchRunner:
             )
         futures = await self._flush_store()  # what the failed call wrote, on its own
         outputs = []
-        for msg in msgs:
-            try:
-                outputs.append(self.stage.process([msg], self._store()))
-            except Exception as exc:  # noqa: BLE001 - never let one message stop the stage
-                log.exception(
-                    "%s failed on %s/%d/%d; dead-lettered",
-                    self.name,
-                    msg.topic,
-                    msg.partition,
-                    msg.offset,
-                )
-                outputs.append(self.on_failure(msg, exc))
-            futures += await self._flush_store()
+        with getattr(self.stage, "one_batch", nullcontext)():
+            for msg in msgs:
+                try:
+                    outputs.append(self.stage.process([msg], self._store()))
+                except Exception as exc:  # noqa: BLE001 - never let one message stop the stage
+                    log.exception(
+                        "%s failed on %s/%d/%d; dead-lettered",
+                        self.name,
+                        msg.topic,
+                        msg.partition,
+                        msg.offset,
+                    )
+                    outputs.append(self.on_failure(msg, exc))
+                futures += await self._flush_store()
         return outputs, futures
 
     async def _flush_store(self) -> list[Any]:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from memdiag.contract.envelope import InMessage, Output, StateStore
@@ -46,17 +47,29 @@ class MemoryStage:
             MEMORY_KINDS, settings.topics.memory, settings.max_event_bytes, settings.max_skew_us
         )
         self._nodes = NodeCache()  # decoded backlog nodes, across batches
-        self._batch = f"{os.getpid():x}.{time.monotonic_ns():x}"  # this process's batches:
-        self._batches = 0  # an agent keeps what its last few sent, by batch
+        # the runner's batches, as an agent keeps what its last few sent: each call is one,
+        # but the calls of a batch retried a message at a time (one_batch) are one
+        self._batch = f"{os.getpid():x}.{time.monotonic_ns():x}"
+        self._batches = 0
+        self._one_batch: bool | None = None  # None: each call is a batch
 
-    def begin_batch(self) -> None:
-        """The runner starts a batch (its messages come in one call, or one a call)."""
-        self._batches += 1
+    @contextmanager
+    def one_batch(self) -> Iterator[None]:
+        """The ``process`` calls inside are one batch of the runner (retried by message)."""
+        self._one_batch = False
+        try:
+            yield
+        finally:
+            self._one_batch = None
 
     def partitions_changed(self) -> None:
         self._nodes.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
+        if not self._one_batch:
+            self._batches += 1
+            if self._one_batch is False:
+                self._one_batch = True
         try:
             return self._process(msgs, store)
         except BaseException:

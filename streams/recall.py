@@ -158,6 +158,7 @@ def _earlier(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
 #: clock turned memories unindexed, the transitions each raised, the event that sorted the
 #: backlog again.
 BATCHES_KEPT = 4
+KEPT_PER_BATCH = 4096
 RESORTED = "mr:"
 
 
@@ -327,8 +328,8 @@ class Agent:
         if recent and recent[-1].get("b") == self.batch["b"]:
             last = dict(recent.pop())
             for key in ("t", "x"):
-                if key in self.batch:
-                    last[key] = [*last.get(key, ()), *self.batch[key]]
+                if key in self.batch:  # bounded as a batch is (the runner's 2,000 messages)
+                    last[key] = [*last.get(key, ()), *self.batch[key]][-KEPT_PER_BATCH:]
             if "r" in self.batch:
                 last["r"] = self.batch["r"]
             recent.append(last)

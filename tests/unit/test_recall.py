@@ -76,10 +76,10 @@ class Run:
             again = [msgs]
             if crash is not None:
                 staged = Staged(self.store)
-                self.stage.begin_batch()
                 if rnd is not None and rnd.random() < 0.3:
-                    for msg in msgs:
-                        self.stage.process([msg], staged)
+                    with self.stage.one_batch():
+                        for msg in msgs:
+                            self.stage.process([msg], staged)
                 else:
                     self.stage.process(msgs, staged)
                 staged.land(crash)
@@ -95,7 +95,6 @@ class Run:
 
     def _deliver(self, msgs: list[InMessage]) -> None:
         if msgs:
-            self.stage.begin_batch()
             out = self.stage.process(msgs, self.store)
             self.counts.update(out.counts)
             for (key, minute), (value, _) in out.by_minute.items():
@@ -505,7 +504,6 @@ def test_a_crashed_batch_cut_otherwise_leaves_no_stale_memory() -> None:
     msgs = [InMessage(TOPIC, 0, r.offset + i, None, orjson.dumps(e), PUBLISHED_MS)
             for i, e in enumerate(batch)]  # fmt: skip
     staged = Staged(r.store)
-    r.stage.begin_batch()
     r.stage.process(msgs, staged)
     assert [k for k, _ in staged.log][-1].startswith("m:")  # the head, last
     staged.land(len(staged.log) - 1)  # all but the head
@@ -528,11 +526,24 @@ def test_a_retried_batch_whose_outputs_were_lost_sends_them_all_again() -> None:
     batch = [probe(f"p{i}", 601 + i * 10, "m0", []) for i in range(6)]  # each turns one
     msgs = [InMessage(TOPIC, 0, r.offset + i, None, orjson.dumps(e), PUBLISHED_MS)
             for i, e in enumerate(batch)]  # fmt: skip
-    r.stage.begin_batch()
-    for msg in msgs:  # the retry; its outputs are lost
-        r.stage.process([msg], r.store)
+    with r.stage.one_batch():
+        for msg in msgs:  # the retry; its outputs are lost
+            r.stage.process([msg], r.store)
     sent = len(r.records)
     r._deliver(msgs)  # the batch again
     again = {x["memory_id"] for x in r.records[sent:] if x["kind"] == "memory_pipeline"}
     assert again == {f"m{i}" for i in range(6)}
     assert all(r.memories[("a1", f"m{i}")]["status"] == UNINDEXED for i in range(6))
+
+
+def test_the_head_stays_small_as_a_broken_agent_goes_on() -> None:
+    """3,000 single-event batches of a broken agent, each turning one memory unindexed: the
+    head keeps what its last four batches would send again, not everything ever turned, and
+    the backlog's root stays at most FANOUT lines."""
+    r = Run()
+    for n in range(3000):
+        r.send([written(f"w{n}", n * 10, f"m{n:05d}")])
+    head = r.store.data["m:a1"]
+    assert len(head) < 8_000, len(head)
+    assert len(orjson.loads(head)["rb"]) <= 4
+    assert r.agents["a1"]["unindexed"] == 3000 - 61  # the last 600 s pending
