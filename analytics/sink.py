@@ -50,6 +50,9 @@ class TableSpec:
     key: tuple[str, ...]  # natural key: within a batch, the last record per key wins
     schema: pa.Schema
     json_columns: tuple[str, ...] = ()  # free-form JSON values, stored as JSON text
+    #: analytics/sql/<retract>.sql: deletes the rows of the records marked ``retracted``
+    #: (the last record of a key decides, as for upserts)
+    retract: str | None = None
 
 
 _SEARCH = pa.schema(
@@ -250,7 +253,10 @@ _PIPELINE_BREAK = pa.schema(
 SPECS: dict[str, TableSpec] = {
     "search": TableSpec("upsert_searches", ("event_id",), _SEARCH),
     "retrieval_feedback": TableSpec(
-        "upsert_retrieval_feedback", ("session_id", "turn_id", "observation_id"), _FEEDBACK
+        "upsert_retrieval_feedback",
+        ("session_id", "turn_id", "observation_id"),
+        _FEEDBACK,
+        retract="delete_retrieval_feedback",
     ),
     "session_diagnostic": TableSpec(
         "upsert_session_diagnostics",
@@ -414,16 +420,27 @@ def _write_table(
     else:
         latest = {tuple(r[c] for c in spec.key): r for r in records}
     rows = list(latest.values())
-    columns = {name: [r.get(name) for r in rows] for name in spec.schema.names}
-    for name in spec.json_columns:
-        columns[name] = [None if v is None else orjson.dumps(v).decode() for v in columns[name]]
-    batch = pa.Table.from_pydict(columns, schema=spec.schema)
-    con.register("batch", batch)
-    try:
-        con.execute(sql(spec.statement))
-    finally:
-        con.unregister("batch")
-    return len(rows)
+    gone = [r for r in rows if r.get("retracted")] if spec.retract else []
+    if gone:
+        rows = [r for r in rows if not r.get("retracted")]
+        key_schema = pa.schema([spec.schema.field(c) for c in spec.key])
+        keys = pa.Table.from_pydict({c: [r[c] for r in gone] for c in spec.key}, key_schema)
+        con.register("batch", keys)
+        try:
+            con.execute(sql(spec.retract))
+        finally:
+            con.unregister("batch")
+    if rows:
+        columns = {name: [r.get(name) for r in rows] for name in spec.schema.names}
+        for name in spec.json_columns:
+            columns[name] = [None if v is None else orjson.dumps(v).decode() for v in columns[name]]
+        batch = pa.Table.from_pydict(columns, schema=spec.schema)
+        con.register("batch", batch)
+        try:
+            con.execute(sql(spec.statement))
+        finally:
+            con.unregister("batch")
+    return len(rows) + len(gone)
 
 
 def _version(text: str) -> tuple[int, ...]:

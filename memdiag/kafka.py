@@ -196,9 +196,14 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
         t.weights: settings.aux_partitions,
         t.counters: settings.aux_partitions,
         t.deadletter: settings.aux_partitions,
-        # internal: as wide as `events`, so the observation and gather stages scale with it
+        # any width: the span stage keeps no state (as wide as `events`, to scale with it)
+        t.otlp_spans: settings.events_partitions,
+        # internal: as wide as `events`, so the observation and gather stages scale with it;
+        # the trace and session stages keep state in the worker's table: co-partitioned
         t.observation_steps: settings.events_partitions,
         t.session_verdicts: settings.events_partitions,
+        t.otlp_traces: settings.events_partitions,
+        t.span_events: settings.events_partitions,
     }
 
 

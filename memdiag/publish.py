@@ -1,7 +1,10 @@
 """Publishing a JSON Lines file of events, batched the way the contract allows.
 
 Events go to ``events`` keyed by ``session_id``, judgements to ``judgements`` keyed by
-``run_id``, and the recall pipeline's events to ``memory`` keyed by ``agent_id``.
+``run_id``, and the recall pipeline's events to ``memory`` keyed by ``agent_id``. A line that
+is an OTLP/JSON ``TracesData`` (an object with ``resourceSpans``, as the Collector's ``file``
+exporter writes a batch of spans) goes whole to ``otlp_spans``, unkeyed, one record a line,
+as the Collector's Kafka exporter would send it.
 Consecutive events of one key are packed into one message (a JSON array) of at most
 ``batch_size`` events and ``max_batch_bytes``: the order within a key is kept, which is the
 only order Kafka promises anyway. The publisher does not judge events: a line that is not
@@ -33,6 +36,7 @@ class PublishStats:
     events: int = 0
     messages: int = 0
     unkeyed_lines: int = 0  # no session key: sent as-is, for the worker to judge
+    span_records: int = 0  # OTLP/JSON lines (batches of spans), to otlp_spans
     bytes: int = 0
 
 
@@ -53,6 +57,8 @@ def route(line: bytes, settings: Settings) -> Routed:
         return Routed(t.events, None, line, False)
     if not isinstance(doc, dict):
         return Routed(t.events, None, line, False)
+    if "resourceSpans" in doc and "kind" not in doc:
+        return Routed(t.otlp_spans, None, line, False)
     if doc.get("kind") == "judgement":
         run_id = doc.get("run_id")
         key = run_id.encode("utf-8") if isinstance(run_id, str) and run_id else None
@@ -117,6 +123,10 @@ async def publish_file(
         for line in iter_lines(path, progress):
             stats.lines += 1
             r = route(line, settings)
+            if r.topic == settings.topics.otlp_spans:
+                stats.span_records += 1
+                await send(r.topic, None, r.payload)
+                continue
             if not r.batchable or r.key is None:
                 stats.unkeyed_lines += r.key is None
                 stats.events += 1

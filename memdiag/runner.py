@@ -36,16 +36,14 @@ class PipelineError(RuntimeError):
     """A stage of the pipeline failed; the message says which and shows its log."""
 
 
-def worker_inputs(settings: Settings) -> list[str]:
-    return [settings.topics.events, settings.topics.memory]
-
-
 def worker_stages(settings: Settings) -> list[list[str]]:
     """The worker's input topics, stage by stage: each stage feeds the next, so once a
     stage has committed everything, all it will ever send to the next one has been sent."""
     t = settings.topics
     return [
-        [t.events, t.judgements, t.memory],
+        [t.otlp_spans],
+        [t.otlp_traces],
+        [t.events, t.judgements, t.memory, t.span_events],
         [t.observation_steps],
         [t.session_verdicts],
         [t.counters],
@@ -153,8 +151,9 @@ def run_pipeline(
             t0 = time.monotonic()
             stats = asyncio.run(publish_file(input_path, s, progress=progress))
             stages["publish"] = time.monotonic() - t0
+            spans = f" and {stats.span_records} OTLP span records" if stats.span_records else ""
             say(
-                f"published {stats.events} events in {stats.messages} messages "
+                f"published {stats.events} events{spans} in {stats.messages} messages "
                 f"({stages['publish']:.2f}s)"
             )
 

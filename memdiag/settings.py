@@ -54,6 +54,23 @@ class Topics:
         return f"{self.prefix}memory"
 
     @property
+    def otlp_spans(self) -> str:
+        """OpenTelemetry spans, as the Collector's Kafka exporter writes them (one OTLP
+        TracesData a record, otlp_proto or otlp_json), keyed by trace id or not at all."""
+        return f"{self.prefix}otlp_spans"
+
+    @property
+    def otlp_traces(self) -> str:
+        """Internal: the spans of one trace (memdiag's span records), keyed by trace id."""
+        return f"{self.prefix}internal.otlp-traces"
+
+    @property
+    def span_events(self) -> str:
+        """Internal: what spans say of one session (searches, turns, outcomes), keyed by
+        session id, for the session stage."""
+        return f"{self.prefix}internal.span-events"
+
+    @property
     def observation_steps(self) -> str:
         """Internal: one session outcome's step for one observation, keyed by observation id."""
         return f"{self.prefix}internal.observation-steps"
@@ -69,6 +86,7 @@ class Topics:
             self.events,
             self.judgements,
             self.memory,
+            self.otlp_spans,
             self.diagnostics,
             self.weights,
             self.counters,

@@ -124,10 +124,14 @@ class SessionOutcome:
     scope: SessionScope
     outcome: str
     tool_calls: tuple[ToolCall, ...]
-    files_modified: tuple[str, ...]
+    #: None: the outcome cannot know its files (the ``incomplete`` rule does not apply)
+    files_modified: tuple[str, ...] | None
     errors: tuple[SessionError, ...]
     helpful_observation_ids: tuple[str, ...] = ()
     failure_context: Any = None
+    #: memdiag's own amendments (outcomes from spans): a higher revision of the same
+    #: ``event_id`` takes the place of the one before; 0 for every published event
+    revision: int = 0
     kind: str = field(default="session_outcome", init=False)
 
     @property
@@ -243,7 +247,7 @@ def from_dict(d: dict[str, Any], ts_us: int) -> Event:
             _scope(d),
             d["outcome"],
             tuple(ToolCall(t["tool"], t["success"], t.get("file")) for t in d["tool_calls"]),
-            tuple(d["files_modified"]),
+            None if d.get("files_modified") is None else tuple(d["files_modified"]),
             tuple(SessionError(e["message"], e["tool"], e["recoverable"]) for e in d["errors"]),
             tuple(d.get("helpful_observation_ids") or ()),
             d.get("failure_context"),
@@ -355,13 +359,14 @@ def to_dict(event: Event) -> dict[str, Any]:
                 {"tool": t.tool, "success": t.success, **({"file": t.file} if t.file else {})}
                 for t in event.tool_calls
             ],
-            files_modified=list(event.files_modified),
             errors=[
                 {"message": e.message, "tool": e.tool, "recoverable": e.recoverable}
                 for e in event.errors
             ],
             helpful_observation_ids=list(event.helpful_observation_ids),
         )
+        if event.files_modified is not None:
+            out["files_modified"] = list(event.files_modified)
         if event.failure_context is not None:
             out["failure_context"] = event.failure_context
     return out

@@ -1,8 +1,13 @@
 """The worker's stages, wired to the app: decode, call the logic, send. Nothing else lives here.
 
-- sessions (``memdiag.streams.processor``): ``events`` and the internal ``session-verdicts`` (both
-  keyed by session, co-partitioned) -> per-session state (``s:``, ``c:``, ``z:``): searches,
-  turns, the session diagnostic; steps for the observation owners.
+- spans (``memdiag.streams.otlp``): ``otlp_spans`` (OTLP records, any key) -> span records to
+  the internal ``otlp-traces``, keyed by trace (stateless).
+- traces (``memdiag.streams.traces``): ``otlp-traces`` -> per-trace state (``t:``, ``tc:``,
+  ``tw:``): searches, turns and outcomes to the internal ``span-events`` keyed by session;
+  memory writes to ``memory``.
+- sessions (``memdiag.streams.processor``): ``events`` and the internal ``session-verdicts``
+  and ``span-events`` (all keyed by session, co-partitioned) -> per-session state (``s:``,
+  ``c:``, ``z:``): searches, turns, the session diagnostic; steps for the observation owners.
 - observations (``memdiag.streams.observations``): internal steps, keyed by observation -> ``o:``:
   the ledger of each observation; weights, and verdicts back to the sessions.
 - memory (``memdiag.streams.memory``): ``memory`` (keyed by agent, co-partitioned with
@@ -12,12 +17,13 @@
 - counters (``memdiag.streams.counters``): the increments on ``counters`` -> a per-minute rollup of
   each (``rollups`` table), back on ``counters``.
 
-All five run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
+All seven run as :class:`memdiag.streams.batches.BatchRunner` tasks: batches, one state write
 per touched key, offsets committed by the runner only once everything before them is
-durable. The sessions, observations and agents share one table (and so one changelog); their
-source topics are co-partitioned, so Faust's assignor gives partition p of all of them to one
-worker, with changelog partition p. Counters are an alerting signal, not the record (DuckDB
-is): an increment the worker buffered in its last second before a crash is not sent.
+durable. The sessions, observations, agents and traces share one table (and so one
+changelog); their source topics are co-partitioned, so Faust's assignor gives partition p of
+all of them to one worker, with changelog partition p. Counters are an alerting signal, not
+the record (DuckDB is): an increment the worker buffered in its last second before a crash
+is not sent.
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ from memdiag.streams.judgements import JudgementProcessor
 from memdiag.streams.memory import MemoryStage
 from memdiag.streams.metrics import Counters
 from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.otlp import SpanStage
 from memdiag.streams.outputs import CounterBuffer, Sender, TableStore
 from memdiag.streams.processor import Processor
+from memdiag.streams.traces import TraceStage
 
 log = logging.getLogger("memdiag.worker")
 
@@ -65,11 +73,14 @@ def register(w: Wiring) -> None:
         w.verdicts,
         w.counters,
         w.memory,
+        w.otlp_traces,
+        w.span_events,
         CounterBuffer(),
         Counters(),
     )
     processor = Processor(settings, partition_of)
     memory = MemoryStage(settings, partition_of)
+    traces = TraceStage(settings, partition_of)
     state = TableStore(w.state)
 
     def on_failure(msg: InMessage, exc: BaseException) -> Any:
@@ -77,8 +88,12 @@ def register(w: Wiring) -> None:
 
     every = settings.commit_interval_seconds
     runners = [
-        BatchRunner(app, "sessions", [w.events, w.verdicts], processor, state, sender,
+        BatchRunner(app, "spans", [w.otlp_spans], SpanStage(settings), None, sender,
                     on_failure, commit_interval=every),
+        BatchRunner(app, "traces", [w.otlp_traces], traces, state, sender, on_failure,
+                    commit_interval=every),
+        BatchRunner(app, "sessions", [w.events, w.verdicts, w.span_events], processor, state,
+                    sender, on_failure, commit_interval=every),
         BatchRunner(app, "observations", [w.steps], ObservationOwner(settings), state, sender,
                     on_failure, commit_interval=every),
         BatchRunner(app, "memory", [w.memory], memory, state, sender, on_failure,
@@ -111,6 +126,7 @@ def register(w: Wiring) -> None:
     async def _on_assigned(sender_: Any, assigned: Any = (), **kwargs: Any) -> None:
         processor.partitions_changed()
         memory.partitions_changed()
+        traces.partitions_changed()
         mine = sorted(tp.partition for tp in assigned if tp.topic == w.events.get_topic_name())
         log.info("memdiag worker assigned partitions %s of %s", mine, w.events.get_topic_name())
 

@@ -39,9 +39,16 @@ class Wiring:
     steps: TopicT
     #: internal: observations' verdicts on a failed session, keyed by session_id
     verdicts: TopicT
-    #: The worker's state, one table for its three stateful stages, apart by key prefix:
+    #: OpenTelemetry spans in (the Collector's Kafka exporter's records), any key
+    otlp_spans: TopicT
+    #: internal: span records, keyed by trace id (co-partitioned with ``events``)
+    otlp_traces: TopicT
+    #: internal: what spans say of a session, keyed by session_id (co-partitioned)
+    span_events: TopicT
+    #: The worker's state, one table for its four stateful stages, apart by key prefix:
     #: sessions (``memdiag.streams.processor``), observations
-    #: (``memdiag.streams.observations``) and agents' recall pipelines (``memdiag.streams.memory``).
+    #: (``memdiag.streams.observations``), agents' recall pipelines
+    #: (``memdiag.streams.memory``) and traces (``memdiag.streams.traces``).
     state: TableT
     #: Counter rollups: counter name and attributes -> {minute: total} (memdiag.streams.counters).
     rollups: TableT
@@ -125,6 +132,9 @@ def create_app(settings: Settings) -> Wiring:
         weights=raw_topic(topics.weights, settings.aux_partitions),
         steps=raw_topic(topics.observation_steps, settings.events_partitions),
         verdicts=raw_topic(topics.session_verdicts, settings.events_partitions),
+        otlp_spans=raw_topic(topics.otlp_spans, settings.events_partitions),
+        otlp_traces=raw_topic(topics.otlp_traces, settings.events_partitions),
+        span_events=raw_topic(topics.span_events, settings.events_partitions),
         state=app.Table(
             "state",
             default=None,

@@ -130,6 +130,8 @@ class Sender:
         verdicts: TopicT,
         counters: TopicT,
         memory: TopicT,
+        otlp_traces: TopicT,
+        span_events: TopicT,
         buffer: CounterBuffer,
         metrics: Counters,
     ):
@@ -140,6 +142,8 @@ class Sender:
         self.events, self.steps = events.get_topic_name(), steps.get_topic_name()
         self.verdicts, self.counters = verdicts.get_topic_name(), counters.get_topic_name()
         self.memory = memory.get_topic_name()
+        self.otlp_traces = otlp_traces.get_topic_name()
+        self.span_events = span_events.get_topic_name()
         self.buffer, self.metrics = buffer, metrics
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
@@ -161,6 +165,10 @@ class Sender:
             await put(self.steps, obs_id, records, ts)
         for session_id, records in out.verdicts.items():
             await put(self.verdicts, session_id, records, ts)
+        for trace_id, records in out.traces:
+            await put(self.otlp_traces, trace_id, records, ts)
+        for session_id, records in out.span_events:
+            await put(self.span_events, session_id, records, ts)
         for obs_id, records in out.weights.items():
             for record in records:  # one message per update: the memory system applies each
                 await put(self.weights, obs_id, record)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -42,8 +43,8 @@ from memdiag.contract import (
 from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.deadletters import add_dead_letter
-from memdiag.schemas.decode import Decoder, Rejected
-from memdiag.schemas.models import SessionEvent, to_dict
+from memdiag.schemas.decode import Decoder, Rejected, parse_ts
+from memdiag.schemas.models import SessionEvent, SessionOutcome, SessionScope, from_dict, to_dict
 from memdiag.settings import Settings
 from memdiag.streams.session import Config, Session
 from memdiag.streams.sessions import SessionStates
@@ -64,6 +65,7 @@ class Processor:
             SESSION_KINDS, settings.topics.events, settings.max_event_bytes, settings.max_skew_us
         )
         self._verdicts_topic = settings.topics.session_verdicts
+        self._spans_topic = settings.topics.span_events
         self._config = Config(
             settings.followup_window_us,
             settings.retention_us,
@@ -91,6 +93,8 @@ class Processor:
                     out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
                 if msg.topic == self._verdicts_topic:
                     self._verdicts(msg, store, touched, out)
+                elif msg.topic == self._spans_topic:
+                    self._span_events(msg, store, touched, out)
                 else:
                     self._events(msg, store, touched, out)
             for session in touched.values():
@@ -134,6 +138,40 @@ class Processor:
         for session_id, raws in rerouted.items():
             out.reroute.append((session_id, raws, msg.timestamp_ms))
 
+    def _span_events(
+        self, msg: InMessage, store: StateStore, touched: dict[str, Session], out: Output
+    ) -> None:
+        """What the trace stage says of one session (memdiag.streams.traces): searches and
+        outcomes (events it has validated; an outcome may be a revision), span retrievals and
+        span turns."""
+        published_ms = msg.timestamp_ms or 0
+        for rec in _records(msg):
+            session_id = rec["session_id"]
+            session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
+            identity = rec.get("event_id") or rec["id"]
+            if session is None:  # forgotten: too late to be applied
+                out.count(LATE_EVENTS, reason=LATE_SESSION_FORGOTTEN)
+                late = Rejected(0, LATE_EVENT, _LATE_DETAIL.format(session_id=session_id),
+                                orjson.dumps(rec))  # fmt: skip
+                add_dead_letter(out, msg, late, self.settings, identity=("event", identity))
+                continue
+            touched[session_id] = session
+            if rec["kind"] in ("span_retrieval", "span_turn"):
+                scope = SessionScope(session_id, rec.get("agent_id"), rec.get("org_id"),
+                                     rec.get("project_id"))  # fmt: skip
+                session.ingest_span(rec, scope, out)
+                ts_us = rec.get("end", rec["ts"])
+            else:
+                event = from_dict(rec, parse_ts(rec["ts"]) or 0)
+                if isinstance(event, SessionOutcome) and rec.get("revision"):
+                    event = replace(event, revision=rec["revision"])
+                session.ingest(event, published_ms, out)  # type: ignore[arg-type]
+                ts_us = event.ts_us
+            session.last_seen_ms = max(
+                session.last_seen_ms, self.states.clocks.now.get(msg.partition, 0)
+            )
+            out.ts_us = max(out.ts_us, ts_us)
+
     def _verdicts(
         self, msg: InMessage, store: StateStore, touched: dict[str, Session], out: Output
     ) -> None:
@@ -166,15 +204,16 @@ def _records(msg: InMessage) -> list[dict[str, Any]]:
     return doc
 
 
+_LATE_DETAIL = (
+    "session {session_id!r} was already forgotten (no event for MEMDIAG_SESSION_KEEP_HOURS of "
+    "processing time) when this event arrived, so it was not applied. Raise "
+    "MEMDIAG_SESSION_KEEP_HOURS, or re-publish the whole session under a new session_id"
+)
+
+
 def _late(index: int, raw: dict[str, Any], event: SessionEvent, session_id: str) -> Rejected:
     return Rejected(
-        index,
-        LATE_EVENT,
-        f"session {session_id!r} was already forgotten (no event for "
-        "MEMDIAG_SESSION_KEEP_HOURS of processing time) when this event arrived, so it was "
-        "not applied. Raise MEMDIAG_SESSION_KEEP_HOURS, or re-publish the whole session "
-        "under a new session_id",
-        _payload(raw, event),
+        index, LATE_EVENT, _LATE_DETAIL.format(session_id=session_id), _payload(raw, event)
     )
 
 

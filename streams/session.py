@@ -34,6 +34,7 @@ the state write and the sends loses nothing: the sink's upserts make the repeat 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from memdiag.contract import (
     LATE_EVENTS,
     SEARCH_CALLS,
     SESSION_OUTCOMES,
+    UNJUDGED_TURNS,
     UNMATCHED_TURNS,
 )
 from memdiag.contract.envelope import Output
@@ -54,6 +56,7 @@ from memdiag.schemas.models import (
     Search,
     SessionEvent,
     SessionOutcome,
+    SessionScope,
     format_ts,
 )
 from memdiag.streams.diagnosis import failure_category
@@ -72,8 +75,13 @@ LEGACY_CHUNK = 32
 #   ["s", eid, ts, source, query_key, result_ids | result_count, scope, published_ms, query?]
 #   ["i", eid, ts, turn_id, [[obs_id, [keyword, ...]], ...], entity_ids, edges, scope]
 #   ["r", eid, ts, turn_id, [word, ...], scope]
-#   ["o", eid, ts, outcome, tool_calls, files, errors, helpful_ids, failure_context, scope]
+#   ["o", eid, ts, outcome, tool_calls, files | None, errors, helpful_ids, failure_context,
+#    scope, revision?]
+# and, from spans (memdiag.streams.traces; the id is the span's "trace:span"):
+#   ["sr", id, ts, [[obs_id, [keyword, ...]], ...], scope]   a retrieval's results
+#   ["st", id, ts, end_ts, [word, ...] | None, unjudged reason | None, scope]   a turn
 SEARCH, INJECTION, RESPONSE, OUTCOME = "s", "i", "r", "o"
+SPAN_RETRIEVAL, SPAN_TURN = "sr", "st"
 
 Scope = tuple[str | None, str | None, str | None]  # agent_id, org_id, project_id
 
@@ -126,18 +134,33 @@ def record_of(event: SessionEvent, scope: int, published_ms: int, store_text: bo
         return [RESPONSE, event.event_id, event.ts_us, event.turn_id, words, scope]
     if not isinstance(event, SessionOutcome):
         raise TypeError(f"not a session event: {event!r}")
-    return [
+    rec = [
         OUTCOME,
         event.event_id,
         event.ts_us,
         event.outcome,
         [[c.tool, c.file, c.success] for c in event.tool_calls],
-        list(event.files_modified),
+        None if event.files_modified is None else list(event.files_modified),
         [[e.message, e.tool, e.recoverable] for e in event.errors],
         list(event.helpful_observation_ids),
         event.failure_context,
         scope,
     ]
+    if event.revision:
+        rec.append(event.revision)
+    return rec
+
+
+def span_record_of(d: dict[str, Any], scope: int) -> list[Any]:
+    """The log record of a span retrieval or a span turn (``memdiag.streams.traces``: their
+    results' keywords and the turn's words come computed, as the rules read them)."""
+    if d["kind"] == "span_retrieval":
+        return [SPAN_RETRIEVAL, d["id"], d["ts"], d["observations"], scope]
+    return [SPAN_TURN, d["id"], d["ts"], d["end"], d.get("words"), d.get("unjudged"), scope]
+
+
+def _revision(rec: list[Any]) -> int:
+    return rec[10] if rec[0] == OUTCOME and len(rec) > 10 else 0
 
 
 class Session:
@@ -154,8 +177,18 @@ class Session:
         self._scope_index: dict[Scope, int] = {}
         self.last_seen_ms = 0  # processing time (Kafka timestamp) of the last event
         self.verdicts: dict[str, OwnerVerdict] = {}
-        # -- derived --
-        self._seq_of: dict[str, int] = {}  # event id -> seq
+        # the spans' retrievals and turns, by (ts, id, seq): complete as the log is (see
+        # _span); a turn's injection is made of the retrievals since the one before
+        self._span_retrievals: list[tuple[int, str, int]] = []
+        self._span_turns: list[tuple[int, str, int]] = []
+        self._spans_known = False  # replaying a log whose spans are all in the lists
+        self._reset()
+
+    def _reset(self) -> None:
+        """Everything derived from the log, as before its first record."""
+        config = self.config
+        self._seq_of: dict[str, int] = {}  # event id -> seq (its latest revision's)
+        self._first_seq: dict[str, int] = {}  # event id -> seq of its first record
         self.clock = 0  # the session's newest ts
         self.history = SearchHistory(config.window_us, config.retention_us)
         self.empty_agent_searches = 0
@@ -168,11 +201,15 @@ class Session:
         self._obs_turns: dict[str, list[int]] = {}  # id -> [evaluated turns, used turns]
         self.outcome_seq: int | None = None  # the last outcome in event time
         self._emitted: dict[str, Any] | None = None  # the diagnostic last sent
+        #: span turn id -> the injection applied for it ([[obs_id, keywords]]; [] if none)
+        self._span_applied: dict[str, list[list[Any]]] = {}
 
     # -- input ------------------------------------------------------------------------------
 
     def scope_of(self, event: SessionEvent) -> int:
-        s = event.scope
+        return self._scope(event.scope)
+
+    def _scope(self, s: SessionScope) -> int:
         key = (s.agent_id, s.org_id, s.project_id)
         index = self._scope_index.get(key)
         if index is None:
@@ -181,20 +218,46 @@ class Session:
         return index
 
     def ingest(self, event: SessionEvent, published_ms: int, out: Output) -> None:
-        """Apply a validated event (or re-send what it caused, if it is a redelivery)."""
+        """Apply a validated event (or re-send what it caused, if it is a redelivery; or, for
+        a higher revision of an outcome, put it in the place of the one before)."""
         seq = self._seq_of.get(event.event_id)
-        if seq is not None:
+        revised = (
+            seq is not None
+            and isinstance(event, SessionOutcome)
+            and event.revision > _revision(self.records[seq])
+        )
+        if seq is not None and not revised:
             self._redeliver(self.records[seq], out)
             return
         rec = record_of(event, self.scope_of(event), published_ms, self.config.store_text)
         self.records.append(rec)
         self._apply(rec, len(self.records) - 1, out)
 
+    def ingest_span(self, d: dict[str, Any], scope: SessionScope, out: Output) -> None:
+        """Apply a span retrieval or a span turn (``memdiag.streams.traces``), or re-send
+        what it caused."""
+        seq = self._seq_of.get(d["id"])
+        if seq is not None:
+            self._redeliver(self.records[seq], out)
+            return
+        rec = span_record_of(d, self._scope(scope))
+        self.records.append(rec)
+        self._apply(rec, len(self.records) - 1, out)
+
     def replay(self, records: list[list[Any]]) -> None:
-        """Rebuild the derived state from a log read back from the store (sends nothing)."""
-        for rec in records:
-            self.records.append(rec)
-            self._apply(rec, len(self.records) - 1, None)
+        """Rebuild the derived state from a log read back from the store (sends nothing):
+        its spans first (a turn's injection is made of every retrieval the log has), then
+        every record in the order it came."""
+        start = len(self.records)
+        self.records.extend(records)
+        for seq in range(start, len(self.records)):
+            self._know_span(self.records[seq], seq)
+        self._spans_known = True
+        try:
+            for seq in range(start, len(self.records)):
+                self._apply(self.records[seq], seq, None)
+        finally:
+            self._spans_known = False
 
     def apply_verdict(
         self, obs_id: str, outcome_event_id: str, misleading: bool, version: int, out: Output
@@ -212,6 +275,9 @@ class Session:
     def _apply(self, rec: list[Any], seq: int, out: Output | None) -> None:
         kind, eid, ts = rec[0], rec[1], rec[2]
         self._seq_of[eid] = seq
+        self._first_seq.setdefault(eid, seq)
+        if kind == SPAN_TURN:
+            ts = rec[3]  # the turn's clock is its end (its response)
         if ts > self.clock:
             self.clock = ts
             self.history.prune(ts - self.config.retention_us)
@@ -221,8 +287,10 @@ class Session:
             self._injection(rec, seq, out)
         elif kind == RESPONSE:
             self._response(rec, seq, out)
-        else:
+        elif kind == OUTCOME:
             self._outcome(rec, seq, out)
+        else:
+            self._span(rec, seq, out)
         self._count_unmatched(out)
 
     def _search(self, rec: list[Any], seq: int, out: Output | None) -> None:
@@ -278,6 +346,12 @@ class Session:
         self._send_diagnostic(out)
 
     def _outcome(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        if self._first_seq[rec[1]] != seq:  # a revision: in the place of the one before
+            if self.outcome_seq is not None and self.records[self.outcome_seq][1] == rec[1]:
+                self.outcome_seq = seq
+                self._emitted = None
+                self._send_diagnostic(out)
+            return
         current = self.outcome_seq
         if current is not None and self.records[current][2] > rec[2]:
             # an earlier outcome, arriving late: the last one in event time stands
@@ -302,6 +376,122 @@ class Session:
         if turn is None:
             turn = self.turns[turn_id] = Turn()
         return turn
+
+    # -- turns from spans ---------------------------------------------------------------------
+    #
+    # A span turn's injection is made of the span retrievals since the conversation's turn
+    # before it ((ts, id) after that turn's, up to its own), their results in that order, each
+    # memory once: the injection a runtime would have published, at the turn's start, with
+    # its response (the turn's text) at its end. A turn without results injects nothing and
+    # is not judged. A span that comes late changes the injection of the turn it falls in:
+    # then the session is rebuilt from its log, and the rows that changed are sent again
+    # (those that no longer hold are retracted), so the rows are those of the in-order
+    # events whatever order the spans came in.
+
+    def _know_span(self, rec: list[Any], seq: int) -> None:
+        """Put a span record in the lists (replay: before any record is applied)."""
+        if rec[0] == SPAN_RETRIEVAL:
+            insort(self._span_retrievals, (rec[2], rec[1], seq))
+        elif rec[0] == SPAN_TURN:
+            insort(self._span_turns, (rec[2], rec[1], seq))
+
+    def _span(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        if self._spans_known:  # a replay: the lists are complete
+            if rec[0] == SPAN_TURN:
+                self._apply_turn(rec, seq, out)
+            return
+        self._know_span(rec, seq)
+        entry = (rec[2], rec[1], seq)
+        if rec[0] == SPAN_RETRIEVAL:
+            i = bisect_left(self._span_turns, entry[:2], key=lambda t: t[:2])
+            if i == len(self._span_turns):
+                return  # no turn after it yet: the next one takes it
+            turn = self._span_turns[i]
+            applied = self._span_applied.get(turn[1])
+            if applied == self._injection_of(i):
+                return  # nothing new for it (its memories were all there)
+            if applied:
+                self._rebuild(out)  # an injection already judged changes
+            else:
+                self._apply_turn(self.records[turn[2]], turn[2], out)
+            return
+        i = bisect_left(self._span_turns, entry[:2], key=lambda t: t[:2])
+        if i + 1 < len(self._span_turns):
+            after = self._span_turns[i + 1]
+            if self._span_applied.get(after[1]) != self._injection_of(i + 1):
+                self._rebuild(out)  # the turn after loses what came before this one
+                return
+        self._apply_turn(rec, seq, out)
+
+    def _injection_of(self, i: int) -> list[list[Any]]:
+        """The injection of the ``i``-th span turn: the results of the retrievals since the
+        turn before, in (ts, id) order, each memory once (first seen)."""
+        turn = self._span_turns[i]
+        lo = 0
+        if i > 0:
+            lo = bisect_right(self._span_retrievals, self._span_turns[i - 1][:2],
+                              key=lambda r: r[:2])  # fmt: skip
+        hi = bisect_right(self._span_retrievals, turn[:2], key=lambda r: r[:2])
+        seen: set[str] = set()
+        injected = []
+        for _, _, rseq in self._span_retrievals[lo:hi]:
+            for obs_id, kws in self.records[rseq][3]:
+                if obs_id not in seen:
+                    seen.add(obs_id)
+                    injected.append([obs_id, kws])
+        return injected
+
+    def _apply_turn(self, rec: list[Any], seq: int, out: Output | None) -> None:
+        """Apply a span turn with its injection as the lists have it now (only ever once
+        per log replay, or for a turn whose injection was empty)."""
+        _, key, ts, end, words, unjudged, scope = rec
+        i = bisect_left(self._span_turns, (ts, key), key=lambda t: t[:2])
+        injected = self._injection_of(i)
+        self._span_applied[key] = injected
+        if not injected:
+            return
+        self._injection([INJECTION, key, ts, key, injected, [], [], scope], seq, out)
+        if words is not None:
+            self._response([RESPONSE, key, end, key, words, scope], seq, out)
+        else:
+            self.turns[key].unjudged = True  # no response will come: never unmatched
+            if out is not None:
+                out.count(UNJUDGED_TURNS, at_us=end, reason=unjudged or "no_text")
+
+    def _rebuild(self, out: Output | None) -> None:
+        """Derive the session again from its log (a late span changed a judged turn), and
+        send what changed: rows changed or new, rows retracted, the diagnostic, and the
+        steps of memories new to the session."""
+        if out is None:
+            return  # a replay derives every turn from the complete lists anyway
+        judged = {(t, o): j for t, turn in self.turns.items() for o, j in turn.judged.items()}
+        observations = set(self._observations)
+        unjudged = {k for k, t in self.turns.items() if t.unjudged}
+        emitted = self._emitted
+        self._reset()
+        self._emitted = emitted
+        self._spans_known = True
+        try:
+            for seq, rec in enumerate(self.records):
+                self._apply(rec, seq, None)
+        finally:
+            self._spans_known = False
+        for turn_id, turn in self.turns.items():
+            for obs_id, now in turn.judged.items():
+                before = judged.pop((turn_id, obs_id), None)
+                if before != now:
+                    out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
+                    if before is None:
+                        out.count(FEEDBACK, at_us=now.ts_us, signal=now.feedback.signal)
+            if turn.unjudged and turn_id not in unjudged:
+                end = self.records[self._seq_of[turn_id]][3]
+                reason = self.records[self._seq_of[turn_id]][5] or "no_text"
+                out.count(UNJUDGED_TURNS, at_us=end, reason=reason)
+        for turn_id, obs_id in judged:  # judged before, no longer in its turn
+            out.diagnostic(self.session_id, self._retracted_row(turn_id, obs_id))
+        if self.outcome_seq is not None:
+            self._send_steps([o for o in self._observations if o not in observations], out)
+        self._send_diagnostic(out, force=True)
 
     def _turn_changed(
         self, turn_id: str, turn: Turn, changes: list[Change], out: Output | None
@@ -362,6 +552,16 @@ class Session:
                     out.diagnostic(self.session_id, self._feedback_row(rec[3], obs_id, judged))
             if kind == INJECTION and self.outcome_seq is not None:
                 self._send_steps(list(dict.fromkeys(o for o, _ in rec[4])), out)
+        elif kind in (SPAN_RETRIEVAL, SPAN_TURN):
+            # the turn it is part of: its rows, and its memories' steps
+            i = bisect_left(self._span_turns, (rec[2], rec[1]), key=lambda t: t[:2])
+            if i < len(self._span_turns):
+                turn_id = self._span_turns[i][1]
+                span_turn = self.turns.get(turn_id)
+                for obs_id, judged in span_turn.judged.items() if span_turn is not None else ():
+                    out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, judged))
+                if self.outcome_seq is not None:
+                    self._send_steps([o for o, _ in self._span_applied.get(turn_id, ())], out)
         elif self.outcome_seq is not None:
             self._send_steps(list(self._observations), out)
         self._send_diagnostic(out, force=True)
@@ -382,7 +582,7 @@ class Session:
         """The ``session_diagnostic`` of the session as it stands, with the misleading ids
         the owners have answered so far (see :meth:`complete`). Only for a closed one."""
         rec = self.records[self._last_outcome()]
-        _, eid, ts, outcome, calls, files, errors, helpful, context, scope = rec
+        _, eid, ts, outcome, calls, files, errors, helpful, context, scope = rec[:10]
         agent_id, org_id, project_id = self.scopes[scope]
         observations = self.injected_observation_ids()
         failed = outcome != ACCEPTED
@@ -408,7 +608,7 @@ class Session:
             "tool_call_summary": (
                 [{"tool": c[0], "file": c[1], "success": c[2]} for c in calls] if failed else None
             ),
-            "files_modified": list(files) if failed else None,
+            "files_modified": list(files) if failed and files is not None else None,
             "errors_encountered": (
                 [{"message": e[0], "tool": e[1], "recoverable": e[2]} for e in errors]
                 if failed
@@ -468,9 +668,10 @@ class Session:
         return True
 
     def _send_steps(self, obs_ids: list[str], out: Output) -> None:
-        """One step per observation for its owner: this session, with its last outcome."""
-        seq = self._last_outcome()
-        rec = self.records[seq]
+        """One step per observation for its owner: this session, with its last outcome
+        (``seq``: its first record's, the same for every revision of it)."""
+        rec = self.records[self._last_outcome()]
+        seq = self._first_seq[rec[1]]
         for obs_id in obs_ids:
             out.step(
                 obs_id,
@@ -519,6 +720,16 @@ class Session:
         if len(rec) > 8:
             row["query"] = rec[8]
         return row
+
+    def _retracted_row(self, turn_id: str, obs_id: str) -> dict[str, Any]:
+        """An observation no longer in a turn (a late span moved it): the sink deletes its row."""
+        return {
+            "kind": "retrieval_feedback",
+            "session_id": self.session_id,
+            "turn_id": turn_id,
+            "observation_id": obs_id,
+            "retracted": True,
+        }
 
     def _feedback_row(self, turn_id: str, obs_id: str, judged: Judged) -> dict[str, Any]:
         fb = judged.feedback
@@ -581,10 +792,9 @@ class Session:
             scope = (agent_id, org_id, project_id)
             session._scope_index[scope] = len(session.scopes)
             session.scopes.append(scope)
-        for chunk in chunks:
-            session.replay(chunk)
-        session.sealed = len(session.records)
-        session.replay(head["t"])
+        records = [rec for chunk in chunks for rec in chunk]
+        session.sealed = len(records)
+        session.replay(records + head["t"])
         for obs_id, (eid, misleading, version) in head.get("v", {}).items():
             session.verdicts[obs_id] = OwnerVerdict(eid, misleading, version)
         return session

@@ -63,7 +63,7 @@ Change = tuple[str, Judged | None, Judged]
 class Turn:
     """One turn's halves and current verdicts."""
 
-    __slots__ = ("response", "contents", "judged", "first_ts", "counted")
+    __slots__ = ("response", "contents", "judged", "first_ts", "counted", "unjudged")
 
     def __init__(self) -> None:
         self.response: Half | None = None
@@ -72,6 +72,9 @@ class Turn:
         self.judged: dict[str, Judged] = {}
         self.first_ts: int | None = None  # event time of the turn's first half
         self.counted = False  # counted as unmatched already
+        #: a turn from spans that has no response to judge against (its chat span has no
+        #: text): its injection is never unmatched
+        self.unjudged = False
 
     def add_injection(
         self, ts_us: int, seq: int, scope: int, observations: list[tuple[str, frozenset[str]]]
@@ -125,5 +128,5 @@ class Turn:
     def pending_half(self) -> str | None:
         """The half waiting for its partner, if the turn is not joined."""
         if self.response is None:
-            return INJECTION if self.contents else None
+            return INJECTION if self.contents and not self.unjudged else None
         return None if self.contents else RESPONSE

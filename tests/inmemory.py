@@ -22,7 +22,9 @@ from memdiag.contract.envelope import CounterKey, DictStore, InMessage, Output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.otlp import SpanStage
 from memdiag.streams.processor import Processor
+from memdiag.streams.traces import TraceStage
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -72,7 +74,10 @@ class Tables:
             self.searches[record["event_id"]] = record
         elif kind == "retrieval_feedback":
             key = (record["session_id"], record["turn_id"], record["observation_id"])
-            self.feedback[key] = record
+            if record.get("retracted"):
+                self.feedback.pop(key, None)
+            else:
+                self.feedback[key] = record
         elif kind == "session_diagnostic":
             known = self.sessions.get(record["session_id"])
             if known is None or parse_ts(record["ts"]) >= parse_ts(known["ts"]):  # type: ignore[operator]
@@ -96,6 +101,7 @@ class World:
         self.partitions = settings.events_partitions
         t = settings.topics
         self.events, self.verdicts, self.steps = t.events, t.session_verdicts, t.observation_steps
+        self.otlp, self.traces, self.span_events = t.otlp_spans, t.otlp_traces, t.span_events
         self.logs: dict[tuple[str, int], list[InMessage]] = {}
         self.position: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
@@ -103,6 +109,10 @@ class World:
         self.store = RecordingStore()
         self.processor = Processor(settings, self._session_partition, lambda: self.now_ms)
         self.owner = ObservationOwner(settings)
+        self.span_stage = SpanStage(settings)
+        self.trace_stage = TraceStage(settings, self._session_partition, lambda: self.now_ms)
+        #: memory_written events the trace stage sent to ``memory`` (no memory stage here)
+        self.memory_events: list[dict[str, Any]] = []
         self.tables = Tables()
         #: everything sent, in order: diagnostics and weight records, counter increments
         self.records: list[dict[str, Any]] = []
@@ -144,6 +154,11 @@ class World:
             for i in range(0, len(evs), batch):
                 self.append(self.events, sid if keyed else None, evs[i : i + batch])
 
+    def publish_spans(self, records: list[tuple[str | None, bytes]]) -> None:
+        """OTLP records to ``otlp_spans``, in list order: (key, bytes), keyed or not."""
+        for key, raw in records:
+            self.append(self.otlp, key, raw)
+
     # -- consuming --------------------------------------------------------------------------
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
@@ -161,7 +176,12 @@ class World:
         ]
 
     def run(self, max_batch: int = 50, max_rounds: int = 1_000_000) -> None:
-        stages = ((self.events, self.verdicts), (self.steps,))
+        stages = (
+            (self.otlp,),
+            (self.traces,),
+            (self.events, self.verdicts, self.span_events),
+            (self.steps,),
+        )
         for _ in range(max_rounds):
             ready = [s for s in stages if self.pending(s)]
             if not ready:
@@ -181,7 +201,11 @@ class World:
             taken[tp] = start + len(batch)
         msgs = _interleave(msgs, self.rng)  # partitions interleave, each one in order
         self.store.journal = []
-        stage = self.owner if topics == (self.steps,) else self.processor
+        stage: Any = {
+            (self.steps,): self.owner,
+            (self.otlp,): self.span_stage,
+            (self.traces,): self.trace_stage,
+        }.get(topics, self.processor)
         out = stage.process(msgs, self.store)
         if self.rng.random() < self.crash_rate:
             self._crash(topics, out)
@@ -201,6 +225,7 @@ class World:
         self._route(out, keep=0.5)
         self.crashes += 1
         self.processor.partitions_changed()
+        self.trace_stage.partitions_changed()
         for tp in self.logs:
             if tp[0] in topics:
                 self.position[tp] = self.committed.get(tp, 0)
@@ -232,6 +257,15 @@ class World:
         for session_id, raws, timestamp_ms in out.reroute:
             if sent():
                 self.append(self.events, session_id, raws, timestamp_ms)
+        for trace_id, records in out.traces:
+            if sent():
+                self.append(self.traces, trace_id, records, out.timestamp_ms)
+        for session_id, records in out.span_events:
+            if sent():
+                self.append(self.span_events, session_id, records, out.timestamp_ms)
+        for _agent_id, events, _timestamp_ms in out.reroute_memory:
+            if sent():
+                self.memory_events.extend(events)
         self.tables.dead_letters.extend(record for _, record in out.deadletters if sent())
 
 

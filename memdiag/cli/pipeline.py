@@ -41,6 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "input": str(args.input),
         "db": result.db_path,
         "events": result.publish.events,
+        "span_records": result.publish.span_records,
         "messages": result.publish.messages,
         "seconds": round(result.seconds, 2),
         "stage_seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
@@ -139,14 +140,20 @@ def cmd_publish(args: argparse.Namespace) -> int:
         "events": stats.events,
         "messages": stats.messages,
         "unkeyed_lines": stats.unkeyed_lines,
+        "span_records": stats.span_records,
         "bytes": stats.bytes,
     }
     if args.json:
         print_json(result)
     else:
+        spans = (
+            f" and {stats.span_records:,} OTLP span records (to {settings.topics.otlp_spans})"
+            if stats.span_records
+            else ""
+        )
         out.print(
-            f"published {stats.events:,} events from {path} in {stats.messages:,} messages "
-            f"to {settings.broker}"
+            f"published {stats.events:,} events{spans} from {path} in {stats.messages:,} "
+            f"messages to {settings.broker}"
             + (
                 f" ({stats.unkeyed_lines} without a session key, sent for the worker to judge)"
                 if stats.unkeyed_lines

@@ -18,6 +18,8 @@ def print_run_report(r: dict[str, Any]) -> None:
     table.add_column(justify="right")
     rate = r["followup_rate"]
     table.add_row("events", f"{r['events']:,}")
+    if r.get("span_records"):
+        table.add_row("OTLP span records", f"{r['span_records']:,}")
     table.add_row("searches", f"{r['searches']:,}")
     table.add_row("agent searches", f"{r['agent_searches']:,}")
     table.add_row("followups", f"{r['followups']:,}")

@@ -21,6 +21,7 @@ DEAD_LETTERS = "memdiag.dead_letter_total"
 UNMATCHED_TURNS = "memdiag.unmatched_turn_total"
 LATE_EVENTS = "memdiag.late_event_total"
 UNINDEXED_MEMORIES = "memdiag.unindexed_memory_total"
+UNJUDGED_TURNS = "memdiag.unjudged_turn_total"
 
 # -- what each counter says, and what it over- or under-counts --------------------------
 # Its OpenTelemetry description. An alert on a proxy metric is only as good as its caveat.
@@ -92,6 +93,14 @@ COUNTER_HELP: dict[str, str] = {
         "passed its deadline. An agent that never reports indexing counts every memory. Each "
         "increment is in the minute of the agent's event time that showed it."
     ),
+    UNJUDGED_TURNS: (
+        "Turns from OpenTelemetry spans (a chat or LLM span) that injected memories but "
+        "cannot be judged, by reason: no_output_messages (the span has no "
+        "gen_ai.output.messages: content capture is opt-in and off) or no_text (the model "
+        "answered with tool calls only). Their memories count as injected; no used or "
+        "ignored verdict is made for them. Counted once per turn, when its session first "
+        "sees it; a turn that gets its memories later (a late retrieval span) counts then."
+    ),
 }
 
 #: The attributes each counter may carry; anything else is dropped by a View.
@@ -107,6 +116,7 @@ COUNTER_ATTRIBUTES: dict[str, frozenset[str]] = {
     RETRIEVAL_FAILURES: frozenset({"run_id"}),
     DEAD_LETTERS: frozenset({"reason"}),
     UNINDEXED_MEMORIES: frozenset({"agent_id"}),
+    UNJUDGED_TURNS: frozenset({"reason"}),
 }
 
 #: The two proxies' caveats, as the status screen, the run summary and the report show them.
@@ -142,6 +152,8 @@ WRONG_TYPE = "wrong_type"
 BAD_VALUE = "bad_value"
 BAD_TS = "bad_ts"
 ID_TOO_LONG = "id_too_long"
+#: a memdiag.otlp_spans record that is no OTLP TracesData (otlp_proto or otlp_json)
+NOT_OTLP = "not_otlp"
 #: a valid event that arrived after its session was forgotten (see LATE_SESSION_FORGOTTEN)
 LATE_EVENT = "late_event"
 #: the worker raised on a message: a memdiag bug, never bad input
@@ -160,6 +172,7 @@ INPUT_REASONS = (
     BAD_VALUE,
     BAD_TS,
     ID_TOO_LONG,
+    NOT_OTLP,
     LATE_EVENT,
 )
 

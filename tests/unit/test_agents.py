@@ -63,6 +63,8 @@ async def test_the_app_is_built_from_its_settings_alone(wiring: tuple[Wiring, Pr
     # plain Faust agent: the counters' stage included
     assert set(w.app.agents) == set()
     assert [r.name for r in w.runners] == [
+        "spans",
+        "traces",
         "sessions",
         "observations",
         "memory",

@@ -93,16 +93,18 @@ def test_topics() -> None:
             "events",
             "judgements",
             "memory",
+            "otlp_spans",
             "diagnostics",
             "weights",
             "counters",
             "deadletter",
         )
     )
-    text = (DOCS / "topics.md").read_text()
-    table = dict(re.findall(r"^\| `(memdiag\.[a-z]+)` \| ([^|]+) \|", text, re.M))
+    text = (DOCS / "topics.md").read_text().split("## Messages", 1)[0]
+    table = dict(re.findall(r"^\| `(memdiag\.[a-z_]+)` \| ([^|]+) \|", text, re.M))
     assert tuple(table) == topics.all()
-    for internal in (topics.observation_steps, topics.session_verdicts):
+    for internal in (topics.observation_steps, topics.session_verdicts, topics.otlp_traces,
+                     topics.span_events):  # fmt: skip
         assert f"`{internal}`" in text
 
 

@@ -11,6 +11,7 @@ def test_defaults_follow_the_contract() -> None:
         "memdiag.events",
         "memdiag.judgements",
         "memdiag.memory",
+        "memdiag.otlp_spans",
         "memdiag.diagnostics",
         "memdiag.weights",
         "memdiag.counters",

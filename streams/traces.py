@@ -1,0 +1,558 @@
+"""The trace stage: span records in, keyed by trace id; what they say of sessions out.
+
+No Faust, no Kafka. The span stage (``memdiag.streams.otlp``) sends each span's record here,
+keyed by its trace id (``otlp-traces``, co-partitioned with ``events``: the traces live in
+the worker's one state table, keys ``t:`` and ``tc:``). A trace's spans come in
+any order, over many messages, from many records; this stage keeps each trace's links
+(span, parent) and sends, for each span, what it says once its context is known:
+
+- **Session and agent** (docs/spans.md). A span's session is its own
+  ``gen_ai.conversation.id`` (else ``session.id``), else its resource's, else that of its
+  nearest ancestor that has one; its agent its own ``gen_ai.agent.id`` (else
+  ``gen_ai.agent.name``), else its resource's, else the first found on the way up to the
+  ancestor that gave the session. A span whose session needs an ancestor waits until every
+  span between it and that ancestor has come; one whose ancestors end (a root, a remote
+  parent) without a session is dead-lettered. So what a span says depends on its trace's
+  spans, never on their order. A memory write needs its agent the same way.
+- **Searches** go to the session as ``search`` events (``event_id`` ``trace:span:search``,
+  ``ts`` its start), and their results with content as a *span retrieval*; **turns** (chat
+  and LLM spans) as *span turns*. The session stage builds each turn's injection from the
+  retrievals since the conversation's previous turn (``memdiag.streams.session``).
+- **Outcomes**: an ``invoke_agent`` span with ``memdiag.outcome`` is a ``session_outcome``
+  (``ts`` its end); its tool calls are its ``execute_tool`` descendants (success from the
+  span status, ``memdiag.file``), their exceptions its errors, its files the files of the
+  successful ones when any tool names one. A tool (or a link to one) that comes later
+  amends it: the outcome is sent again with a higher ``revision``, which the session stage
+  puts in place of the one before.
+- **Memory writes** (``create_memory``, ``upsert_memory``) go to ``memory`` as
+  ``memory_written`` events (section 9 of the contract), keyed by their agent.
+
+Redelivery: a batch that brings a span seen before sends again all its traces have said (the
+session stage and the sink keep each event once): what a span made others say (the spans it
+let resolve, the outcome it amended) may have been lost with the outputs of a batch whose
+state landed. State: the trace's log of span records (their keywords, never texts) in sealed
+chunks of :data:`CHUNK` (``tc:``) and its head (``t:``: the log's tail, the spans waiting,
+the outcomes sent), written head last. A trace is forgotten after
+``MEMDIAG_SESSION_KEEP_HOURS`` of processing time without a span: what still waits is then
+dead-lettered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from memdiag.contract import MISSING_FIELD
+from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.schemas import MEMORY_KINDS, SESSION_KINDS
+from memdiag.schemas.deadletters import add_dead_letter
+from memdiag.schemas.decode import Decoder, Rejected
+from memdiag.schemas.models import format_ts
+from memdiag.settings import Settings
+from memdiag.streams.sessions import Clocks
+from memdiag.streams.spans import AGENT, SEARCH, TOOL, TURN, WRITE
+
+HEAD, CHUNK_PREFIX = "t:", "tc:"
+
+#: Span records per sealed chunk of a trace's log.
+CHUNK = 64
+
+
+def chunk_key(trace_id: str, index: int) -> str:
+    return f"{CHUNK_PREFIX}{trace_id}\0{index}"
+
+
+class Wait:
+    """A walk up the trace that stops at a span not come yet."""
+
+    __slots__ = ("span_id",)
+
+    def __init__(self, span_id: str):
+        self.span_id = span_id
+
+
+Found = tuple[str | None, str | None]  # (session, agent); session None: there is none
+
+
+class Trace:
+    """One trace's spans as far as they have come, and what was sent of them."""
+
+    def __init__(self, trace_id: str, partition: int):
+        self.trace_id = trace_id
+        self.partition = partition
+        self.log: list[dict[str, Any]] = []  # span records, in arrival order
+        self.sealed = 0  # log[:sealed] are in sealed chunks
+        self.index: dict[str, dict[str, Any]] = {}
+        self.tools: list[dict[str, Any]] = []
+        self.agents: list[dict[str, Any]] = []  # those with an outcome
+        self.waiting: set[str] = set()  # spans whose context has not come yet
+        self.blocked: dict[str, set[str]] = {}  # missing span id -> waiting span ids
+        self.sent: dict[str, list[Any]] = {}  # outcome span -> [revision, digest]
+        self.last_seen_ms = 0
+
+    # -- the index ----------------------------------------------------------------------------
+
+    def _index(self, rec: dict[str, Any]) -> None:
+        self.index[rec["s"]] = rec
+        role = rec.get("role")
+        if role == TOOL:
+            self.tools.append(rec)
+        elif role == AGENT and "outcome" in rec:
+            self.agents.append(rec)
+
+    def add(self, rec: dict[str, Any]) -> bool:
+        """Add a span's record; False if the span was seen before."""
+        if rec["s"] in self.index:
+            return False
+        self.log.append(rec)
+        self._index(rec)
+        return True
+
+    # -- walks up the trace -----------------------------------------------------------------
+
+    def session_of(self, rec: dict[str, Any]) -> Found | Wait:
+        agent = rec.get("ag") or rec.get("rag")
+        if "sid" in rec:
+            return rec["sid"], agent
+        if "rsid" in rec:
+            return rec["rsid"], agent
+        seen = {rec["s"]}
+        cur = rec
+        while True:
+            pid = cur.get("p")
+            if pid is None or cur.get("rp"):
+                return None, None  # the trace's root (or the service's): no session
+            parent = self.index.get(pid)
+            if parent is None:
+                return Wait(pid)
+            if pid in seen:
+                return None, None  # a cycle (broken ids): no session
+            seen.add(pid)
+            if agent is None:
+                agent = parent.get("ag")
+            if "sid" in parent:
+                return parent["sid"], agent
+            cur = parent
+
+    def agent_of(self, rec: dict[str, Any]) -> str | None | Wait:
+        agent: str | None = rec.get("ag") or rec.get("rag")
+        seen = {rec["s"]}
+        cur = rec
+        while agent is None:
+            pid = cur.get("p")
+            if pid is None or cur.get("rp"):
+                return None
+            parent = self.index.get(pid)
+            if parent is None:
+                return Wait(pid)
+            if pid in seen:
+                return None
+            seen.add(pid)
+            agent, cur = parent.get("ag"), parent
+        return agent
+
+    def under(self, rec: dict[str, Any], ancestor: str) -> bool:
+        """Whether ``ancestor`` is an ancestor of ``rec`` as far as the trace has come."""
+        seen = {rec["s"]}
+        cur = rec
+        while True:
+            pid = cur.get("p")
+            if pid is None or pid in seen:
+                return False
+            if pid == ancestor:
+                return True
+            parent = self.index.get(pid)
+            if parent is None:
+                return False
+            seen.add(pid)
+            cur = parent
+
+    # -- outcomes -----------------------------------------------------------------------------
+
+    def outcome_body(self, agent_span: dict[str, Any]) -> dict[str, Any]:
+        """An outcome's tool calls, files and errors, from the tools under its span."""
+        tools = sorted(
+            (t for t in self.tools if self.under(t, agent_span["s"])),
+            key=lambda t: (t["b"], t["s"]),
+        )
+        calls = []
+        errors = []
+        for t in tools:
+            call: dict[str, Any] = {"tool": t["tool"], "success": t["ok"]}
+            if "file" in t:
+                call["file"] = t["file"]
+            calls.append(call)
+            errors += [{"message": m, "tool": t["tool"], "recoverable": bool(t.get("rec"))}
+                       for m in t.get("err", ())]  # fmt: skip
+        body: dict[str, Any] = {"tool_calls": calls, "errors": errors}
+        if any("file" in t for t in tools):
+            body["files_modified"] = list(dict.fromkeys(t["file"] for t in tools
+                                                        if t["ok"] and "file" in t))  # fmt: skip
+        return body
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        head: dict[str, Any] = {
+            "p": self.partition,
+            "l": self.last_seen_ms,
+            "n": self.sealed // CHUNK,
+            "t": self.log[self.sealed :],
+        }
+        if self.waiting:
+            head["w"] = sorted(self.waiting)
+        if self.sent:
+            head["o"] = self.sent
+        return head
+
+    def seal(self) -> tuple[int, list[dict[str, Any]]] | None:
+        if len(self.log) - self.sealed < CHUNK:
+            return None
+        index = self.sealed // CHUNK
+        chunk = self.log[self.sealed : self.sealed + CHUNK]
+        self.sealed += CHUNK
+        return index, chunk
+
+    @classmethod
+    def restore(cls, trace_id: str, head: dict[str, Any], store: StateStore) -> Trace:
+        trace = cls(trace_id, head["p"])
+        trace.last_seen_ms = head["l"]
+        for i in range(head["n"]):
+            raw = store.get(chunk_key(trace_id, i))
+            if raw is None:
+                raise RuntimeError(f"trace {trace_id}: log chunk {i} is missing")
+            trace.log.extend(orjson.loads(raw))
+        trace.sealed = len(trace.log)
+        trace.log.extend(head["t"])
+        for rec in trace.log:
+            trace._index(rec)
+        trace.waiting = set(head.get("w", ()))
+        trace.sent = head.get("o", {})
+        return trace
+
+
+class TraceStage:
+    """The trace stage's logic; one per worker process."""
+
+    #: Most decoded traces kept in memory (the store holds them all).
+    CACHE_SIZE = 10_000
+
+    def __init__(
+        self,
+        settings: Settings,
+        partition_of: Callable[[str], int],
+        wall_ms: Callable[[], int] | None = None,
+    ):
+        self.settings = settings
+        self._partition_of = partition_of
+        self._wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
+        self._keep_ms = settings.keep_ms
+        self._sessions = Decoder(SESSION_KINDS, settings.topics.events, 1 << 62)
+        self._memory = Decoder(MEMORY_KINDS, settings.topics.memory, 1 << 62)
+        self.clocks = Clocks(min(60_000, max(1, self._keep_ms // 4)))
+        self._cache: dict[str, tuple[bytes, Trace]] = {}
+
+    def partitions_changed(self) -> None:
+        self.clocks.clear()
+        self._cache.clear()
+
+    def process(self, msgs: list[InMessage], store: StateStore) -> Output:
+        try:
+            return self._process(msgs, store)
+        except BaseException:
+            self._cache.clear()  # a trace may have changed and not been written
+            raise
+
+    def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
+        out = Output()
+        wall = self._wall_ms()
+        touched: dict[str, Trace] = {}
+        sessions: dict[str, list[dict[str, Any]]] = {}
+        for msg in msgs:
+            now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall)
+            if msg.timestamp_ms is not None:
+                out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
+            records = orjson.loads(msg.value or b"[]")
+            if not records:
+                continue
+            trace_id = records[0]["t"]
+            trace = touched.get(trace_id) or self._load(trace_id, msg.partition, store)
+            touched[trace_id] = trace
+            trace.last_seen_ms = max(trace.last_seen_ms, now)
+            self._apply(trace, records, out, sessions)
+        for trace in touched.values():
+            self._write(trace, store)
+        for partition in {m.partition for m in msgs}:
+            self._sweep(partition, store, out, sessions)
+        for session_id, records in sessions.items():
+            out.span_events.append((session_id, records))
+        return out
+
+    # -- one trace ----------------------------------------------------------------------------
+
+    def _apply(
+        self,
+        trace: Trace,
+        records: list[dict[str, Any]],
+        out: Output,
+        sessions: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        fresh: list[str] = []
+        again = False
+        for rec in records:
+            if not trace.add(rec):
+                again = True
+                continue
+            fresh.append(rec["s"])
+            if rec.get("role") in (SEARCH, TURN, WRITE) or "outcome" in rec:
+                trace.waiting.add(rec["s"])
+        if again:  # what the trace said before may be lost: say it all again
+            for rec in trace.log:
+                if rec["s"] not in trace.waiting and rec["s"] not in fresh and _says(rec):
+                    self._send(trace, rec, self._context(trace, rec), out, sessions)
+        # what the new spans decide: themselves, and the spans that waited for them
+        todo = list(dict.fromkeys(
+            [s for s in fresh if s in trace.waiting]
+            + [w for s in fresh for w in sorted(trace.blocked.pop(s, ()))]
+        ))  # fmt: skip
+        for span_id in todo:
+            if span_id in trace.waiting:
+                self._try(trace, trace.index[span_id], out, sessions)
+        if fresh:  # a tool, or a link to one, may amend an outcome sent before
+            for agent in trace.agents:
+                if agent["s"] in trace.sent and agent["s"] not in trace.waiting:
+                    self._outcome(trace, agent, out, sessions, again=False)
+
+    @staticmethod
+    def _context(trace: Trace, rec: dict[str, Any]) -> Any:
+        return trace.agent_of(rec) if rec["role"] == WRITE else trace.session_of(rec)
+
+    def _try(
+        self,
+        trace: Trace,
+        rec: dict[str, Any],
+        out: Output,
+        sessions: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        """Send what a waiting span says if its context is known now (else note what it
+        waits for)."""
+        found = self._context(trace, rec)
+        if isinstance(found, Wait):
+            trace.blocked.setdefault(found.span_id, set()).add(rec["s"])
+            return
+        trace.waiting.discard(rec["s"])
+        self._send(trace, rec, found, out, sessions)
+
+    def _send(
+        self,
+        trace: Trace,
+        rec: dict[str, Any],
+        found: Any,
+        out: Output,
+        sessions: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        role = rec["role"]
+        if role == WRITE:
+            self._write_memory(rec, found, out)
+            return
+        session, agent = found
+        if session is None:
+            self._reject(rec, out, "no gen_ai.conversation.id or session.id on the span, its "
+                         "resource or its ancestors: name the conversation on the agent's "
+                         "spans (or its resource) so memdiag knows the session")  # fmt: skip
+            return
+        scope = {"session_id": session}
+        for key, value in (("agent_id", agent), ("org_id", rec.get("org")),
+                           ("project_id", rec.get("proj"))):  # fmt: skip
+            if value is not None:
+                scope[key] = value
+        key = f"{trace.trace_id}:{rec['s']}"
+        if role == SEARCH:
+            search = {"kind": "search", "event_id": f"{key}:search", "ts": format_ts(rec["b"]),
+                      **scope, "query": rec.get("q", ""), "result_ids": rec.get("ids", []),
+                      "source": "agent"}  # fmt: skip
+            docs = rec.get("docs")
+            # as an injection of them would be checked (an id too long, say): refused whole
+            check = {"kind": "injection", "event_id": f"{key}:injection", "ts": search["ts"],
+                     **scope, "turn_id": key,
+                     "observations": [{"id": i, "content": ""} for i, _ in docs or ()]}  # fmt: skip
+            if self._valid(self._sessions, search, rec, out) and self._valid(
+                self._sessions, check, rec, out
+            ):
+                records = [search]
+                if docs:
+                    records.append({"kind": "span_retrieval", "id": key, "ts": rec["b"],
+                                    "observations": docs, **scope})  # fmt: skip
+                sessions.setdefault(session, []).extend(records)
+        elif role == TURN:
+            turn: dict[str, Any] = {"kind": "span_turn", "id": key, "ts": rec["b"],
+                                    "end": rec["e"], **scope}  # fmt: skip
+            if "words" in rec:
+                turn["words"] = rec["words"]
+            else:
+                turn["unjudged"] = rec.get("why")
+            check = {"kind": "response", "event_id": f"{key}:response",
+                     "ts": format_ts(rec["e"]), **scope, "turn_id": key, "text": ""}  # fmt: skip
+            if self._valid(self._sessions, check, rec, out):
+                sessions.setdefault(session, []).append(turn)
+        else:  # an outcome
+            trace.sent.setdefault(rec["s"], [0, None])
+            self._outcome(trace, rec, out, sessions, again=True, found=found)
+
+    def _outcome(
+        self,
+        trace: Trace,
+        agent: dict[str, Any],
+        out: Output,
+        sessions: dict[str, list[dict[str, Any]]],
+        again: bool,
+        found: Any = None,
+    ) -> None:
+        """Send the outcome of ``agent``'s span if it changed (or ``again``), amended: a
+        higher revision."""
+        if found is None:
+            found = trace.session_of(agent)
+            if isinstance(found, Wait) or found[0] is None:
+                return
+        session, agent_id = found
+        body = trace.outcome_body(agent)
+        digest = orjson.dumps(body).decode()
+        sent = trace.sent[agent["s"]]
+        if sent[1] != digest:
+            sent[0], sent[1] = sent[0] + 1, digest
+        elif not again:
+            return
+        event: dict[str, Any] = {
+            "kind": "session_outcome",
+            "event_id": f"{trace.trace_id}:{agent['s']}:session_outcome",
+            "ts": format_ts(agent["e"]),
+            "session_id": session,
+            "outcome": agent["outcome"],
+            **body,
+            "revision": sent[0],
+        }
+        for key, value in (("agent_id", agent_id), ("org_id", agent.get("org")),
+                           ("project_id", agent.get("proj"))):  # fmt: skip
+            if value is not None:
+                event[key] = value
+        if self._valid(self._sessions, event, agent, out):
+            sessions.setdefault(session, []).append(event)
+
+    def _write_memory(self, rec: dict[str, Any], agent: str | None, out: Output) -> None:
+        if agent is None:
+            self._reject(rec, out, "a memory write whose agent is unknown: no "
+                         "gen_ai.agent.id or gen_ai.agent.name on the span, its resource or "
+                         "its ancestors")  # fmt: skip
+            return
+        key = f"{rec['t']}:{rec['s']}:memory_written"
+        mids = rec["mids"]
+        events = []
+        for n, mid in enumerate(mids):
+            e = {"kind": "memory_written", "event_id": key if len(mids) == 1 else f"{key}:{n}",
+                 "ts": format_ts(rec["e"]), "agent_id": agent, "memory_id": mid}  # fmt: skip
+            if "store" in rec:
+                e["store"] = rec["store"]
+            if self._valid(self._memory, e, rec, out):
+                events.append(e)
+        if events:
+            out.reroute_memory.append((agent, events, rec["o"][4]))
+
+    def _valid(self, decoder: Decoder, event: dict[str, Any], rec: dict[str, Any],
+               out: Output) -> bool:  # fmt: skip
+        problem = decoder.check(event)
+        if problem is None:
+            return True
+        self._reject(rec, out, f"its {event['kind']} event is refused: {problem[1]}", problem[0])
+        return False
+
+    def _reject(self, rec: dict[str, Any], out: Output, detail: str,
+                reason: str = MISSING_FIELD) -> None:  # fmt: skip
+        topic, partition, offset, index, timestamp_ms = rec["o"]
+        origin = InMessage(topic, partition, offset, None, None, timestamp_ms)
+        payload = orjson.dumps({k: v for k, v in rec.items() if k != "o"})
+        add_dead_letter(out, origin, Rejected(index, reason, detail, payload), self.settings)
+
+    # -- the store ----------------------------------------------------------------------------
+
+    def _load(self, trace_id: str, partition: int, store: StateStore) -> Trace:
+        raw = store.get(HEAD + trace_id)
+        if raw is None:
+            return Trace(trace_id, partition)
+        cached = self._cache.get(trace_id)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        trace = Trace.restore(trace_id, orjson.loads(raw), store)
+        for span_id in trace.waiting:  # what each waits for (nothing to send: known)
+            found = self._context(trace, trace.index[span_id])
+            if isinstance(found, Wait):
+                trace.blocked.setdefault(found.span_id, set()).add(span_id)
+        return trace
+
+    def _write(self, trace: Trace, store: StateStore) -> None:
+        p = trace.partition
+        while (sealed := trace.seal()) is not None:
+            index, chunk = sealed
+            store.put(chunk_key(trace.trace_id, index), orjson.dumps(chunk), p)
+        raw = orjson.dumps(trace.header())
+        store.put(HEAD + trace.trace_id, raw, p)
+        if len(self._cache) >= self.CACHE_SIZE and trace.trace_id not in self._cache:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[trace.trace_id] = (raw, trace)
+        self._expiry(p, store)[trace.trace_id] = trace.last_seen_ms
+
+    def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
+        index = self.clocks.expiry.get(partition)
+        if index is None:
+            index = {}
+            for key in store.keys():
+                if key.startswith(HEAD):
+                    raw = store.get(key)
+                    if raw is not None:
+                        head = orjson.loads(raw)
+                        if head.get("p") == partition:
+                            index[key[len(HEAD) :]] = head["l"]
+            self.clocks.expiry[partition] = index
+        return index
+
+    def _sweep(
+        self,
+        partition: int,
+        store: StateStore,
+        out: Output,
+        sessions: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
+        of its processing time; dead-letter what still waited in them."""
+        if not self.clocks.due(partition):
+            return
+        now = self.clocks.now.get(partition, 0)
+        index = self._expiry(partition, store)
+        for trace_id, last_seen in list(index.items()):
+            if last_seen >= now - self._keep_ms:
+                continue
+            del index[trace_id]
+            self._cache.pop(trace_id, None)
+            raw = store.get(HEAD + trace_id)
+            if raw is None:
+                continue
+            trace = Trace.restore(trace_id, orjson.loads(raw), store)
+            for span_id in sorted(trace.waiting):
+                rec = trace.index[span_id]
+                found = self._context(trace, rec)
+                missing = found.span_id if isinstance(found, Wait) else None
+                self._reject(rec, out, "its context never came: no gen_ai.conversation.id or "
+                             "session.id (for a memory write: no agent) on the span or its "
+                             f"resource, and its ancestor span {missing} never arrived within "
+                             "MEMDIAG_SESSION_KEEP_HOURS (is that service's tracing sent to "
+                             "memdiag's topic?)")  # fmt: skip
+            for i in range(trace.sealed // CHUNK):
+                store.delete(chunk_key(trace_id, i), partition)
+            store.delete(HEAD + trace_id, partition)
+
+
+def _says(rec: dict[str, Any]) -> bool:
+    """Whether the span says something of its session or agent (once its context is known)."""
+    return rec.get("role") in (SEARCH, TURN, WRITE) or "outcome" in rec
