@@ -7,6 +7,10 @@ One embedded broker (Tansu) and one data set, every contender in this one run:
 - **single** (the headline): one event per Kafka message, keyed by ``session_id``, as agent
   runtimes publish live;
 - **batched**: what ``memdiag publish`` sends, arrays of up to 500 events of one session.
+- **spans** (memdiag alone: the peers take no OTLP): the same searches as OpenTelemetry
+  ``search_memory`` spans, in records of 200 spans as the Collector's Kafka exporter writes
+  them (``otlp_proto``, unkeyed), through the worker's three stages (spans, traces,
+  sessions); spans per second from its first record to the commit of the last stage.
 
 Contenders, each over the same backlog of messages, each in its own process:
 
@@ -294,9 +298,65 @@ def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> float:
     return done - first
 
 
-async def publish(settings: Settings, msgs: list[tuple[bytes, bytes]], rate: float = 0) -> None:
-    """Publish ``msgs`` to ``events``: as fast as the broker takes them, or at ``rate`` a
-    second (in small steps, as a live runtime does)."""
+SPANS_A_RECORD = 200
+
+
+def span_records(events: list[dict[str, Any]]) -> tuple[list[tuple[bytes | None, bytes]],
+                                                        dict[str, str]]:  # fmt: skip
+    """The search events as ``search_memory`` spans, one trace a session, in OTLP records of
+    :data:`SPANS_A_RECORD` spans; and the span events' ids -> the events' ids."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, TracesData
+
+    def kv(key: str, value: str) -> KeyValue:
+        return KeyValue(key=key, value=AnyValue(string_value=value))
+
+    records: list[tuple[bytes | None, bytes]] = []
+    ids: dict[str, str] = {}
+    for start in range(0, len(events), SPANS_A_RECORD):
+        scope = ScopeSpans()
+        for n, e in enumerate(events[start : start + SPANS_A_RECORD], start):
+            trace_id = uuid.uuid5(uuid.NAMESPACE_OID, e["session_id"]).bytes
+            span_id = (n + 1).to_bytes(8, "big")
+            ts_ns = parse_ts(e["ts"]) * 1000  # type: ignore[operator]
+            results = [{"id": r, "content": f"memory {r}"} for r in e["result_ids"]]
+            attrs = [kv("gen_ai.operation.name", "search_memory"),
+                     kv("gen_ai.conversation.id", e["session_id"]),
+                     kv("gen_ai.memory.query.text", e["query"]),
+                     kv("gen_ai.memory.records", json.dumps(results))]  # fmt: skip
+            if e["source"] == "viewer":
+                continue  # a span knows no viewer searches
+            scope.spans.append(Span(trace_id=trace_id, span_id=span_id, name="search_memory",
+                                    start_time_unix_nano=ts_ns, end_time_unix_nano=ts_ns + 10**6,
+                                    attributes=attrs))  # fmt: skip
+            ids[f"{trace_id.hex()}:{span_id.hex()}:search"] = e["event_id"]
+        data = TracesData(resource_spans=[ResourceSpans(scope_spans=[scope])])
+        records.append((None, data.SerializeToString()))
+    return records, ids
+
+
+def run_memdiag_spans(settings: Settings, workdir: Path) -> float:
+    worker = spawn_child(f"worker-{settings.app_id}", "worker", settings, workdir)
+    try:
+        wait_for_log(worker.log_path, "start-to-ready")
+        t = settings.topics
+        for topic in (t.otlp_spans, t.otlp_traces, t.span_events):  # each feeds the next
+            done = drained(settings, settings.app_id, topic)
+    finally:
+        stop(worker.proc)
+        worker.log_file.close()
+    for line in worker.log_path.read_text("utf-8", "replace").splitlines():
+        if "spans: first records at " in line:
+            return done - float(line.rsplit(" at ", 1)[1].split()[0])
+    raise AssertionError(f"the worker's span stage never took a record: see {worker.log_path}")
+
+
+async def publish(
+    settings: Settings, msgs: list[tuple[bytes | None, bytes]], rate: float = 0,
+    topic: str | None = None,
+) -> None:  # fmt: skip
+    """Publish ``msgs`` to ``events`` (or ``topic``): as fast as the broker takes them, or at
+    ``rate`` a second (in small steps, as a live runtime does)."""
     p = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, linger_ms=5, acks="all",
                          max_batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024)  # fmt: skip
     await p.start()
@@ -308,7 +368,7 @@ async def publish(settings: Settings, msgs: list[tuple[bytes, bytes]], rate: flo
                 ahead = start + i / rate - time.monotonic()
                 if ahead > 0:
                     await asyncio.sleep(ahead)
-            pending.append(await p.send(settings.topics.events, value, key=key))
+            pending.append(await p.send(topic or settings.topics.events, value, key=key))
             if len(pending) >= 5000:
                 await asyncio.gather(*pending)
                 pending.clear()
@@ -382,6 +442,26 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
             "messages": len(msgs),
             "contenders": {c: _summary(args.events, s) for c, s in seconds.items()},
         }
+    records, span_ids = span_records(events)
+    spans = len(span_ids)
+    took: list[float] = []
+    for run in range(args.runs):
+        prefix = f"s{uuid.uuid4().hex[:6]}."
+        settings = Settings.from_env({}, broker=broker.url, topic_prefix=prefix,
+                                     app_id=f"bench-{prefix[:-1]}")  # fmt: skip
+        asyncio.run(ensure_topics(settings))
+        asyncio.run(publish(settings, records, topic=settings.topics.otlp_spans))
+        took.append(run_memdiag_spans(settings, workdir))
+        print(f"  spans run {run + 1} memdiag: {spans / took[-1]:,.0f} spans/s", file=sys.stderr)
+        if run == 0:
+            got = {span_ids[k]: v for k, v in outputs(settings, settings.topics.diagnostics).items()
+                   if k in span_ids}  # fmt: skip
+            mapped = set(span_ids.values())
+            agent = {k: v for k, v in expected.items() if k in mapped}
+            wrong = sum(got.get(k) != v for k, v in agent.items())
+            assert wrong == 0, f"memdiag (spans): {wrong} verdicts differ from the reference"
+    results["modes"]["spans"] = {"messages": len(records),
+                                 "contenders": {"memdiag": _summary(spans, took)}}  # fmt: skip
     if not args.no_latency:
         capacity = results["modes"]["single"]["contenders"]["memdiag"]["events_per_s"]
         results["latency"] = latency(events, capacity / 2, args.latency_seconds, broker, workdir)
@@ -479,8 +559,13 @@ def render(results: dict[str, Any]) -> str:
         base = m["contenders"]["memdiag"]["events_per_s"]
         for c, r in m["contenders"].items():
             ratio = "" if c == "memdiag" else f"{base / r['events_per_s']:.2f}"
+            if mode == "spans":  # spans/s, against memdiag's own single events
+                single = results["modes"]["single"]["contenders"]["memdiag"]["events_per_s"]
+                ratio = f"{r['events_per_s'] / single:.2f}*"
             spread = f"{r['min']:,.0f}-{r['max']:,.0f}"
             lines.append(f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}")
+    if "spans" in results["modes"]:
+        lines.append("* spans/s, against memdiag's own single events (a span takes three stages)")
     if "latency" in results:
         lat = results["latency"]
         lines += [

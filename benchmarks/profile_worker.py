@@ -1,6 +1,6 @@
 """Profile the real ``memdiag worker`` on live single-event traffic with py-spy.
 
-    .venv/bin/python benchmarks/profile_worker.py [--events 60000] [--mode single|batched]
+    .venv/bin/python benchmarks/profile_worker.py [--events 60000] [--mode single|batched|spans]
 
 Publishes the pipeline benchmark's events to an embedded broker, starts the worker, and has
 py-spy sample it (subprocesses and idle time included) from ready until drained. Prints the
@@ -22,7 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pipeline import drained, make_events, messages, publish, stop, wait_for_log  # noqa: E402
+from pipeline import (  # noqa: E402
+    drained,
+    make_events,
+    messages,
+    publish,
+    span_records,
+    stop,
+    wait_for_log,
+)
 
 from memdiag.broker import EmbeddedBroker  # noqa: E402
 from memdiag.kafka import ensure_topics  # noqa: E402
@@ -54,7 +62,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--mode", choices=["single", "batched"], default="single")
+    parser.add_argument("--mode", choices=["single", "batched", "spans"], default="single")
     parser.add_argument("--out", type=Path, default=Path("profile-worker.txt"))
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="memdiag-profile-"))
@@ -62,7 +70,14 @@ def main() -> int:
         settings = Settings.from_env({}, broker=broker.url, topic_prefix="prof.",
                                      app_id="profile-worker")  # fmt: skip
         asyncio.run(ensure_topics(settings))
-        asyncio.run(publish(settings, messages(make_events(args.events, args.sessions), args.mode)))
+        events = make_events(args.events, args.sessions)
+        if args.mode == "spans":
+            records, ids = span_records(events)
+            count = len(ids)
+            asyncio.run(publish(settings, records, topic=settings.topics.otlp_spans))
+        else:
+            count = args.events
+            asyncio.run(publish(settings, messages(events, args.mode)))
         worker = spawn_child("worker", "worker", settings, workdir)
         try:
             wait_for_log(worker.log_path, "start-to-ready")
@@ -74,15 +89,19 @@ def main() -> int:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             started = time.time()
-            done = drained(settings, settings.app_id, settings.topics.events)
+            t = settings.topics
+            stages = [t.otlp_spans, t.otlp_traces, t.span_events] if args.mode == "spans" else [
+                t.events
+            ]
+            for topic in stages:
+                done = drained(settings, settings.app_id, topic)
             spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
             spy.wait(30)
         finally:
             stop(worker.proc)
             worker.log_file.close()
-    report = f"{args.events / (done - started):,.0f} events/s while sampled\n" + summarise(
-        collapsed
-    )
+    unit = "spans" if args.mode == "spans" else "events"
+    report = f"{count / (done - started):,.0f} {unit}/s while sampled\n" + summarise(collapsed)
     args.out.write_text(report)
     print(report)
     return 0

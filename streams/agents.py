@@ -88,7 +88,7 @@ def register(w: Wiring) -> None:
 
     every = settings.commit_interval_seconds
     runners = [
-        BatchRunner(app, "spans", [w.otlp_spans], SpanStage(settings), None, sender,
+        BatchRunner(app, "spans", [w.otlp_spans], SpanStage(settings, partition_of), None, sender,
                     on_failure, commit_interval=every),
         BatchRunner(app, "traces", [w.otlp_traces], traces, state, sender, on_failure,
                     commit_interval=every),

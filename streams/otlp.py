@@ -3,10 +3,10 @@
 No Faust, no Kafka, no state. A record is one OTLP ``TracesData`` as the Collector's Kafka
 exporter writes it (``memdiag.schemas.otlp``); each of its spans becomes a span record
 (``memdiag.streams.spans``) and goes to the internal ``otlp-traces`` topic keyed by its
-trace id, where the trace stage (``memdiag.streams.traces``) keeps each trace. The records
-of one trace in one message travel together: the Collector writes a trace's spans over
-many records, keyed by trace id or not at all, and this stage puts them where their trace
-lives.
+trace id, where the trace stage (``memdiag.streams.traces``) keeps each trace. The
+Collector writes a trace's spans over many records, keyed by trace id or not at all; this
+stage puts each where its trace lives: one message to each partition of ``otlp-traces``
+with the records of the traces that live there.
 
 Bad input is dead-lettered here, with where it was (the record's partition and offset, the
 span's index in it): a record that is no OTLP (``not_otlp``), a span with a broken id, one
@@ -18,6 +18,7 @@ trace). Every other span of the record goes on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -41,8 +42,9 @@ _NO_TRACE, _NO_SPAN = bytes(16), bytes(8)
 class SpanStage:
     """The span stage's logic; one per worker process."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, partition_of: Callable[[str], int]):
         self.settings = settings
+        self._partition_of = partition_of
         self._max_bytes = settings.max_event_bytes
         self._max_skew_us = settings.max_skew_us
 
@@ -57,13 +59,13 @@ class SpanStage:
                 rejected = Rejected(0, NOT_OTLP, str(exc), msg.value or b"")
                 add_dead_letter(out, msg, rejected, self.settings)
                 continue
-            traces: dict[str, list[dict[str, Any]]] = {}
+            partitions: dict[int, list[dict[str, Any]]] = {}
             for item in otlp.spans(decoded.traces):
                 rec = self._read(msg, item, out)
                 if rec is not None:
-                    traces.setdefault(rec["t"], []).append(rec)
-            for trace_id, records in traces.items():
-                out.traces.extend((trace_id, part) for part in _parts(records))
+                    partitions.setdefault(self._partition_of(rec["t"]), []).append(rec)
+            for partition, records in partitions.items():
+                out.traces.extend((partition, part) for part in parts(records))
         return out
 
     def _read(self, msg: InMessage, item: otlp.SpanIn, out: Output) -> dict[str, Any] | None:
@@ -120,7 +122,7 @@ class SpanStage:
         return rec
 
 
-def _parts(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def parts(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """``records`` in messages of about :data:`MESSAGE_BYTES` at most."""
     parts: list[list[dict[str, Any]]] = [[]]
     size = 0

@@ -154,10 +154,10 @@ class Sender:
 
         async def put(
             topic: str, key: str | bytes | None, value: Any, timestamp: float | None = None,
-            headers: Any = None,
+            headers: Any = None, partition: int | None = None,
         ) -> None:  # fmt: skip
             k = key.encode("utf-8") if isinstance(key, str) else key
-            futures.append(await send(topic, k, dumps(value), None, timestamp, headers))
+            futures.append(await send(topic, k, dumps(value), partition, timestamp, headers))
 
         for key, records in out.diagnostics.items():
             await put(self.diagnostics, key, records)
@@ -165,10 +165,12 @@ class Sender:
             await put(self.steps, obs_id, records, ts)
         for session_id, records in out.verdicts.items():
             await put(self.verdicts, session_id, records, ts)
-        for trace_id, records in out.traces:
-            await put(self.otlp_traces, trace_id, records, ts)
-        for session_id, records in out.span_events:
-            await put(self.span_events, session_id, records, ts)
+        # to the partition their traces (sessions) live on: one message a partition, not one
+        # a trace, so a record of the Collector's costs a few messages, however many traces
+        for partition, records in out.traces:
+            await put(self.otlp_traces, None, records, ts, partition=partition)
+        for partition, records in out.span_events:
+            await put(self.span_events, None, records, ts, partition=partition)
         for obs_id, records in out.weights.items():
             for record in records:  # one message per update: the memory system applies each
                 await put(self.weights, obs_id, record)

@@ -52,13 +52,14 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder, Rejected
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
+from memdiag.streams.otlp import parts
 from memdiag.streams.sessions import Clocks
 from memdiag.streams.spans import AGENT, SEARCH, TOOL, TURN, WRITE
 
 HEAD, CHUNK_PREFIX = "t:", "tc:"
 
 #: Span records per sealed chunk of a trace's log.
-CHUNK = 64
+CHUNK = 16
 
 
 def chunk_key(trace_id: str, index: int) -> str:
@@ -275,20 +276,23 @@ class TraceStage:
             now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall)
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
-            records = orjson.loads(msg.value or b"[]")
-            if not records:
-                continue
-            trace_id = records[0]["t"]
-            trace = touched.get(trace_id) or self._load(trace_id, msg.partition, store)
-            touched[trace_id] = trace
-            trace.last_seen_ms = max(trace.last_seen_ms, now)
-            self._apply(trace, records, out, sessions)
+            by_trace: dict[str, list[dict[str, Any]]] = {}
+            for rec in orjson.loads(msg.value or b"[]"):
+                by_trace.setdefault(rec["t"], []).append(rec)
+            for trace_id, records in by_trace.items():
+                trace = touched.get(trace_id) or self._load(trace_id, msg.partition, store)
+                touched[trace_id] = trace
+                trace.last_seen_ms = max(trace.last_seen_ms, now)
+                self._apply(trace, records, out, sessions)
         for trace in touched.values():
             self._write(trace, store)
         for partition in {m.partition for m in msgs}:
             self._sweep(partition, store, out, sessions)
+        partitions: dict[int, list[dict[str, Any]]] = {}
         for session_id, records in sessions.items():
-            out.span_events.append((session_id, records))
+            partitions.setdefault(self._partition_of(session_id), []).extend(records)
+        for partition, records in partitions.items():
+            out.span_events.extend((partition, part) for part in parts(records))
         return out
 
     # -- one trace ----------------------------------------------------------------------------

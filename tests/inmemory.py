@@ -109,7 +109,7 @@ class World:
         self.store = RecordingStore()
         self.processor = Processor(settings, self._session_partition, lambda: self.now_ms)
         self.owner = ObservationOwner(settings)
-        self.span_stage = SpanStage(settings)
+        self.span_stage = SpanStage(settings, self._session_partition)
         self.trace_stage = TraceStage(settings, self._session_partition, lambda: self.now_ms)
         #: memory_written events the trace stage sent to ``memory`` (no memory stage here)
         self.memory_events: list[dict[str, Any]] = []
@@ -127,9 +127,16 @@ class World:
     # -- producing ------------------------------------------------------------------------
 
     def append(
-        self, topic: str, key: str | None, value: Any, timestamp_ms: int | None = None
+        self,
+        topic: str,
+        key: str | None,
+        value: Any,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
     ) -> None:
-        if key is None:
+        if partition is not None:
+            pass
+        elif key is None:
             partition = self._robin % self.partitions
             self._robin += 1
         else:
@@ -257,12 +264,12 @@ class World:
         for session_id, raws, timestamp_ms in out.reroute:
             if sent():
                 self.append(self.events, session_id, raws, timestamp_ms)
-        for trace_id, records in out.traces:
+        for partition, records in out.traces:
             if sent():
-                self.append(self.traces, trace_id, records, out.timestamp_ms)
-        for session_id, records in out.span_events:
+                self.append(self.traces, None, records, out.timestamp_ms, partition)
+        for partition, records in out.span_events:
             if sent():
-                self.append(self.span_events, session_id, records, out.timestamp_ms)
+                self.append(self.span_events, None, records, out.timestamp_ms, partition)
         for _agent_id, events, _timestamp_ms in out.reroute_memory:
             if sent():
                 self.memory_events.extend(events)

@@ -92,20 +92,23 @@ def _ids(span: Any) -> tuple[str, str]:
     return _hex(ctx.trace_id, 32), _hex(ctx.span_id, 16)
 
 
-def conversations(n: int, seed: int = 0) -> tuple[list[ReadableSpan], list[dict[str, Any]]]:
-    """``n`` conversations of toy agents: their finished spans, and the equivalent events."""
+def conversations(
+    n: int, seed: int = 0, prefix: str = "conv"
+) -> tuple[list[ReadableSpan], list[dict[str, Any]]]:
+    """``n`` conversations of toy agents (sessions ``<prefix>-000``...): their finished spans,
+    and the equivalent events."""
     toy = _Toy(seed)
     events: list[dict[str, Any]] = []
     for c in range(n):
-        events += _conversation(toy, c)
+        events += _conversation(toy, c, prefix)
     spans = list(toy.exporter.get_finished_spans())
     toy.rng.shuffle(spans)  # the exporter's order means nothing: records() decides
     return spans, events
 
 
-def _conversation(toy: _Toy, c: int) -> list[dict[str, Any]]:
+def _conversation(toy: _Toy, c: int, prefix: str) -> list[dict[str, Any]]:
     rng = toy.rng
-    session = f"conv-{c:03d}"
+    session = f"{prefix}-{c:03d}"
     agent = f"agent-{c % 3}"
     org = "acme" if c % 2 else "globex"
     tracer = toy.tracer(org, agent if c % 4 == 3 else None)
@@ -131,8 +134,10 @@ def _conversation(toy: _Toy, c: int) -> list[dict[str, Any]]:
         for _step in range(rng.randint(1, 4)):
             what = rng.choice(["search", "search", "turn", "turn", "tool"])
             if what == "search":
-                clock = _search(toy, tracer, root_ctx, clock, scope, agent, events, retrieved,
-                                tools)  # fmt: skip
+                # the first results may not satisfy: another search soon after (a followup)
+                for _ in range(1 if rng.random() < 0.5 else 2):
+                    clock = _search(toy, tracer, root_ctx, clock, scope, agent, events,
+                                    retrieved, tools)  # fmt: skip
             elif what == "turn":
                 # a chat span names its conversation but not its agent: only its resource may
                 turn_scope = {**scope, "agent_id": agent} if c % 4 == 3 else scope
@@ -169,7 +174,7 @@ def _search(toy: _Toy, tracer: Any, ctx: Any, clock: int, scope: dict[str, Any],
             events: list[dict[str, Any]], retrieved: list[list[Any]],
             tools: list[dict[str, Any]]) -> int:  # fmt: skip
     rng = toy.rng
-    hits = rng.sample(toy.memories, rng.randint(0, 4))
+    hits = rng.sample(toy.memories, 0 if rng.random() < 0.15 else rng.randint(1, 4))
     style = rng.choice(["search_memory", "search_memory", "retrieval", "openinference"])
     query = " ".join(rng.sample(WORDS, 3))
     if style == "search_memory":

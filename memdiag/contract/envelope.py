@@ -51,11 +51,11 @@ class Output:
     verdicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: keyed by observation id: weight updates for the memory system (``weights`` topic)
     weights: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: internal, (trace id, span records) for the trace stage: one message each (a trace's
-    #: records may take several, to keep each message small)
-    traces: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
-    #: internal, (session id, records): what spans say of a session, for the session stage
-    span_events: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    #: internal, (partition, span records) for the trace stage: the records of the traces
+    #: that live on that partition, one message each (or several, to keep them small)
+    traces: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
+    #: internal, (partition, records): what spans say of the sessions on that partition
+    span_events: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
     #: keyed by counter name: messages for the ``counters`` topic besides the increments
     counter_messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: event time of the newest event handled (for the counter increments); 0: unknown

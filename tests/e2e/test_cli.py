@@ -302,3 +302,29 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)["pipeline"]
     assert [b["agent_id"] for b in st["broken"]] == ["cold-notes", "migrated-indexer"]
     assert st["worst_coverage"]["agent_id"] == "cold-notes"
+
+
+def test_the_readme_otel_example_runs_as_written(tmp_path: Path) -> None:
+    """README, "OpenTelemetry spans in": the toy agent and the commands after it, exactly as
+    the README has them, from a checkout's root (its .venv)."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "README.md").read_text()
+    section = text.split("## OpenTelemetry spans in", 1)[1].split("\n## ", 1)[0]
+    python = re.search(r"```python\n(.*?)```", section, re.S)
+    shell = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert python and shell and "toy_agent.py" in shell.group(1)
+    (tmp_path / "toy_agent.py").write_text(python.group(1))
+    (tmp_path / ".venv").symlink_to(root / ".venv")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIAG_")}
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", shell.group(1)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**clean, "COLUMNS": "120"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for said in ("rejected 1", "test_failure", "50.0% of 2 injected-and-answered",
+                 "session conv-42 · agent coder", "mem-1", "used", "mem-2", "ignored"):  # fmt: skip
+        assert said in out, said

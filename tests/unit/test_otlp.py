@@ -85,7 +85,7 @@ class Pipe:
 
     def __init__(self) -> None:
         self.store = DictStore()
-        self.spans = SpanStage(SETTINGS)
+        self.spans = SpanStage(SETTINGS, lambda k: 0)
         self.traces = TraceStage(SETTINGS, lambda k: 0)
         self.sessions = Processor(SETTINGS, lambda k: 0)
         self.deadletters: list[dict[str, Any]] = []
@@ -103,17 +103,17 @@ class Pipe:
             self.offset += 1
         out = self.spans.process(msgs)
         self._take(out)
-        tmsgs = [InMessage(SETTINGS.topics.otlp_traces, 0, i, k.encode(), orjson.dumps(r),
-                           published_ms) for i, (k, r) in enumerate(out.traces)]  # fmt: skip
+        tmsgs = [InMessage(SETTINGS.topics.otlp_traces, p, i, None, orjson.dumps(r),
+                           published_ms) for i, (p, r) in enumerate(out.traces)]  # fmt: skip
         out2 = self.traces.process(tmsgs, self.store)
         self._take(out2)
         for _, events, _ in out2.reroute_memory:
             self.memory += events
         smsgs = []
-        for i, (k, r) in enumerate(out2.span_events):
+        for i, (partition, r) in enumerate(out2.span_events):
             self.span_events += r
-            smsgs.append(InMessage(SETTINGS.topics.span_events, 0, i, k.encode(), orjson.dumps(r),
-                                   published_ms))  # fmt: skip
+            smsgs.append(InMessage(SETTINGS.topics.span_events, partition, i, None,
+                                   orjson.dumps(r), published_ms))  # fmt: skip
         self._take(self.sessions.process(smsgs, self.store))
         return self
 
