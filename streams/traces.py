@@ -1,8 +1,8 @@
 """The trace stage: span records in, keyed by trace id; what they say of sessions out.
 
 No Faust, no Kafka. The span stage (``memdiag.streams.otlp``) sends each span's record here,
-keyed by its trace id (``otlp-traces``, co-partitioned with ``events``: the traces live in
-the worker's one state table, keys ``t:`` and ``tc:``). A trace's spans come in
+to the partition of ``otlp-traces`` its trace id gives (co-partitioned with ``events``: the
+traces live in the worker's one state table, keys ``t:`` and ``tc:``). A trace's spans come in
 any order, over many messages, from many records; this stage keeps each trace's links
 (span, parent) and sends, for each span, what it says once its context is known:
 
@@ -14,7 +14,8 @@ any order, over many messages, from many records; this stage keeps each trace's 
   span between it and that ancestor has come; one whose ancestors end (a root, a remote
   parent) without a session is dead-lettered. So what a span says depends on its trace's
   spans, never on their order. A memory write needs its agent the same way.
-- **Searches** go to the session as ``search`` events (``event_id`` ``trace:span:search``,
+- **Searches** go to the session (``span-events``, on the partition its id gives) as
+  ``search`` events (``event_id`` ``trace:span:search``,
   ``ts`` its start), and their results with content as a *span retrieval*; **turns** (chat
   and LLM spans) as *span turns*. The session stage builds each turn's injection from the
   retrievals since the conversation's previous turn (``memdiag.streams.session``).

@@ -54,7 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sink; publish FILE; wait until every event is in DuckDB; stop everything; print a "
         "summary. Exits 0 when done.",
     )
-    run.add_argument("--input", required=True, metavar="FILE.jsonl", help="events, one a line")
+    run.add_argument(
+        "--input",
+        required=True,
+        metavar="FILE.jsonl",
+        help="events, one a line (a line that is an OTLP/JSON TracesData, as the Collector's "
+        "file exporter writes, goes to memdiag.otlp_spans)",
+    )
     _common_run(run)
     run.set_defaults(func=cmd_run)
 
@@ -73,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker = add(
         "worker",
         "run the stream worker (long-running) against MEMDIAG_BROKER",
-        "The Faust worker: reads memdiag.events, keeps per-session and per-observation "
+        "The Faust worker: reads memdiag.events, memdiag.judgements, memdiag.memory and "
+        "memdiag.otlp_spans, keeps per-session, per-observation, per-agent and per-trace "
         "state, derives the diagnostics and the weight updates. Stop it with Ctrl-C or "
         "SIGTERM.",
     )
@@ -92,10 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     publish = add(
         "publish",
         "publish a JSON Lines file of events to MEMDIAG_BROKER, with progress",
-        "Sends events to memdiag.events keyed by session_id and judgements to "
-        "memdiag.judgements keyed by run_id, batching consecutive events of one key into "
-        "one message. Lines that are not valid events are sent too: the worker "
-        "dead-letters them with a reason.",
+        "Sends events to memdiag.events keyed by session_id, judgements to "
+        "memdiag.judgements keyed by run_id and the recall pipeline's events to "
+        "memdiag.memory keyed by agent_id, batching consecutive events of one key into one "
+        "message; a line that is an OTLP/JSON TracesData goes whole to memdiag.otlp_spans. "
+        "Lines that are not valid events are sent too: the worker dead-letters them with a "
+        "reason.",
     )
     publish.add_argument("file", metavar="FILE.jsonl")
     publish.add_argument(

@@ -543,3 +543,65 @@ def test_spans_give_the_tables_of_the_equivalent_events(
     world = tables_of_spans(spans, seed, encoding, by_trace, crash_rate, max_spans)
     assert differences(expected, from_records(world.tables)) == []
     assert world.tables.dead_letters == []
+
+
+# -- hostile input ---------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),  # fmt: skip
+    max_leaves=12,
+)
+attribute_names = st.sampled_from([
+    sp.OPERATION, sp.CONVERSATION, sp.SESSION, sp.AGENT_ID, sp.AGENT_NAME, sp.OUTCOME, sp.FILE,
+    sp.TOOL_NAME, sp.MEMORY_QUERY, sp.MEMORY_RECORDS, sp.MEMORY_RECORD_ID, sp.RETRIEVAL_QUERY,
+    sp.RETRIEVAL_DOCUMENTS, sp.OUTPUT_MESSAGES, sp.OI_KIND, sp.OI_INPUT, sp.OI_TOOL_NAME,
+    "retrieval.documents.0.document.id", "retrieval.documents.0.document.content",
+    "llm.output_messages.0.message.content", sp.RECOVERABLE,
+])  # fmt: skip
+operations = st.sampled_from(["search_memory", "retrieval", "chat", "invoke_agent",
+                              "execute_tool", "create_memory", "upsert_memory", "x"])  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(attribute_names, json_values | st.text(max_size=60), max_size=8),
+       operations, st.booleans())  # fmt: skip
+def test_any_attributes_give_a_record_or_a_reason(
+    attrs: dict[str, Any], operation: str, error: bool
+) -> None:
+    attrs = {sp.OPERATION: operation, **attrs}
+    rec, problem = read(attrs, error=error, exceptions=[{"exception.message": attrs.get("x")}])
+    assert rec["t"] == "t" * 32 and rec["s"] == "s" * 16
+    assert problem is None or (problem.reason in (BAD_VALUE, MISSING_FIELD) and problem.detail)
+    orjson.dumps(rec)  # it travels as JSON
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300) | st.builds(
+    lambda raw, at, byte: raw[:at] + bytes([byte]) + raw[at + 1 :],
+    st.just(encode_spans(conversations(1, seed=3)[0]).SerializeToString()),
+    st.integers(0, 400), st.integers(0, 255)))  # fmt: skip
+def test_any_bytes_never_stop_the_span_stage(raw: bytes) -> None:
+    out = SpanStage(SETTINGS, lambda k: 0).process(
+        [InMessage(SETTINGS.topics.otlp_spans, 0, 0, None, raw, PUBLISHED_MS)]
+    )
+    for _, d in out.deadletters:
+        assert d["reason"] in (NOT_OTLP, BAD_VALUE, MISSING_FIELD, BAD_TS, TOO_LARGE)
+        assert d["detail"]
+    for _, sent in out.traces:
+        orjson.dumps(sent)
+
+
+def test_an_id_over_its_limit_is_refused_where_the_span_was() -> None:
+    a = Agent()
+    root = a.span("invoke_agent", 0, None, **{"gen_ai.operation.name": "invoke_agent",
+                                               "gen_ai.conversation.id": "c" * 300})  # fmt: skip
+    a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory",
+                                            "gen_ai.memory.records": '[{"id": "m1"}]'})  # fmt: skip
+    root.end(end_time=ns(3))
+    p = Pipe().send(encode_spans(a.spans).SerializeToString())
+    [d] = p.deadletters
+    assert d["reason"] == "id_too_long"
+    assert "session_id" in d["detail"] and d["topic"] == SETTINGS.topics.otlp_spans
+    assert p.span_events == []
