@@ -315,8 +315,9 @@ class TraceStage:
             if rec.get("role") in (SEARCH, TURN, WRITE) or "outcome" in rec:
                 trace.waiting.add(rec["s"])
         if again:  # what the trace said before may be lost: say it all again
+            new = set(fresh)
             for rec in trace.log:
-                if rec["s"] not in trace.waiting and rec["s"] not in fresh and _says(rec):
+                if rec["s"] not in trace.waiting and rec["s"] not in new and _says(rec):
                     self._send(trace, rec, self._context(trace, rec), out, sessions)
         # what the new spans decide: themselves, and the spans that waited for them
         todo = list(dict.fromkeys(
