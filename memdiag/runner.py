@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from aiokafka import AIOKafkaProducer
+
 from memdiag import procs
 from memdiag.broker import EmbeddedBroker
-from memdiag.kafka import Lag, ensure_topics, wait_drained
+from memdiag.kafka import Lag, client_options, ensure_topics, wait_drained
 from memdiag.publish import ProgressFn, PublishStats, publish_file
 from memdiag.settings import Settings
 
@@ -55,8 +57,12 @@ async def wait_worker(
     timeout: float,
     poll: float = 0.2,
     on_poll: Callable[[Lag], None] | None = None,
+    end_of_input: bool = False,
 ) -> Lag:
-    """Wait until the worker has processed everything, in every stage."""
+    """Wait until the worker has processed everything, in every stage. ``end_of_input``:
+    once the spans are all in their traces, tell the trace stage the input has ended (what
+    still waits for an ancestor span then never will: it is dead-lettered, not forgotten a
+    day later)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     lag = Lag(settings.app_id, 0)
@@ -65,7 +71,22 @@ async def wait_worker(
         lag = await wait_drained(settings, settings.app_id, topics, remaining, poll, on_poll)
         if not lag.drained:
             return lag
+        if end_of_input and topics == [settings.topics.otlp_traces]:
+            await _end_of_input(settings)
+            return await wait_worker(settings, max(0.0, deadline - loop.time()), poll, on_poll)
     return lag
+
+
+async def _end_of_input(settings: Settings) -> None:
+    """One end marker to each partition of the trace stage's topic."""
+    producer = AIOKafkaProducer(**client_options(settings), acks="all")
+    await producer.start()
+    try:
+        topic = settings.topics.otlp_traces
+        for partition in range(settings.events_partitions):
+            await producer.send_and_wait(topic, b'[{"end": true}]', partition=partition)
+    finally:
+        await producer.stop()
 
 
 def sink_inputs(settings: Settings) -> list[str]:
@@ -162,7 +183,9 @@ def run_pipeline(
                     child.check_alive()
 
             t0 = time.monotonic()
-            lag = asyncio.run(wait_worker(s, timeout, on_poll=watch))
+            lag = asyncio.run(
+                wait_worker(s, timeout, on_poll=watch, end_of_input=stats.span_records > 0)
+            )
             if not lag.drained:
                 raise PipelineError(
                     f"the worker is still {lag.behind} messages behind after {timeout:.0f}s; "

@@ -36,12 +36,15 @@ def add_dead_letter(
     rejected: Rejected,
     settings: Settings,
     identity: tuple[object, ...] | None = None,
+    count: bool = True,
 ) -> None:
-    """Send ``rejected`` (from ``msg``) to the dead-letter topic, and count it. ``identity``:
-    see :func:`dead_letter_id` (by default, where the input was)."""
+    """Send ``rejected`` (from ``msg``) to the dead-letter topic, and count it (unless it is
+    sent again: ``count``). ``identity``: see :func:`dead_letter_id` (by default, where the
+    input was)."""
     record = dead_letter_record(msg, rejected, settings, identity)
     out.deadletters.append((msg.key, record))
-    out.count(DEAD_LETTERS, reason=rejected.reason)
+    if count:
+        out.count(DEAD_LETTERS, reason=rejected.reason)
 
 
 def dead_letter_id(topic: str, prefix: str, *where: object) -> str:

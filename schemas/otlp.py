@@ -26,9 +26,6 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
 
-#: ``Span.flags``: whether the parent's remoteness is known, and whether it is remote.
-HAS_IS_REMOTE = 0x100
-IS_REMOTE = 0x200
 STATUS_ERROR = Status.STATUS_CODE_ERROR
 
 PROTO, JSON = "otlp_proto", "otlp_json"

@@ -102,12 +102,10 @@ class SpanStage:
                 return None
         attrs = otlp.attributes(span.attributes)
         exceptions = [otlp.attributes(e.attributes) for e in span.events if e.name == "exception"]
-        flags = span.flags
         rec, problem = read_span(
             otlp.hex_id(span.trace_id),
             otlp.hex_id(span.span_id),
             otlp.hex_id(span.parent_span_id) if span.parent_span_id else "",
-            bool(flags & otlp.HAS_IS_REMOTE and flags & otlp.IS_REMOTE),
             start_us,
             end_us,
             attrs,

@@ -408,12 +408,13 @@ class Session:
                 return  # no turn after it yet: the next one takes it
             turn = self._span_turns[i]
             applied = self._span_applied.get(turn[1])
-            if applied == self._injection_of(i):
+            injected = self._injection_of(i)
+            if applied == injected:
                 return  # nothing new for it (its memories were all there)
-            if applied:
-                self._rebuild(out)  # an injection already judged changes
-            else:
+            if not applied:
                 self._apply_turn(self.records[turn[2]], turn[2], out)
+            elif not self._extend_turn(self.records[turn[2]], turn[2], applied, injected, out):
+                self._rebuild(out)  # an injection already judged changes otherwise
             return
         i = bisect_left(self._span_turns, entry[:2], key=lambda t: t[:2])
         if i + 1 < len(self._span_turns):
@@ -441,6 +442,41 @@ class Session:
                     injected.append([obs_id, kws])
         return injected
 
+    def _extend_turn(
+        self,
+        rec: list[Any],
+        seq: int,
+        applied: list[list[Any]],
+        injected: list[list[Any]],
+        out: Output | None,
+    ) -> bool:
+        """A late retrieval only adds memories to a judged turn (the usual way: a chat span
+        names its conversation and comes at once, its searches wait for their agent span):
+        judge the new ones, put each memory of the turn at its place in event time. False
+        when it does more (a memory of the turn now reads another content): rebuild."""
+        before = {obs_id: kws for obs_id, kws in applied}
+        if any(before.get(obs_id, kws) != kws for obs_id, kws in injected):
+            return False
+        if not before.keys() <= {obs_id for obs_id, _ in injected}:
+            return False
+        _, key, ts, _, _, _, scope = rec
+        added = [(o, frozenset(k)) for o, k in injected if o not in before]
+        turn = self.turns[key]
+        changes = turn.add_injection(ts, seq, scope, added)
+        new_obs = []
+        for pos, (obs_id, _) in enumerate(injected):
+            first = self._observations.get(obs_id)
+            if first is None:
+                new_obs.append(obs_id)
+            if first is None or (ts, seq, pos) < first or first[:2] == (ts, seq):
+                self._observations[obs_id] = (ts, seq, pos)  # its place in this turn now
+        self._span_applied[key] = injected
+        self._turn_changed(key, turn, changes, out)
+        if out is not None and self.outcome_seq is not None and new_obs:
+            self._send_steps(new_obs, out)
+        self._send_diagnostic(out)
+        return True
+
     def _apply_turn(self, rec: list[Any], seq: int, out: Output | None) -> None:
         """Apply a span turn with its injection as the lists have it now (only ever once
         per log replay, or for a turn whose injection was empty)."""
@@ -467,6 +503,7 @@ class Session:
         judged = {(t, o): j for t, turn in self.turns.items() for o, j in turn.judged.items()}
         observations = set(self._observations)
         unjudged = {k for k, t in self.turns.items() if t.unjudged}
+        unmatched = {k for k, t in self.turns.items() if t.counted}
         emitted = self._emitted
         self._reset()
         self._emitted = emitted
@@ -487,6 +524,10 @@ class Session:
                 end = self.records[self._seq_of[turn_id]][3]
                 reason = self.records[self._seq_of[turn_id]][5] or "no_text"
                 out.count(UNJUDGED_TURNS, at_us=end, reason=reason)
+            half = turn.pending_half()
+            if turn.counted and turn_id not in unmatched and half is not None:
+                # the replay marked it (sending nothing): count it, once, as _apply would
+                out.count(UNMATCHED_TURNS, at_us=self.clock, half=half)
         for turn_id, obs_id in judged:  # judged before, no longer in its turn
             out.diagnostic(self.session_id, self._retracted_row(turn_id, obs_id))
         if self.outcome_seq is not None:
@@ -553,15 +594,21 @@ class Session:
             if kind == INJECTION and self.outcome_seq is not None:
                 self._send_steps(list(dict.fromkeys(o for o, _ in rec[4])), out)
         elif kind in (SPAN_RETRIEVAL, SPAN_TURN):
-            # the turn it is part of: its rows, and its memories' steps
+            # the turn it is part of (and, for a turn, the one after it, from which it may have
+            # taken memories): their rows, the verdicts it took back, their memories' steps
             i = bisect_left(self._span_turns, (rec[2], rec[1]), key=lambda t: t[:2])
-            if i < len(self._span_turns):
-                turn_id = self._span_turns[i][1]
+            turns = self._span_turns[i : i + (2 if kind == SPAN_TURN else 1)]
+            for _, turn_id, _ in turns:
                 span_turn = self.turns.get(turn_id)
                 for obs_id, judged in span_turn.judged.items() if span_turn is not None else ():
                     out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, judged))
                 if self.outcome_seq is not None:
                     self._send_steps([o for o, _ in self._span_applied.get(turn_id, ())], out)
+            if len(turns) == 2:
+                after = {o for o, _ in self._span_applied.get(turns[1][1], ())}
+                for obs_id, _ in self._span_applied.get(turns[0][1], ()):
+                    if obs_id not in after:  # deleting a row that is not there is harmless
+                        out.diagnostic(self.session_id, self._retracted_row(turns[1][1], obs_id))
         elif self.outcome_seq is not None:
             self._send_steps(list(self._observations), out)
         self._send_diagnostic(out, force=True)

@@ -225,7 +225,6 @@ def read_span(
     trace_id: str,
     span_id: str,
     parent_id: str,
-    parent_remote: bool,
     start_us: int,
     end_us: int,
     attrs: Mapping[str, Any],
@@ -237,10 +236,8 @@ def read_span(
     """The span record of one span, and what makes its role unreadable (the record is then
     a plain link: it still joins its trace)."""
     rec: dict[str, Any] = {"t": trace_id, "s": span_id, "b": start_us, "e": end_us}
-    if parent_id:
+    if parent_id:  # in this service or another (a remote parent): its trace has it, or will
         rec["p"] = parent_id
-        if parent_remote:
-            rec["rp"] = True
     for key, value in (
         ("sid", _text(attrs, CONVERSATION, SESSION)),
         ("ag", _text(attrs, AGENT_ID, AGENT_NAME)),
@@ -261,7 +258,7 @@ def read_span(
     return rec, problem
 
 
-_LINK_KEYS = frozenset({"t", "s", "p", "rp", "b", "e", "sid", "ag", "rsid", "rag", "org", "proj"})
+_LINK_KEYS = frozenset({"t", "s", "p", "b", "e", "sid", "ag", "rsid", "rag", "org", "proj"})
 
 
 def _role(

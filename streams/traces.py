@@ -11,9 +11,10 @@ any order, over many messages, from many records; this stage keeps each trace's 
   nearest ancestor that has one; its agent its own ``gen_ai.agent.id`` (else
   ``gen_ai.agent.name``), else its resource's, else the first found on the way up to the
   ancestor that gave the session. A span whose session needs an ancestor waits until every
-  span between it and that ancestor has come; one whose ancestors end (a root, a remote
-  parent) without a session is dead-lettered. So what a span says depends on its trace's
-  spans, never on their order. A memory write needs its agent the same way.
+  span between it and that ancestor has come, in this service or another (a remote parent
+  is looked up like any other); one whose ancestors end at the trace's root without a
+  session is dead-lettered. So what a span says depends on its trace's spans, never on
+  their order. A memory write needs its agent the same way.
 - **Searches** go to the session (``span-events``, on the partition its id gives) as
   ``search`` events (``event_id`` ``trace:span:search``,
   ``ts`` its start), and their results with content as a *span retrieval*; **turns** (chat
@@ -32,7 +33,9 @@ Redelivery: a batch that brings a span seen before sends again all its traces ha
 session stage and the sink keep each event once): what a span made others say (the spans it
 let resolve, the outcome it amended) may have been lost with the outputs of a batch whose
 state landed. State: the trace's log of span records (their keywords, never texts) in sealed
-chunks of :data:`CHUNK` (``tc:``) and its head (``t:``: the log's tail, the spans waiting,
+chunks of at most :data:`CHUNK` records and about :data:`CHUNK_BYTES` (``tc:``: a chunk or a
+head stays far under a Kafka message's limit, whatever the spans) and its head (``t:``: the
+log's tail, the spans waiting,
 the outcomes sent), written head last. A trace is forgotten after
 ``MEMDIAG_SESSION_KEEP_HOURS`` of processing time without a span: what still waits is then
 dead-lettered.
@@ -40,6 +43,7 @@ dead-lettered.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,8 +63,9 @@ from memdiag.streams.spans import AGENT, SEARCH, TOOL, TURN, WRITE
 
 HEAD, CHUNK_PREFIX = "t:", "tc:"
 
-#: Span records per sealed chunk of a trace's log.
+#: Span records per sealed chunk of a trace's log, and bytes (a chunk holds at least one).
 CHUNK = 16
+CHUNK_BYTES = 256 * 1024
 
 
 def chunk_key(trace_id: str, index: int) -> str:
@@ -87,6 +92,9 @@ class Trace:
         self.partition = partition
         self.log: list[dict[str, Any]] = []  # span records, in arrival order
         self.sealed = 0  # log[:sealed] are in sealed chunks
+        self.chunks = 0  # how many
+        self.sizes: list[int] = []  # each record's bytes, as JSON
+        self.bytes = 0  # all of them
         self.index: dict[str, dict[str, Any]] = {}
         self.tools: list[dict[str, Any]] = []
         self.agents: list[dict[str, Any]] = []  # those with an outcome
@@ -110,8 +118,14 @@ class Trace:
         if rec["s"] in self.index:
             return False
         self.log.append(rec)
+        self._sized(rec)
         self._index(rec)
         return True
+
+    def _sized(self, rec: dict[str, Any]) -> None:
+        size = len(orjson.dumps(rec))
+        self.sizes.append(size)
+        self.bytes += size
 
     # -- walks up the trace -----------------------------------------------------------------
 
@@ -125,8 +139,8 @@ class Trace:
         cur = rec
         while True:
             pid = cur.get("p")
-            if pid is None or cur.get("rp"):
-                return None, None  # the trace's root (or the service's): no session
+            if pid is None:
+                return None, None  # the trace's root: no session
             parent = self.index.get(pid)
             if parent is None:
                 return Wait(pid)
@@ -145,7 +159,7 @@ class Trace:
         cur = rec
         while agent is None:
             pid = cur.get("p")
-            if pid is None or cur.get("rp"):
+            if pid is None:
                 return None
             parent = self.index.get(pid)
             if parent is None:
@@ -201,7 +215,7 @@ class Trace:
         head: dict[str, Any] = {
             "p": self.partition,
             "l": self.last_seen_ms,
-            "n": self.sealed // CHUNK,
+            "n": self.chunks,
             "t": self.log[self.sealed :],
         }
         if self.waiting:
@@ -211,11 +225,16 @@ class Trace:
         return head
 
     def seal(self) -> tuple[int, list[dict[str, Any]]] | None:
-        if len(self.log) - self.sealed < CHUNK:
+        """The next chunk of the log's tail to write under its own key, if the tail is full
+        (:data:`CHUNK` records, or :data:`CHUNK_BYTES`)."""
+        end, size = self.sealed, 0
+        while end < len(self.log) and end - self.sealed < CHUNK and size < CHUNK_BYTES:
+            size += self.sizes[end]
+            end += 1
+        if end - self.sealed < CHUNK and size < CHUNK_BYTES:
             return None
-        index = self.sealed // CHUNK
-        chunk = self.log[self.sealed : self.sealed + CHUNK]
-        self.sealed += CHUNK
+        chunk = self.log[self.sealed : end]
+        index, self.sealed, self.chunks = self.chunks, end, self.chunks + 1
         return index, chunk
 
     @classmethod
@@ -227,9 +246,10 @@ class Trace:
             if raw is None:
                 raise RuntimeError(f"trace {trace_id}: log chunk {i} is missing")
             trace.log.extend(orjson.loads(raw))
-        trace.sealed = len(trace.log)
+        trace.sealed, trace.chunks = len(trace.log), head["n"]
         trace.log.extend(head["t"])
         for rec in trace.log:
+            trace._sized(rec)
             trace._index(rec)
         trace.waiting = set(head.get("w", ()))
         trace.sent = head.get("o", {})
@@ -239,8 +259,9 @@ class Trace:
 class TraceStage:
     """The trace stage's logic; one per worker process."""
 
-    #: Most decoded traces kept in memory (the store holds them all).
+    #: Most decoded traces kept in memory, and their bytes (the store holds them all).
     CACHE_SIZE = 10_000
+    CACHE_BYTES = 256 * 1024 * 1024
 
     def __init__(
         self,
@@ -256,16 +277,22 @@ class TraceStage:
         self._memory = Decoder(MEMORY_KINDS, settings.topics.memory, 1 << 62)
         self.clocks = Clocks(min(60_000, max(1, self._keep_ms // 4)))
         self._cache: dict[str, tuple[bytes, Trace]] = {}
+        self._cached_bytes = 0
+        self._counting = True  # False while a redelivery sends again what was counted
 
     def partitions_changed(self) -> None:
         self.clocks.clear()
+        self._forget_decoded()
+
+    def _forget_decoded(self) -> None:
         self._cache.clear()
+        self._cached_bytes = 0
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         try:
             return self._process(msgs, store)
         except BaseException:
-            self._cache.clear()  # a trace may have changed and not been written
+            self._forget_decoded()  # a trace may have changed and not been written
             raise
 
     def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
@@ -273,18 +300,24 @@ class TraceStage:
         wall = self._wall_ms()
         touched: dict[str, Trace] = {}
         sessions: dict[str, list[dict[str, Any]]] = {}
+        ended: set[int] = set()
         for msg in msgs:
             now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall)
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
             by_trace: dict[str, list[dict[str, Any]]] = {}
             for rec in orjson.loads(msg.value or b"[]"):
+                if rec.get("end"):  # memdiag run: the input is all in
+                    ended.add(msg.partition)
+                    continue
                 by_trace.setdefault(rec["t"], []).append(rec)
             for trace_id, records in by_trace.items():
                 trace = touched.get(trace_id) or self._load(trace_id, msg.partition, store)
                 touched[trace_id] = trace
                 trace.last_seen_ms = max(trace.last_seen_ms, now)
                 self._apply(trace, records, out, sessions)
+        for partition in sorted(ended):
+            self.end_of_input(partition, store, touched, out)
         for trace in touched.values():
             self._write(trace, store)
         for partition in {m.partition for m in msgs}:
@@ -314,11 +347,15 @@ class TraceStage:
             fresh.append(rec["s"])
             if rec.get("role") in (SEARCH, TURN, WRITE) or "outcome" in rec:
                 trace.waiting.add(rec["s"])
-        if again:  # what the trace said before may be lost: say it all again
+        if again:  # what the trace said before may be lost: say it all again (uncounted)
             new = set(fresh)
-            for rec in trace.log:
-                if rec["s"] not in trace.waiting and rec["s"] not in new and _says(rec):
-                    self._send(trace, rec, self._context(trace, rec), out, sessions)
+            self._counting = False
+            try:
+                for rec in trace.log:
+                    if rec["s"] not in trace.waiting and rec["s"] not in new and _says(rec):
+                        self._send(trace, rec, self._context(trace, rec), out, sessions)
+            finally:
+                self._counting = True
         # what the new spans decide: themselves, and the spans that waited for them
         todo = list(dict.fromkeys(
             [s for s in fresh if s in trace.waiting]
@@ -425,7 +462,7 @@ class TraceStage:
                 return
         session, agent_id = found
         body = trace.outcome_body(agent)
-        digest = orjson.dumps(body).decode()
+        digest = hashlib.blake2b(orjson.dumps(body), digest_size=12).hexdigest()
         sent = trace.sent[agent["s"]]
         if sent[1] != digest:
             sent[0], sent[1] = sent[0] + 1, digest
@@ -475,11 +512,12 @@ class TraceStage:
         return False
 
     def _reject(self, rec: dict[str, Any], out: Output, detail: str,
-                reason: str = MISSING_FIELD) -> None:  # fmt: skip
+                reason: str = MISSING_FIELD, count: bool = True) -> None:  # fmt: skip
         topic, partition, offset, index, timestamp_ms = rec["o"]
         origin = InMessage(topic, partition, offset, None, None, timestamp_ms)
         payload = orjson.dumps({k: v for k, v in rec.items() if k != "o"})
-        add_dead_letter(out, origin, Rejected(index, reason, detail, payload), self.settings)
+        add_dead_letter(out, origin, Rejected(index, reason, detail, payload), self.settings,
+                        count=count and self._counting)  # fmt: skip
 
     # -- the store ----------------------------------------------------------------------------
 
@@ -504,9 +542,14 @@ class TraceStage:
             store.put(chunk_key(trace.trace_id, index), orjson.dumps(chunk), p)
         raw = orjson.dumps(trace.header())
         store.put(HEAD + trace.trace_id, raw, p)
-        if len(self._cache) >= self.CACHE_SIZE and trace.trace_id not in self._cache:
-            self._cache.pop(next(iter(self._cache)))
+        known = self._cache.pop(trace.trace_id, None)
+        if known is not None:
+            self._cached_bytes -= known[1].bytes
+        while self._cache and (len(self._cache) >= self.CACHE_SIZE
+                               or self._cached_bytes + trace.bytes > self.CACHE_BYTES):  # fmt: skip
+            self._cached_bytes -= self._cache.pop(next(iter(self._cache)))[1].bytes  # the oldest
         self._cache[trace.trace_id] = (raw, trace)
+        self._cached_bytes += trace.bytes
         self._expiry(p, store)[trace.trace_id] = trace.last_seen_ms
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
@@ -531,7 +574,10 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]],
     ) -> None:
         """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
-        of its processing time; dead-letter what still waited in them."""
+        of its processing time. In two sweeps: the first dead-letters what still waits in a
+        trace and marks it, the next (a minute of processing time later at most: the first
+        one's outputs are long acknowledged) sends those dead letters again, uncounted, and
+        deletes it, head first. So a crash between the state and the outputs loses none."""
         if not self.clocks.due(partition):
             return
         now = self.clocks.now.get(partition, 0)
@@ -539,24 +585,50 @@ class TraceStage:
         for trace_id, last_seen in list(index.items()):
             if last_seen >= now - self._keep_ms:
                 continue
-            del index[trace_id]
-            self._cache.pop(trace_id, None)
             raw = store.get(HEAD + trace_id)
             if raw is None:
+                del index[trace_id]
                 continue
-            trace = Trace.restore(trace_id, orjson.loads(raw), store)
-            for span_id in sorted(trace.waiting):
-                rec = trace.index[span_id]
-                found = self._context(trace, rec)
-                missing = found.span_id if isinstance(found, Wait) else None
-                self._reject(rec, out, "its context never came: no gen_ai.conversation.id or "
-                             "session.id (for a memory write: no agent) on the span or its "
-                             f"resource, and its ancestor span {missing} never arrived within "
-                             "MEMDIAG_SESSION_KEEP_HOURS (is that service's tracing sent to "
-                             "memdiag's topic?)")  # fmt: skip
-            for i in range(trace.sealed // CHUNK):
-                store.delete(chunk_key(trace_id, i), partition)
+            head = orjson.loads(raw)
+            trace = Trace.restore(trace_id, head, store)
+            gone = head.get("g", False)
+            why = ("it never arrived within MEMDIAG_SESSION_KEEP_HOURS (is that service's "
+                   "tracing sent to memdiag's topic?)")  # fmt: skip
+            self._give_up(trace, out, why, count=not gone)
+            known = self._cache.pop(trace_id, None)
+            if known is not None:
+                self._cached_bytes -= known[1].bytes
+            if not gone:
+                head["g"] = True
+                store.put(HEAD + trace_id, orjson.dumps(head), partition)
+                continue
+            del index[trace_id]
             store.delete(HEAD + trace_id, partition)
+            for i in range(trace.chunks):
+                store.delete(chunk_key(trace_id, i), partition)
+
+    def _give_up(self, trace: Trace, out: Output, why: str, count: bool = True) -> None:
+        """Dead-letter the spans of ``trace`` still waiting for an ancestor."""
+        for span_id in sorted(trace.waiting):
+            rec = trace.index[span_id]
+            found = self._context(trace, rec)
+            missing = found.span_id if isinstance(found, Wait) else None
+            self._reject(rec, out, "its context never came: no gen_ai.conversation.id or "
+                         "session.id (for a memory write: no agent) on the span or its "
+                         f"resource, and its ancestor span {missing} did not come: {why}",
+                         count=count)  # fmt: skip
+
+    def end_of_input(
+        self, partition: int, store: StateStore, touched: dict[str, Trace], out: Output
+    ) -> None:
+        """``memdiag run``'s input is all in: what still waits in the partition's traces
+        never will (dead-lettered now, not a day later; the traces are kept)."""
+        traces = set(self._expiry(partition, store)) | {
+            t for t, trace in touched.items() if trace.partition == partition
+        }
+        for trace_id in sorted(traces):
+            trace = touched.get(trace_id) or self._load(trace_id, partition, store)
+            self._give_up(trace, out, "the input ended")
 
 
 def _says(rec: dict[str, Any]) -> bool:

@@ -328,3 +328,25 @@ def test_the_readme_otel_example_runs_as_written(tmp_path: Path) -> None:
     for said in ("rejected 1", "test_failure", "50.0% of 2 injected-and-answered",
                  "session conv-42 · agent coder", "mem-1", "used", "mem-2", "ignored"):  # fmt: skip
         assert said in out, said
+
+
+def test_run_dead_letters_a_span_whose_ancestor_never_comes(tmp_path: Path) -> None:
+    """A search whose conversation is on a parent span the file does not have: when the
+    input ends, it is a dead letter with its reason, not silently nothing."""
+    from tests.otel_scenario import otlp_json
+    from tests.unit.test_otlp import Agent
+
+    a = Agent()
+    root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})
+    a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory"})
+    [search] = [s for s in a.spans if s.name == "search_memory"]  # the root never ends
+    path = tmp_path / "spans.jsonl"
+    path.write_bytes(otlp_json([search]) + b"\n")
+    db = tmp_path / "spans.duckdb"
+    done = memdiag("run", "--input", str(path), "--db", str(db), "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["span_records"] == 1 and report["dead_letters_by_reason"] == {"missing_field": 1}
+    with duckdb.connect(str(db), read_only=True) as con:
+        [(reason, detail)] = con.execute("SELECT reason, detail FROM dead_letters").fetchall()
+    assert reason == "missing_field" and "the input ended" in detail

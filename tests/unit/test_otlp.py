@@ -177,7 +177,7 @@ def test_a_record_that_is_no_otlp_says_why(raw: bytes, says: str) -> None:
 
 def read(attrs: dict[str, Any], resource: dict[str, Any] | None = None, error: bool = False,
          exceptions: list[dict[str, Any]] | None = None, parent: str = "") -> tuple[Any, Any]:  # fmt: skip
-    return sp.read_span("t" * 32, "s" * 16, parent, False, 10, 20, attrs, resource or {},
+    return sp.read_span("t" * 32, "s" * 16, parent, 10, 20, attrs, resource or {},
                         error, "boom" if error else None, exceptions or [])  # fmt: skip
 
 
@@ -348,16 +348,38 @@ def test_a_span_waits_for_a_missing_parent_until_its_trace_is_forgotten() -> Non
     [search] = [s for s in a.spans if s.name == "search_memory"]
     p = Pipe().send(encode_spans([search]).SerializeToString())
     assert p.span_events == [] and p.deadletters == []
-    other = Agent()
-    other.span("chat", 10, 11, **{"gen_ai.operation.name": "chat", "gen_ai.conversation.id": "c2"})
-    # the trace stage's clock runs on publish time: a day later, another trace
-    p.send(encode_spans(other.spans).SerializeToString(),
-           published_ms=PUBLISHED_MS + 2 * SETTINGS.keep_ms)  # fmt: skip
-    reasons = [d["reason"] for d in p.deadletters]
-    assert MISSING_FIELD in reasons
-    detail = next(d["detail"] for d in p.deadletters if d["reason"] == MISSING_FIELD)
-    assert key(root).split(":")[1] in detail and "never arrived" in detail
-    assert "t:" + key(root).split(":")[0] not in p.store.data  # forgotten
+
+    def later(minutes: float) -> None:
+        other = Agent()  # the trace stage's clock runs on publish time: another trace, later
+        other.span("chat", 10, 11, **{"gen_ai.operation.name": "chat",
+                                      "gen_ai.conversation.id": "c2"})  # fmt: skip
+        p.send(encode_spans(other.spans).SerializeToString(),
+               published_ms=PUBLISHED_MS + SETTINGS.keep_ms + int(minutes * 60_000))  # fmt: skip
+
+    head = "t:" + key(root).split(":")[0]
+    later(1)
+    [d] = p.deadletters
+    assert d["reason"] == MISSING_FIELD and "did not come" in d["detail"]
+    assert key(root).split(":")[1] in d["detail"]
+    assert orjson.loads(p.store.data[head])["g"]  # marked: its dead letters sent once
+    assert p.counted("memdiag.dead_letter_total", reason=MISSING_FIELD) == 1
+    later(3)  # the next sweep sends them again (the first may have been lost), uncounted
+    assert [x["dead_letter_id"] for x in p.deadletters] == [d["dead_letter_id"]] * 2
+    assert p.counted("memdiag.dead_letter_total", reason=MISSING_FIELD) == 1
+    assert head not in p.store.data and not [k for k in p.store.data if k.startswith("tc:")]
+
+
+def test_the_end_of_memdiag_runs_input_dead_letters_what_still_waits() -> None:
+    a = Agent()
+    root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})
+    a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory"})
+    root.end(end_time=ns(3))
+    [search] = [s for s in a.spans if s.name == "search_memory"]
+    p = Pipe().send(encode_spans([search]).SerializeToString())
+    end = InMessage(SETTINGS.topics.otlp_traces, 0, 99, None, b'[{"end": true}]', PUBLISHED_MS)
+    out = p.traces.process([end], p.store)
+    [(_, d)] = out.deadletters
+    assert d["reason"] == MISSING_FIELD and "the input ended" in d["detail"]
 
 
 def test_an_outcome_takes_its_tools_and_a_late_tool_amends_it() -> None:
@@ -605,3 +627,99 @@ def test_an_id_over_its_limit_is_refused_where_the_span_was() -> None:
     assert d["reason"] == "id_too_long"
     assert "session_id" in d["detail"] and d["topic"] == SETTINGS.topics.otlp_spans
     assert p.span_events == []
+
+
+def test_a_late_chat_whose_outputs_were_lost_sends_them_again() -> None:
+    """c1 comes last and takes s1 from c2: the batch's state lands, its outputs are lost, it
+    comes again. The redelivered chat sends its turn's rows, the turn after's, and the
+    retraction of what it took (the rows then those of no crash)."""
+    _, s = conversation()
+
+    def run(crash: bool) -> dict[tuple[str, str], str]:
+        p = Pipe()
+        for name in ["root", "s1", "c2"]:
+            p.send(encode_spans([s[name]]).SerializeToString())
+        if crash:
+            real = p.sessions.process
+
+            def once(msgs: Any, store: Any) -> Any:
+                real(msgs, store)  # the state lands, the outputs are lost
+                return real(msgs, store)  # and the batch comes again
+
+            p.sessions.process = once  # type: ignore[method-assign]
+        p.send(encode_spans([s["c1"]]).SerializeToString())
+        return feedback(p)
+
+    assert run(crash=True) == run(crash=False) == {(key(s["c1"]), "m1"): "used"}
+
+
+def test_searches_that_come_after_their_chat_extend_its_turn_without_a_rebuild(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spans as a BatchSpanProcessor exports them (as they end): a chat names its
+    conversation and goes to its session at once, its searches wait for their agent span,
+    which ends last. Each search only adds to a judged turn: the session never rebuilds,
+    and the rows are those of the in-order events."""
+    from memdiag.streams import session as session_module
+
+    rebuilds = []
+    real = session_module.Session._rebuild
+
+    def counting(self: Any, out: Any) -> None:
+        rebuilds.append(len(self.records))
+        real(self, out)
+
+    monkeypatch.setattr(session_module.Session, "_rebuild", counting)
+    p = Pipe()
+    expected: dict[tuple[str, str], str] = {}
+    for run in range(30):
+        a = Agent()
+        base = run * 100
+        root = a.span("invoke_agent", base, None, **{"gen_ai.operation.name": "invoke_agent",
+                                                      "gen_ai.conversation.id": "c1"})  # fmt: skip
+        searches = [a.span("search_memory", base + 1 + k, base + 1.5 + k, root, **{
+            "gen_ai.operation.name": "search_memory",
+            "gen_ai.memory.records": json.dumps([{"id": f"m{run}-{k}",
+                                                  "content": "vacuum postgres replica"}])})
+            for k in range(2)]  # fmt: skip
+        chat = a.span("chat", base + 5, base + 6, root, **{
+            "gen_ai.operation.name": "chat", "gen_ai.conversation.id": "c1",
+            "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                {"type": "text", "content": "vacuum the replica"}]}])})  # fmt: skip
+        root.end(end_time=ns(base + 7))
+        for spans in (searches, [chat], [root]):  # as they end
+            p.send(encode_spans(spans).SerializeToString())
+        expected.update({(key(chat), f"m{run}-{k}"): "used" for k in range(2)})
+    assert rebuilds == [] and feedback(p) == expected
+    session = p.sessions.states.load("c1", 0, p.store)
+    assert session is not None
+    assert session.injected_observation_ids() == [f"m{r}-{k}" for r in range(30) for k in range(2)]
+
+
+def test_a_search_in_another_service_finds_the_conversation_through_its_remote_parent() -> None:
+    """The agent's service calls a memory service over HTTP: the search's parent is a server
+    span whose parent is remote (the agent's client span). Both services export to memdiag:
+    the search takes the agent's conversation, whatever order the spans come in."""
+    agent = Agent(**{"service.name": "agent"})
+    memory = Agent(**{"service.name": "memory-service"})
+    root = agent.span("invoke_agent", 0, None, **{"gen_ai.operation.name": "invoke_agent",
+                                                   "gen_ai.agent.name": "coder",
+                                                   "gen_ai.conversation.id": "c1"})  # fmt: skip
+    client = agent.span("POST /search", 1, None, root)
+    remote = trace_api.NonRecordingSpan(trace_api.SpanContext(
+        client.get_span_context().trace_id, client.get_span_context().span_id, is_remote=True,
+        trace_flags=trace_api.TraceFlags(1)))  # fmt: skip
+    server = memory.span("POST /search", 1.1, None, remote)
+    search = memory.span("search_memory", 1.2, 1.3, server, **{
+        "gen_ai.operation.name": "search_memory",
+        "gen_ai.memory.records": '[{"id": "m1", "content": "vacuum postgres"}]'})  # fmt: skip
+    server.end(end_time=ns(1.4))
+    client.end(end_time=ns(1.5))
+    root.end(end_time=ns(2))
+    for order in (memory.spans + agent.spans, agent.spans + memory.spans):
+        p = Pipe()
+        for s in order:
+            p.send(encode_spans([s]).SerializeToString())
+        [event] = [e for e in p.span_events if e["kind"] == "search"]
+        assert (event["session_id"], event["agent_id"]) == ("c1", "coder")
+        assert event["event_id"] == f"{key(search)}:search" and p.deadletters == []
