@@ -594,24 +594,41 @@ class Session:
             if kind == INJECTION and self.outcome_seq is not None:
                 self._send_steps(list(dict.fromkeys(o for o, _ in rec[4])), out)
         elif kind in (SPAN_RETRIEVAL, SPAN_TURN):
-            # the turn it is part of (and, for a turn, the one after it, from which it may have
-            # taken memories): their rows, the verdicts it took back, their memories' steps
-            i = bisect_left(self._span_turns, (rec[2], rec[1]), key=lambda t: t[:2])
-            turns = self._span_turns[i : i + (2 if kind == SPAN_TURN else 1)]
-            for _, turn_id, _ in turns:
-                span_turn = self.turns.get(turn_id)
-                for obs_id, judged in span_turn.judged.items() if span_turn is not None else ():
-                    out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, judged))
-                if self.outcome_seq is not None:
-                    self._send_steps([o for o, _ in self._span_applied.get(turn_id, ())], out)
-            if len(turns) == 2:
-                after = {o for o, _ in self._span_applied.get(turns[1][1], ())}
-                for obs_id, _ in self._span_applied.get(turns[0][1], ()):
-                    if obs_id not in after:  # deleting a row that is not there is harmless
-                        out.diagnostic(self.session_id, self._retracted_row(turns[1][1], obs_id))
+            self._redeliver_span(rec, out)
         elif self.outcome_seq is not None:
             self._send_steps(list(self._observations), out)
         self._send_diagnostic(out, force=True)
+
+    def _redeliver_span(self, rec: list[Any], out: Output) -> None:
+        """A span retrieval or turn again: the rows of the turn it is part of; for a turn,
+        also those of the turn it took memories from when it came (the first later turn
+        that was there already), and the verdicts it took back there: its memories of the
+        retrievals between the turn before it and that one (then) that the latter no longer
+        injects. Deleting a row that is not there is harmless."""
+        turns = self._span_turns
+        i = bisect_left(turns, (rec[2], rec[1]), key=lambda t: t[:2])
+        affected = turns[i : i + 1]
+        if rec[0] == SPAN_TURN:
+            seq = self._seq_of[rec[1]]
+            before = next((t for t in reversed(turns[:i]) if t[2] < seq), None)
+            after = next((t for t in turns[i + 1 :] if t[2] < seq), None)
+            if after is not None:
+                affected.append(after)
+                lo = 0 if before is None else bisect_right(
+                    self._span_retrievals, before[:2], key=lambda r: r[:2])  # fmt: skip
+                hi = bisect_right(self._span_retrievals, after[:2], key=lambda r: r[:2])
+                kept = {o for o, _ in self._span_applied.get(after[1], ())}
+                gone = {
+                    o for _, _, r in self._span_retrievals[lo:hi] for o, _ in self.records[r][3]
+                }
+                for obs_id in sorted(gone - kept):
+                    out.diagnostic(self.session_id, self._retracted_row(after[1], obs_id))
+        for _, turn_id, _ in affected:
+            span_turn = self.turns.get(turn_id)
+            for obs_id, judged in span_turn.judged.items() if span_turn is not None else ():
+                out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, judged))
+            if self.outcome_seq is not None:
+                self._send_steps([o for o, _ in self._span_applied.get(turn_id, ())], out)
 
     # -- the session diagnostic -----------------------------------------------------------------
 

@@ -99,9 +99,11 @@ class Trace:
         self.tools: list[dict[str, Any]] = []
         self.agents: list[dict[str, Any]] = []  # those with an outcome
         self.waiting: set[str] = set()  # spans whose context has not come yet
+        self.given_up: set[str] = set()  # spans dead-lettered waiting (never sent then)
         self.blocked: dict[str, set[str]] = {}  # missing span id -> waiting span ids
         self.sent: dict[str, list[Any]] = {}  # outcome span -> [revision, digest]
         self.last_seen_ms = 0
+        self.gone = False  # forgotten at the next sweep (what waited is dead-lettered)
 
     # -- the index ----------------------------------------------------------------------------
 
@@ -114,13 +116,30 @@ class Trace:
             self.agents.append(rec)
 
     def add(self, rec: dict[str, Any]) -> bool:
-        """Add a span's record; False if the span was seen before."""
+        """Add a span's record (waiting, if it says something); False if the span was seen
+        before."""
         if rec["s"] in self.index:
             return False
         self.log.append(rec)
         self._sized(rec)
         self._index(rec)
+        if _says(rec):
+            self.waiting.add(rec["s"])
         return True
+
+    def settle(self, span_id: str, how: str) -> None:
+        """A waiting span is sent (``d``) or given up (``g``): in its record while that is in
+        the log's unsealed tail, else by a marker record (the log is append-only)."""
+        self.waiting.discard(span_id)
+        if how == "g":
+            self.given_up.add(span_id)
+        rec = self.index[span_id]
+        if any(r is rec for r in self.log[self.sealed :]):
+            rec[how] = 1
+        else:
+            marker = {"m": how, "s": span_id}
+            self.log.append(marker)
+            self._sized(marker)
 
     def _sized(self, rec: dict[str, Any]) -> None:
         size = len(orjson.dumps(rec))
@@ -218,21 +237,23 @@ class Trace:
             "n": self.chunks,
             "t": self.log[self.sealed :],
         }
-        if self.waiting:
-            head["w"] = sorted(self.waiting)
         if self.sent:
             head["o"] = self.sent
+        if self.gone:
+            head["g"] = True
         return head
 
     def seal(self) -> tuple[int, list[dict[str, Any]]] | None:
         """The next chunk of the log's tail to write under its own key, if the tail is full
         (:data:`CHUNK` records, or :data:`CHUNK_BYTES`)."""
         end, size = self.sealed, 0
-        while end < len(self.log) and end - self.sealed < CHUNK and size < CHUNK_BYTES:
+        while end < len(self.log) and end - self.sealed < CHUNK:
+            if end > self.sealed and size + self.sizes[end] > CHUNK_BYTES:
+                break  # the next one would cross it: it starts the next chunk
             size += self.sizes[end]
             end += 1
-        if end - self.sealed < CHUNK and size < CHUNK_BYTES:
-            return None
+        if end == len(self.log) and end - self.sealed < CHUNK and size <= CHUNK_BYTES:
+            return None  # the tail is not full
         chunk = self.log[self.sealed : end]
         index, self.sealed, self.chunks = self.chunks, end, self.chunks + 1
         return index, chunk
@@ -248,11 +269,21 @@ class Trace:
             trace.log.extend(orjson.loads(raw))
         trace.sealed, trace.chunks = len(trace.log), head["n"]
         trace.log.extend(head["t"])
+        settled: dict[str, str] = {}
         for rec in trace.log:
             trace._sized(rec)
+            if "m" in rec:
+                settled[rec["s"]] = rec["m"]
+                continue
             trace._index(rec)
-        trace.waiting = set(head.get("w", ()))
+            if "g" in rec or "d" in rec:
+                settled[rec["s"]] = "g" if "g" in rec else "d"
+            elif _says(rec):
+                trace.waiting.add(rec["s"])
+        trace.waiting -= settled.keys()
+        trace.given_up = {s for s, how in settled.items() if how == "g"}
         trace.sent = head.get("o", {})
+        trace.gone = head.get("g", False)
         return trace
 
 
@@ -276,7 +307,7 @@ class TraceStage:
         self._sessions = Decoder(SESSION_KINDS, settings.topics.events, 1 << 62)
         self._memory = Decoder(MEMORY_KINDS, settings.topics.memory, 1 << 62)
         self.clocks = Clocks(min(60_000, max(1, self._keep_ms // 4)))
-        self._cache: dict[str, tuple[bytes, Trace]] = {}
+        self._cache: dict[str, tuple[bytes, Trace, int]] = {}  # (head, trace, its bytes)
         self._cached_bytes = 0
         self._counting = True  # False while a redelivery sends again what was counted
 
@@ -345,23 +376,27 @@ class TraceStage:
                 again = True
                 continue
             fresh.append(rec["s"])
-            if rec.get("role") in (SEARCH, TURN, WRITE) or "outcome" in rec:
-                trace.waiting.add(rec["s"])
+        if fresh:
+            trace.gone = False  # a span came: the trace is alive again
         if again:  # what the trace said before may be lost: say it all again (uncounted)
             new = set(fresh)
             self._counting = False
             try:
                 for rec in trace.log:
-                    if rec["s"] not in trace.waiting and rec["s"] not in new and _says(rec):
+                    s = rec["s"]
+                    if "m" in rec or s in new or s in trace.waiting or not _says(rec):
+                        continue
+                    if s in trace.given_up:
+                        self._give_up(trace, out, "it did not come in time", again={s})
+                    else:
                         self._send(trace, rec, self._context(trace, rec), out, sessions)
             finally:
                 self._counting = True
-        # what the new spans decide: themselves, and the spans that waited for them
-        todo = list(dict.fromkeys(
-            [s for s in fresh if s in trace.waiting]
-            + [w for s in fresh for w in sorted(trace.blocked.pop(s, ()))]
-        ))  # fmt: skip
-        for span_id in todo:
+        # what the new spans decide: themselves, and the spans that waited for them; in the
+        # order they started (the turns of a session come to it in order: no rebuild there)
+        todo = {s for s in fresh if s in trace.waiting}
+        todo |= {w for s in fresh for w in trace.blocked.pop(s, ())}
+        for span_id in sorted(todo, key=lambda s: (trace.index[s]["b"], s)):
             if span_id in trace.waiting:
                 self._try(trace, trace.index[span_id], out, sessions)
         if fresh:  # a tool, or a link to one, may amend an outcome sent before
@@ -386,7 +421,7 @@ class TraceStage:
         if isinstance(found, Wait):
             trace.blocked.setdefault(found.span_id, set()).add(rec["s"])
             return
-        trace.waiting.discard(rec["s"])
+        trace.settle(rec["s"], "d")
         self._send(trace, rec, found, out, sessions)
 
     def _send(
@@ -542,13 +577,11 @@ class TraceStage:
             store.put(chunk_key(trace.trace_id, index), orjson.dumps(chunk), p)
         raw = orjson.dumps(trace.header())
         store.put(HEAD + trace.trace_id, raw, p)
-        known = self._cache.pop(trace.trace_id, None)
-        if known is not None:
-            self._cached_bytes -= known[1].bytes
+        self._uncache(trace.trace_id)
         while self._cache and (len(self._cache) >= self.CACHE_SIZE
                                or self._cached_bytes + trace.bytes > self.CACHE_BYTES):  # fmt: skip
-            self._cached_bytes -= self._cache.pop(next(iter(self._cache)))[1].bytes  # the oldest
-        self._cache[trace.trace_id] = (raw, trace)
+            self._cached_bytes -= self._cache.pop(next(iter(self._cache)))[2]  # the oldest
+        self._cache[trace.trace_id] = (raw, trace, trace.bytes)
         self._cached_bytes += trace.bytes
         self._expiry(p, store)[trace.trace_id] = trace.last_seen_ms
 
@@ -574,14 +607,18 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]],
     ) -> None:
         """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
-        of its processing time. In two sweeps: the first dead-letters what still waits in a
-        trace and marks it, the next (a minute of processing time later at most: the first
-        one's outputs are long acknowledged) sends those dead letters again, uncounted, and
-        deletes it, head first. So a crash between the state and the outputs loses none."""
+        of its processing time. A trace with nothing waiting goes at once. One with spans
+        still waiting goes in two sweeps: the first dead-letters them (given up: never sent,
+        even if their ancestor comes after all) and marks the trace, the next (a minute of
+        processing time later at most: the first one's outputs are long acknowledged) sends
+        those dead letters again, uncounted, and deletes it, head first. So a crash between
+        the state and the outputs loses none."""
         if not self.clocks.due(partition):
             return
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
+        why = ("it never arrived within MEMDIAG_SESSION_KEEP_HOURS (is that service's tracing "
+               "sent to memdiag's topic?)")  # fmt: skip
         for trace_id, last_seen in list(index.items()):
             if last_seen >= now - self._keep_ms:
                 continue
@@ -589,46 +626,55 @@ class TraceStage:
             if raw is None:
                 del index[trace_id]
                 continue
-            head = orjson.loads(raw)
-            trace = Trace.restore(trace_id, head, store)
-            gone = head.get("g", False)
-            why = ("it never arrived within MEMDIAG_SESSION_KEEP_HOURS (is that service's "
-                   "tracing sent to memdiag's topic?)")  # fmt: skip
-            self._give_up(trace, out, why, count=not gone)
-            known = self._cache.pop(trace_id, None)
-            if known is not None:
-                self._cached_bytes -= known[1].bytes
-            if not gone:
-                head["g"] = True
-                store.put(HEAD + trace_id, orjson.dumps(head), partition)
-                continue
+            trace = Trace.restore(trace_id, orjson.loads(raw), store)
+            self._uncache(trace_id)
+            if not trace.gone:
+                self._give_up(trace, out, why)
+                if trace.given_up:
+                    trace.gone = True
+                    self._write(trace, store)
+                    self._uncache(trace_id)
+                    continue
+            else:
+                self._give_up(trace, out, why, again=trace.given_up)
             del index[trace_id]
             store.delete(HEAD + trace_id, partition)
             for i in range(trace.chunks):
                 store.delete(chunk_key(trace_id, i), partition)
 
-    def _give_up(self, trace: Trace, out: Output, why: str, count: bool = True) -> None:
-        """Dead-letter the spans of ``trace`` still waiting for an ancestor."""
-        for span_id in sorted(trace.waiting):
+    def _give_up(self, trace: Trace, out: Output, why: str, again: set[str] | None = None) -> None:
+        """Dead-letter the spans of ``trace`` still waiting for an ancestor (they are given
+        up); or, ``again``, those of these given up before (sent again, uncounted)."""
+        spans = sorted(trace.waiting if again is None else again)
+        for span_id in spans:
             rec = trace.index[span_id]
             found = self._context(trace, rec)
             missing = found.span_id if isinstance(found, Wait) else None
+            if again is None:
+                trace.settle(span_id, "g")
             self._reject(rec, out, "its context never came: no gen_ai.conversation.id or "
                          "session.id (for a memory write: no agent) on the span or its "
                          f"resource, and its ancestor span {missing} did not come: {why}",
-                         count=count)  # fmt: skip
+                         count=again is None)  # fmt: skip
 
     def end_of_input(
         self, partition: int, store: StateStore, touched: dict[str, Trace], out: Output
     ) -> None:
         """``memdiag run``'s input is all in: what still waits in the partition's traces
-        never will (dead-lettered now, not a day later; the traces are kept)."""
+        never will (dead-lettered now, not a day later)."""
         traces = set(self._expiry(partition, store)) | {
             t for t, trace in touched.items() if trace.partition == partition
         }
         for trace_id in sorted(traces):
             trace = touched.get(trace_id) or self._load(trace_id, partition, store)
-            self._give_up(trace, out, "the input ended")
+            if trace.waiting:
+                touched[trace_id] = trace
+                self._give_up(trace, out, "the input ended")
+
+    def _uncache(self, trace_id: str) -> None:
+        known = self._cache.pop(trace_id, None)
+        if known is not None:
+            self._cached_bytes -= known[2]
 
 
 def _says(rec: dict[str, Any]) -> bool:

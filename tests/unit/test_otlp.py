@@ -723,3 +723,113 @@ def test_a_search_in_another_service_finds_the_conversation_through_its_remote_p
         [event] = [e for e in p.span_events if e["kind"] == "search"]
         assert (event["session_id"], event["agent_id"]) == ("c1", "coder")
         assert event["event_id"] == f"{key(search)}:search" and p.deadletters == []
+
+
+def test_two_late_turns_in_a_batch_whose_outputs_were_lost() -> None:
+    """A retrieval R and the turn N after it are in; one batch brings T2 then T1 (T1 < T2 <
+    N), its state lands, its outputs are lost, it comes again: T2 took R's memory from N,
+    and its redelivery must take that verdict back from N although T1 now sits between."""
+    from memdiag.contract.envelope import Output
+    from memdiag.schemas.models import SessionScope
+    from memdiag.streams.session import Config, Session
+
+    config = Config(30_000_000, 24 * 3600 * 1_000_000, 3600 * 1_000_000)
+    scope = SessionScope("c1")
+    s = 1_000_000
+    retrieval = {"kind": "span_retrieval", "id": "R", "ts": 10 * s,
+                 "observations": [["m1", ["postgres", "vacuum"]]]}  # fmt: skip
+
+    def turn(turn_id: str, t: int) -> dict[str, Any]:
+        return {"kind": "span_turn", "id": turn_id, "ts": t * s, "end": t * s + 1,
+                "words": ["postgres"]}  # fmt: skip
+
+    session = Session("c1", 0, config)
+    rows: dict[tuple[str, str], str] = {}
+
+    def take(out: Output) -> None:
+        for r in out.diagnostics.get("c1", ()):
+            if r["kind"] == "retrieval_feedback":
+                k = (r["turn_id"], r["observation_id"])
+                if r.get("retracted"):
+                    rows.pop(k, None)
+                else:
+                    rows[k] = r["signal"]
+
+    for d in (retrieval, turn("N", 40)):
+        out = Output()
+        session.ingest_span(d, scope, out)
+        take(out)
+    batch = [turn("T2", 30), turn("T1", 20)]
+    for d in batch:
+        session.ingest_span(d, scope, Output())  # the state lands, the outputs are lost
+    for d in batch:
+        out = Output()
+        session.ingest_span(d, scope, out)  # the batch comes again
+        take(out)
+    assert rows == {("T1", "m1"): "used"}
+
+
+def test_a_given_up_span_is_never_sent_and_counted_once() -> None:
+    a = Agent()
+    root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})
+    a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory"})
+    root.end(end_time=ns(3))
+    [search] = [s for s in a.spans if s.name == "search_memory"]
+    p = Pipe().send(encode_spans([search]).SerializeToString())
+    end = InMessage(SETTINGS.topics.otlp_traces, 0, 99, None, b'[{"end": true}]', PUBLISHED_MS)
+    for _ in range(2):  # the end marker, and its redelivery
+        p._take(p.traces.process([end], p.store))
+    p.send(encode_spans([root]).SerializeToString())  # its ancestor comes after all
+    assert p.counted("memdiag.dead_letter_total", reason=MISSING_FIELD) == 1
+    assert [e for e in p.span_events if e["kind"] == "search"] == []  # given up: never sent
+
+
+def test_spans_released_together_go_to_their_session_in_the_order_they_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the agent span names the conversation (its chats do not): every span of a run
+    waits for it and is released at once, in the order they started, so the session gets
+    its turns in order and never rebuilds."""
+    from memdiag.streams import session as session_module
+
+    rebuilds = []
+    real = session_module.Session._rebuild
+    monkeypatch.setattr(session_module.Session, "_rebuild",
+                        lambda self, out: (rebuilds.append(1), real(self, out))[1])  # fmt: skip
+    p = Pipe()
+    for run in range(10):
+        a = Agent()
+        base = run * 100
+        root = a.span("invoke_agent", base, None, **{"gen_ai.operation.name": "invoke_agent",
+                                                      "gen_ai.conversation.id": "c1"})  # fmt: skip
+        for k in range(3):
+            a.span("search_memory", base + 10 * k + 1, base + 10 * k + 2, root, **{
+                "gen_ai.operation.name": "search_memory",
+                "gen_ai.memory.records": json.dumps([{"id": f"m{run}{k}", "content": "vacuum x"}])})
+            a.span("chat", base + 10 * k + 3, base + 10 * k + 4, root, **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                    {"type": "text", "content": "vacuum"}]}])})  # fmt: skip
+        root.end(end_time=ns(base + 50))
+        p.send(encode_spans(a.spans).SerializeToString())
+    assert rebuilds == [] and len(feedback(p)) == 30
+
+
+def test_a_trace_log_chunk_stays_under_its_bytes() -> None:
+    """Chunks close before a record that would take them over CHUNK_BYTES (a record alone
+    may be larger: it is one span, at most MEMDIAG_MAX_EVENT_BYTES)."""
+    from memdiag.streams import traces
+
+    a = Agent()
+    root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})
+    words = " ".join(f"word{i:06d}" for i in range(9000))  # ~100 KB of keywords a span
+    for k in range(12):
+        a.span("search_memory", 1 + k, 1.5 + k, root, **{
+            "gen_ai.operation.name": "search_memory",
+            "gen_ai.memory.records": json.dumps([{"id": f"m{k}", "content": words}])})  # fmt: skip
+    root.end(end_time=ns(20))
+    p = Pipe()
+    for s in a.spans:
+        p.send(encode_spans([s]).SerializeToString())
+    chunks = [v for k, v in p.store.data.items() if k.startswith(traces.CHUNK_PREFIX)]
+    assert chunks and all(len(v) <= traces.CHUNK_BYTES for v in chunks)
