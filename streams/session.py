@@ -383,10 +383,12 @@ class Session:
     # before it ((ts, id) after that turn's, up to its own), their results in that order, each
     # memory once: the injection a runtime would have published, at the turn's start, with
     # its response (the turn's text) at its end. A turn without results injects nothing and
-    # is not judged. A span that comes late changes the injection of the turn it falls in:
-    # then the session is rebuilt from its log, and the rows that changed are sent again
-    # (those that no longer hold are retracted), so the rows are those of the in-order
-    # events whatever order the spans came in.
+    # is not judged. A search that comes after its turn adds its results to that turn (the
+    # usual order: a chat span names its conversation and comes at once, searches wait for
+    # their agent span). A chat span that comes after a later turn takes the searches before
+    # it from that turn: then the session is derived again from its log, and the rows that
+    # changed are sent again (those that no longer hold are retracted). So the rows are
+    # those of the in-order events whatever order the spans came in.
 
     def _know_span(self, rec: list[Any], seq: int) -> None:
         """Put a span record in the lists (replay: before any record is applied)."""
