@@ -45,6 +45,7 @@ from faust.types import TP, EventT, TopicT
 from mode.utils.futures import notify
 
 from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.streams.compat import RAW_CHANNEL
 from memdiag.streams.outputs import Sender, TableStore, delivered, in_message
 from memdiag.streams.progress import AHEAD, PROCESS, Progress
 
@@ -188,6 +189,8 @@ class BatchRunner:
         ).clone_using_queue(
             app.FlowControlQueue(maxsize=app.conf.stream_buffer_maxsize, clear_on_resume=True)
         )
+        # raw bytes, read by this runner alone: delivered without Faust's decoding (compat)
+        setattr(self.channel, RAW_CHANNEL, True)
         # a channel over topics, added as Faust adds its own changelog readers
         app.topics.add(self.channel)  # type: ignore[arg-type]
         self.offsets = FaustOffsets(app)

@@ -30,6 +30,7 @@ def main(settings: Settings) -> None:
         patch_faust_delivery,
         patch_faust_fetch_wait,
         patch_faust_highwaters,
+        patch_faust_raw_delivery,
     )
     from memdiag.streams.telemetry import install_meter_provider
 
@@ -42,6 +43,7 @@ def main(settings: Settings) -> None:
         app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
     patch_faust_highwaters(client_options(settings))
     patch_faust_delivery()
+    patch_faust_raw_delivery()
     patch_faust_fetch_wait(settings.fetch_max_wait_ms)
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
