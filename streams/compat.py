@@ -183,13 +183,21 @@ def patch_faust_raw_delivery() -> None:
     def _build_handler(self: Any, tp: Any, channels: Any) -> Any:
         if len(channels) == 1:
             (channel,) = channels
-            if getattr(channel, RAW_CHANNEL, False):
+            if getattr(channel, RAW_CHANNEL, False) and _is_raw(channel.schema):
                 return _raw_handler(self.app, tp, channel)
         return original(self, tp, channels)
 
     _build_handler.__wrapped__ = original  # type: ignore[attr-defined]
     Conductor._build_handler = _build_handler  # type: ignore[method-assign]
     _RAW_PATCHED = True
+
+
+def _is_raw(schema: Any) -> bool:
+    """Faust's decoding would hand over the record's bytes as they are (and never raise)."""
+    return (
+        schema.key_serializer == schema.value_serializer == "raw"
+        and schema.key_type is schema.value_type is bytes
+    )
 
 
 def _raw_handler(app: Any, tp: Any, channel: Any) -> Any:
@@ -217,7 +225,9 @@ def _raw_handler(app: Any, tp: Any, channel: Any) -> Any:
         queue = channel.queue
         if queue.full():
             on_topic_buffer_full(tp)
-            await queue.put(event)  # as Faust: wait for room (flow control still applies)
+            # wait for room, as Faust does; a rebalance that cancels the wait drops the
+            # event (Faust's put would go on and queue it, to be skipped as stale)
+            await queue.put(event)
             return
         queue.put_nowait_enhanced(
             event, on_pressure_high=on_pressure_high, on_pressure_drop=on_pressure_drop

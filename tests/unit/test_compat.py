@@ -101,11 +101,12 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
 async def test_a_raw_channel_gets_the_events_fausts_own_handler_makes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The raw delivery hands a stage's queue the same event Faust's handler would (key,
-    value, headers, message, one reference), waits for room when the queue is full, and
-    leaves a partition with any other reader to Faust."""
+    """The raw delivery does for a stage's channel what Faust's own handler does, seen from
+    outside: the same events (key, value, headers, message, one reference), the same pressure
+    callbacks and buffer-full sensor calls, and a wait wherever Faust waits (a full queue,
+    flow control suspended, the producer buffer over its limit). A partition with any other
+    reader, or a channel that is not raw bytes, keeps Faust's handler."""
     from faust.transport.conductor import Conductor
-    from faust.types import TP, Message
 
     from memdiag.settings import Settings
     from memdiag.streams import compat
@@ -118,56 +119,97 @@ async def test_a_raw_channel_gets_the_events_fausts_own_handler_makes(
     compat.patch_faust_raw_delivery()  # twice: still one wrapper, around Faust's own
     assert Conductor._build_handler.__wrapped__ is original  # type: ignore[attr-defined]
     app = faust_app(Settings.from_env({}, broker="kafka://127.0.0.1:1", app_id="compat-raw"))
-    tp = TP("raw-in", 0)
-
-    def channel(maxsize: int, raw: bool):  # type: ignore[no-untyped-def]
-        chan = app.topic(
-            "raw-in", key_type=bytes, value_type=bytes, key_serializer="raw",
-            value_serializer="raw", acks=False,
-        ).clone_using_queue(app.FlowControlQueue(maxsize=maxsize))  # fmt: skip
-        if raw:
-            setattr(chan, compat.RAW_CHANNEL, True)
-        return chan
-
-    def message(offset: int, key: bytes | None, headers: list) -> Message:  # type: ignore[type-arg]
-        return Message(
-            topic="raw-in", partition=0, offset=offset, timestamp=1.5, timestamp_type=0,
-            headers=headers, key=key, value=b'{"kind": "search"}', checksum=None, tp=tp,
-        )  # fmt: skip
-
     try:
-        await raw_delivery(app, tp, channel, message, original)
+        await raw_delivery(app, original)
     finally:
         app.consumer._thread.thread_loop.close()  # made with the consumer, never started
 
 
-async def raw_delivery(app, tp, channel, message, original) -> None:  # type: ignore[no-untyped-def]
-    app.flow_control.resume()
-    raw, plain = channel(1, raw=True), channel(10, raw=False)
-    conductor = app.topics  # Faust's Conductor
-    fast = conductor._build_handler(tp, {raw})
+async def raw_delivery(app, original) -> None:  # type: ignore[no-untyped-def]
+    from faust.types import TP, Message
 
-    def ours_(handler: object) -> bool:
+    from memdiag.streams import compat
+
+    tp = TP("raw-in", 0)
+    calls: list[tuple[str, object]] = []
+    buffer = app.producer.buffer
+
+    async def ebb() -> None:  # Faust's wait does something only over the limit
+        if buffer.size > buffer.max_messages:
+            calls.append(("ebb", None))
+
+    # spies, in place before the handlers are built (Faust's takes them then)
+    app.sensors.on_topic_buffer_full = lambda t: calls.append(("sensor", t))
+    app.consumer.on_buffer_full = lambda t: calls.append(("full", t))
+    app.consumer.on_buffer_drop = lambda t: calls.append(("drop", t))
+    buffer.wait_until_ebb = ebb
+
+    def channel(raw: bool, serializer: str = "raw"):  # type: ignore[no-untyped-def]
+        chan = app.topic(
+            "raw-in", key_type=bytes, value_type=bytes, key_serializer=serializer,
+            value_serializer=serializer, acks=False,
+        ).clone_using_queue(app.FlowControlQueue(maxsize=4))  # fmt: skip
+        if raw:
+            setattr(chan, compat.RAW_CHANNEL, True)
+        return chan
+
+    conductor = app.topics  # Faust's Conductor
+
+    def ours(handler: object) -> bool:
         return getattr(handler, "__qualname__", "").startswith("_raw_handler")
 
-    assert ours_(fast)
-    assert not ours_(conductor._build_handler(tp, {raw, plain}))  # another reader: Faust's
-    assert not ours_(conductor._build_handler(tp, {plain}))
-    faust_own = original(conductor, tp, {plain})
-    cases = [(None, []), (b"ses_1", [("memdiag-rerouted", b"1")])]
-    for offset, (key, headers) in enumerate(cases):
-        ours, theirs = message(offset, key, headers), message(offset, key, headers)
-        await fast(ours)
-        await faust_own(theirs)
-        mine, faust_event = raw.queue.get_nowait(), plain.queue.get_nowait()
-        for attr in ("key", "value", "headers"):
-            assert getattr(mine, attr) == getattr(faust_event, attr), attr
-        assert mine.message is ours and ours.refcount == theirs.refcount == 1
-    # a full queue: the delivery waits for room, then the event is there
-    await fast(message(2, b"a", []))
-    waiting = asyncio.ensure_future(fast(message(3, b"b", [])))
-    await asyncio.sleep(0.01)
-    assert not waiting.done()
-    assert raw.queue.get_nowait().key == b"a"
-    await asyncio.wait_for(waiting, 1)
-    assert raw.queue.get_nowait().key == b"b"
+    raw, plain = channel(raw=True), channel(raw=False)
+    assert ours(conductor._build_handler(tp, {raw}))
+    assert not ours(conductor._build_handler(tp, {raw, plain}))  # another reader: Faust's
+    assert not ours(conductor._build_handler(tp, {plain}))
+    assert not ours(conductor._build_handler(tp, {channel(raw=True, serializer="json")}))
+
+    async def trace(handler, chan) -> list[object]:  # type: ignore[no-untyped-def]
+        """What the outside sees of ``handler`` over one scenario."""
+        calls.clear()
+        seen: list[object] = []
+        messages = [
+            Message(topic="raw-in", partition=0, offset=o, timestamp=1.5, timestamp_type=0,
+                    headers=h, key=k, value=b'{"kind": "search"}', checksum=None, tp=tp)
+            for o, (k, h) in enumerate([(None, []), (b"ses_1", [("memdiag-rerouted", b"1")])]
+                                       + [(b"k%d" % o, []) for o in range(2, 8)])
+        ]  # fmt: skip
+
+        def take() -> None:
+            event = chan.queue.get_nowait()
+            seen.append((event.key, event.value, event.headers, event.message.offset,
+                         event.message.refcount, event.message in messages))  # fmt: skip
+
+        async def blocked(coro) -> bool:  # type: ignore[no-untyped-def]
+            task = asyncio.ensure_future(coro)
+            await asyncio.sleep(0.01)
+            seen.append(("blocked", not task.done()))
+            return task
+
+        for m in messages[:4]:  # up to full, with the pressure callbacks
+            await handler(m)
+        task = await blocked(handler(messages[4]))  # full: waits for room
+        take()
+        await asyncio.wait_for(task, 1)
+        while not chan.queue.empty():
+            take()
+        app.flow_control.suspend()  # a rebalance: waits until flow resumes
+        task = await blocked(handler(messages[5]))
+        app.flow_control.resume()
+        await asyncio.wait_for(task, 1)
+        for _ in range(buffer.max_messages + 1):  # the producer buffer over its limit
+            buffer.pending.put_nowait(None)
+        await handler(messages[6])
+        while not buffer.pending.empty():
+            buffer.pending.get_nowait()
+        await handler(messages[7])
+        while not chan.queue.empty():
+            take()
+        return seen + calls
+
+    app.flow_control.resume()
+    mine = await trace(conductor._build_handler(tp, {raw}), raw)
+    faust_own = await trace(original(conductor, tp, {plain}), plain)
+    assert mine == faust_own
+    assert ("blocked", True) in mine and ("sensor", tp) in mine and ("ebb", None) in mine
+    assert ("full", tp) in mine and len([e for e in mine if isinstance(e[0], bytes | None)]) == 8
