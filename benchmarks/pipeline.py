@@ -29,6 +29,11 @@ Every clock starts when the contender takes its first record. Every contender's 
 are checked against a reference. Each figure is the median of ``--runs`` runs, with the
 spread (min-max); contenders rotate their order per run.
 
+Beside the rates, each contender's CPU time per event: the whole process (every thread,
+user and system) from when it is ready (memdiag) or has its first record (peers) until the
+input is drained. On two cores shared with the broker and the publisher, the rates move
+with whatever else runs; the CPU a process spends per event moves much less.
+
 Then the latency: the worker and the sink (to DuckDB) run while single events are published
 at a steady rate, half the worker's median single-event capacity; p50/p99 from publish (the
 message's Kafka timestamp) to the row in DuckDB (``ingested_at``).
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import statistics
@@ -270,18 +276,27 @@ def first_batch(log_path: Path) -> float:
     raise AssertionError(f"the worker never took a record: see {log_path}")
 
 
-def run_memdiag(settings: Settings, workdir: Path) -> float:
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far: user and system, all of its threads (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_memdiag(settings: Settings, workdir: Path) -> tuple[float, float]:
+    """Seconds from the first record until drained, and the worker's CPU seconds."""
     worker = spawn_child(f"worker-{settings.app_id}", "worker", settings, workdir)
     try:
         wait_for_log(worker.log_path, "start-to-ready")
+        cpu = cpu_seconds(worker.proc.pid)
         done = drained(settings, settings.app_id, settings.topics.events)
+        cpu = cpu_seconds(worker.proc.pid) - cpu
     finally:
         stop(worker.proc)
         worker.log_file.close()
-    return done - first_batch(worker.log_path)
+    return done - first_batch(worker.log_path), cpu
 
 
-def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> float:
+def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> tuple[float, float]:
     run = uuid.uuid4().hex[:6]
     group, mark = f"{kind}-{run}", workdir / f"{kind}-{run}.mark"
     out_topic = f"{settings.topic_prefix}{kind}-out"
@@ -291,11 +306,13 @@ def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> float:
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:
         first = wait_for_mark(mark)
+        cpu = cpu_seconds(proc.pid)
         done = drained(settings, group, settings.topics.events)
+        cpu = cpu_seconds(proc.pid) - cpu
     finally:
         stop(proc)
         log.close()
-    return done - first
+    return done - first, cpu
 
 
 SPANS_A_RECORD = 200
@@ -415,6 +432,7 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
     for mode in ("single", "batched"):
         msgs = messages(events, mode)
         seconds: dict[str, list[float]] = {c: [] for c in contenders}
+        cpus: dict[str, list[float]] = {c: [] for c in contenders}
         for run in range(args.runs):
             prefix = f"b{uuid.uuid4().hex[:6]}."
             settings = Settings.from_env({}, broker=broker.url, topic_prefix=prefix,
@@ -423,14 +441,15 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
             asyncio.run(publish(settings, msgs))
             order = contenders[run % len(contenders) :] + contenders[: run % len(contenders)]
             for c in order:
-                took = (
+                took, cpu = (
                     run_memdiag(settings, workdir)
                     if c == "memdiag"
                     else run_peer(c, settings, args.events, workdir)
                 )
                 seconds[c].append(took)
-                print(f"  {mode} run {run + 1} {c}: {args.events / took:,.0f} events/s",
-                      file=sys.stderr)  # fmt: skip
+                cpus[c].append(cpu)
+                print(f"  {mode} run {run + 1} {c}: {args.events / took:,.0f} events/s, "
+                      f"{cpu / args.events * 1e6:,.0f} CPU µs/event", file=sys.stderr)  # fmt: skip
             if run == 0:
                 for c, topic in (("memdiag", settings.topics.diagnostics),
                                  ("quix", f"{prefix}quix-out"), ("bare", f"{prefix}bare-out")):  # fmt: skip
@@ -440,7 +459,7 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
                         assert wrong == 0, f"{c} ({mode}): {wrong} verdicts differ from the reference"
         results["modes"][mode] = {
             "messages": len(msgs),
-            "contenders": {c: _summary(args.events, s) for c, s in seconds.items()},
+            "contenders": {c: _summary(args.events, s, cpus[c]) for c, s in seconds.items()},
         }
     records, span_ids = span_records(events)
     spans = len(span_ids)
@@ -468,14 +487,17 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
     return results
 
 
-def _summary(n: int, seconds: list[float]) -> dict[str, Any]:
+def _summary(n: int, seconds: list[float], cpus: list[float] | None = None) -> dict[str, Any]:
     rates = sorted(n / s for s in seconds)
-    return {
+    summary = {
         "events_per_s": statistics.median(rates),
         "min": rates[0],
         "max": rates[-1],
         "runs": [round(r) for r in rates],
     }
+    if cpus:
+        summary["cpu_us_per_event"] = statistics.median(c / n * 1e6 for c in cpus)
+    return summary
 
 
 def latency(
@@ -553,7 +575,8 @@ def render(results: dict[str, Any]) -> str:
         f"{results['events']:,} search events over {results['sessions']:,} sessions, "
         f"4 partitions, one Tansu broker; median of runs (min-max)",
         "",
-        f"{'mode':<9}{'contender':<10}{'events/s':>11}{'spread':>20}{'memdiag ÷':>11}",
+        f"{'mode':<9}{'contender':<10}{'events/s':>11}{'spread':>20}{'memdiag ÷':>11}"
+        f"{'CPU µs/event':>14}",
     ]
     for mode, m in results["modes"].items():
         base = m["contenders"]["memdiag"]["events_per_s"]
@@ -563,7 +586,10 @@ def render(results: dict[str, Any]) -> str:
                 single = results["modes"]["single"]["contenders"]["memdiag"]["events_per_s"]
                 ratio = f"{r['events_per_s'] / single:.2f}*"
             spread = f"{r['min']:,.0f}-{r['max']:,.0f}"
-            lines.append(f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}")
+            cpu = f"{r['cpu_us_per_event']:,.0f}" if "cpu_us_per_event" in r else ""
+            lines.append(
+                f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}{cpu:>14}"
+            )
     if "spans" in results["modes"]:
         lines.append("* spans/s, against memdiag's own single events (a span takes three stages)")
     if "latency" in results:
