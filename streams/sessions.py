@@ -31,6 +31,29 @@ def chunk_key(session_id: str, index: int) -> str:
     return f"{CHUNK_PREFIX}{session_id}\0{index}"
 
 
+def expiry_index(
+    store: StateStore, partition: int, head: str, tombstone: str | None = None
+) -> dict[str, int]:
+    """What expires when on ``partition``, read back from the store after a rebalance: each
+    head's id (its key after the ``head`` prefix) and its last-seen time in ms (``"l"``), and
+    each tombstone's whole key and when it was laid."""
+    index: dict[str, int] = {}
+    for key in store.keys():
+        if key.startswith(head):
+            raw = store.get(key)
+            if raw is not None:
+                value = orjson.loads(raw)
+                if value.get("p") == partition:
+                    index[key[len(head) :]] = value["l"]
+        elif tombstone is not None and key.startswith(tombstone):
+            raw = store.get(key)
+            if raw is not None:
+                stone = orjson.loads(raw)
+                if stone[0] == partition:
+                    index[key] = stone[1]
+    return index
+
+
 class Clocks:
     """Per partition: the processing-time clock (newest Kafka timestamp, capped by the wall
     clock) and an index of what expires when, rebuilt from the store after a rebalance."""
@@ -118,23 +141,7 @@ class SessionStates:
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
         index = self.clocks.expiry.get(partition)
         if index is None:
-            index = {}
-            for key in store.keys():
-                if key.startswith(HEAD):
-                    raw = store.get(key)
-                    if raw is None:
-                        continue
-                    head = orjson.loads(raw)
-                    if head.get("p") == partition:
-                        index[key[len(HEAD) :]] = head["l"]
-                elif key.startswith(TOMBSTONE):
-                    raw = store.get(key)
-                    if raw is None:
-                        continue
-                    stone = orjson.loads(raw)
-                    if stone[0] == partition:
-                        index[key] = stone[1]
-            self.clocks.expiry[partition] = index
+            index = self.clocks.expiry[partition] = expiry_index(store, partition, HEAD, TOMBSTONE)
         return index
 
     def sweep(self, partition: int, store: StateStore, out: Output) -> None:

@@ -58,7 +58,7 @@ from memdiag.schemas.decode import Decoder, Rejected
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
 from memdiag.streams.otlp import parts
-from memdiag.streams.sessions import Clocks
+from memdiag.streams.sessions import Clocks, expiry_index
 from memdiag.streams.spans import AGENT, SEARCH, TOOL, TURN, WRITE
 
 HEAD, CHUNK_PREFIX = "t:", "tc:"
@@ -588,15 +588,7 @@ class TraceStage:
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
         index = self.clocks.expiry.get(partition)
         if index is None:
-            index = {}
-            for key in store.keys():
-                if key.startswith(HEAD):
-                    raw = store.get(key)
-                    if raw is not None:
-                        head = orjson.loads(raw)
-                        if head.get("p") == partition:
-                            index[key[len(HEAD) :]] = head["l"]
-            self.clocks.expiry[partition] = index
+            index = self.clocks.expiry[partition] = expiry_index(store, partition, HEAD)
         return index
 
     def _sweep(

@@ -57,6 +57,31 @@ class RecordingStore(DictStore):
                 self.data[key] = before
 
 
+class StagedStore(DictStore):
+    """A batch's state writes, held over a copy of ``target``: :meth:`land` applies the
+    first ``n`` of them to ``target`` (the prefix a crash leaves in the changelog)."""
+
+    def __init__(self, target: DictStore):
+        super().__init__(dict(target.data))
+        self.target = target
+        self.log: list[tuple[str, bytes | None]] = []
+
+    def put(self, key: str, value: bytes, partition: int) -> None:
+        super().put(key, value, partition)
+        self.log.append((key, value))
+
+    def delete(self, key: str, partition: int) -> None:
+        super().delete(key, partition)
+        self.log.append((key, None))
+
+    def land(self, n: int) -> None:
+        for key, value in self.log[:n]:
+            if value is None:
+                self.target.data.pop(key, None)
+            else:
+                self.target.data[key] = value
+
+
 class Tables:
     """The sink's upsert rules, in Python (analytics/sql/upsert_*.sql)."""
 

@@ -23,6 +23,7 @@ from memdiag.streams.backlog import (
     inner_summary,
     leaf_summary,
 )
+from tests.inmemory import StagedStore
 
 PREFIX = "mx:1:a"
 
@@ -166,30 +167,6 @@ def test_the_tree_is_the_sorted_list_whatever_the_operations(
     assert set(store.data) == reachable
 
 
-class Partial(DictStore):
-    """Holds a save's writes; :meth:`land` applies the first ``n`` to the target."""
-
-    def __init__(self, target: DictStore):
-        super().__init__(dict(target.data))
-        self.target = target
-        self.log: list[tuple[str, bytes | None]] = []
-
-    def put(self, key: str, value: bytes, partition: int) -> None:
-        super().put(key, value, partition)
-        self.log.append((key, value))
-
-    def delete(self, key: str, partition: int) -> None:
-        super().delete(key, partition)
-        self.log.append((key, None))
-
-    def land(self, n: int) -> None:
-        for key, value in self.log[:n]:
-            if value is None:
-                self.target.data.pop(key, None)
-            else:
-                self.target.data[key] = value
-
-
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -219,7 +196,7 @@ def test_a_crash_inside_a_save_leaves_the_tree_of_the_last_head(
                     b.turn(w, clock)
                     m.turn(w, clock)
             if attempt == "crash":
-                partial = Partial(store)
+                partial = StagedStore(store)
                 b.save_nodes(partial, 0)
                 partial.land(rnd.randint(0, len(partial.log)))
                 m.entries = before  # the head is lost: as before the batch

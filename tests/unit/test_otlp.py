@@ -369,7 +369,9 @@ def test_a_span_waits_for_a_missing_parent_until_its_trace_is_forgotten() -> Non
     assert head not in p.store.data and not [k for k in p.store.data if k.startswith("tc:")]
 
 
-def test_the_end_of_memdiag_runs_input_dead_letters_what_still_waits() -> None:
+def a_search_waiting_for_its_agent() -> tuple[Pipe, Any, InMessage]:
+    """A search sent without its agent span (which names the conversation): the pipe it
+    waits in, the agent span, and the trace stage's end-of-input marker."""
     a = Agent()
     root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})
     a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory"})
@@ -377,6 +379,11 @@ def test_the_end_of_memdiag_runs_input_dead_letters_what_still_waits() -> None:
     [search] = [s for s in a.spans if s.name == "search_memory"]
     p = Pipe().send(encode_spans([search]).SerializeToString())
     end = InMessage(SETTINGS.topics.otlp_traces, 0, 99, None, b'[{"end": true}]', PUBLISHED_MS)
+    return p, root, end
+
+
+def test_the_end_of_memdiag_runs_input_dead_letters_what_still_waits() -> None:
+    p, root, end = a_search_waiting_for_its_agent()
     out = p.traces.process([end], p.store)
     [(_, d)] = out.deadletters
     assert d["reason"] == MISSING_FIELD and "the input ended" in d["detail"]
@@ -770,13 +777,7 @@ def test_two_late_turns_in_a_batch_whose_outputs_were_lost() -> None:
 
 
 def test_a_given_up_span_is_never_sent_and_counted_once() -> None:
-    a = Agent()
-    root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})
-    a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory"})
-    root.end(end_time=ns(3))
-    [search] = [s for s in a.spans if s.name == "search_memory"]
-    p = Pipe().send(encode_spans([search]).SerializeToString())
-    end = InMessage(SETTINGS.topics.otlp_traces, 0, 99, None, b'[{"end": true}]', PUBLISHED_MS)
+    p, root, end = a_search_waiting_for_its_agent()
     for _ in range(2):  # the end marker, and its redelivery
         p._take(p.traces.process([end], p.store))
     p.send(encode_spans([root]).SerializeToString())  # its ancestor comes after all

@@ -30,6 +30,7 @@ from memdiag.settings import Settings
 from memdiag.streams import backlog
 from memdiag.streams.memory import MemoryStage
 from memdiag.streams.recall import break_since, ever_unindexed, probe_verdict, status
+from tests.inmemory import StagedStore
 from tests.recall_scenario import ambient, at, indexed, paper_agents, probe, written
 from tests.reference import parse, pipeline_reference
 
@@ -75,7 +76,7 @@ class Run:
                 self.offset += 1
             again = [msgs]
             if crash is not None:
-                staged = Staged(self.store)
+                staged = StagedStore(self.store)
                 if rnd is not None and rnd.random() < 0.3:
                     with self.stage.one_batch():
                         for msg in msgs:
@@ -127,30 +128,6 @@ class Run:
 
     def unindexed_counted(self, agent: str = "a1") -> int:
         return self.counts[(UNINDEXED_MEMORIES, (("agent_id", agent),))]
-
-
-class Staged(DictStore):
-    """A batch's state writes, held: :meth:`land` applies the first ``n`` to the store."""
-
-    def __init__(self, store: DictStore):
-        super().__init__(dict(store.data))
-        self.target = store
-        self.log: list[tuple[str, bytes | None]] = []
-
-    def put(self, key: str, value: bytes, partition: int) -> None:
-        super().put(key, value, partition)
-        self.log.append((key, value))
-
-    def delete(self, key: str, partition: int) -> None:
-        super().delete(key, partition)
-        self.log.append((key, None))
-
-    def land(self, n: int) -> None:
-        for key, value in self.log[:n]:
-            if value is None:
-                self.target.data.pop(key, None)
-            else:
-                self.target.data[key] = value
 
 
 def us(ts: str | None) -> int | None:
@@ -503,7 +480,7 @@ def test_a_crashed_batch_cut_otherwise_leaves_no_stale_memory() -> None:
     batch = [written("w-y", 110, "Y"), written("w-x0", 50, "X")]
     msgs = [InMessage(TOPIC, 0, r.offset + i, None, orjson.dumps(e), PUBLISHED_MS)
             for i, e in enumerate(batch)]  # fmt: skip
-    staged = Staged(r.store)
+    staged = StagedStore(r.store)
     r.stage.process(msgs, staged)
     assert [k for k, _ in staged.log][-1].startswith("m:")  # the head, last
     staged.land(len(staged.log) - 1)  # all but the head
