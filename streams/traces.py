@@ -516,7 +516,10 @@ class TraceStage:
                            ("project_id", agent.get("proj"))):  # fmt: skip
             if value is not None:
                 event[key] = value
-        if self._valid(self._sessions, event, agent, out):
+        # A published outcome must have files_modified; one from spans that name no file
+        # cannot know them and goes without (contract section 3): checked with a stand-in
+        check = event if "files_modified" in event else {**event, "files_modified": []}
+        if self._valid(self._sessions, check, agent, out):
             sessions.setdefault(session, []).append(event)
 
     def _write_memory(self, rec: dict[str, Any], agent: str | None, out: Output) -> None:

@@ -93,20 +93,23 @@ def _ids(span: Any) -> tuple[str, str]:
 
 
 def conversations(
-    n: int, seed: int = 0, prefix: str = "conv"
+    n: int, seed: int = 0, prefix: str = "conv", files_known: bool = False
 ) -> tuple[list[ReadableSpan], list[dict[str, Any]]]:
     """``n`` conversations of toy agents (sessions ``<prefix>-000``...): their finished spans,
-    and the equivalent events."""
+    and the equivalent events. ``files_known``: every outcome's tools name a file (an
+    ``edit_file`` is added where none does), so every equivalent outcome has the
+    ``files_modified`` a published one must have; otherwise some outcomes cannot know their
+    files, which only spans can say."""
     toy = _Toy(seed)
     events: list[dict[str, Any]] = []
     for c in range(n):
-        events += _conversation(toy, c, prefix)
+        events += _conversation(toy, c, prefix, files_known)
     spans = list(toy.exporter.get_finished_spans())
     toy.rng.shuffle(spans)  # the exporter's order means nothing: records() decides
     return spans, events
 
 
-def _conversation(toy: _Toy, c: int, prefix: str) -> list[dict[str, Any]]:
+def _conversation(toy: _Toy, c: int, prefix: str, files_known: bool) -> list[dict[str, Any]]:
     rng = toy.rng
     session = f"{prefix}-{c:03d}"
     agent = f"agent-{c % 3}"
@@ -146,6 +149,8 @@ def _conversation(toy: _Toy, c: int, prefix: str) -> list[dict[str, Any]]:
                 clock = _tool(toy, tracer, root_ctx, clock, tools)
         if outcome:
             clock = _tool(toy, tracer, root_ctx, clock, tools, force_test=rng.random() < 0.4)
+            if files_known and not any(t["file"] for t in tools):
+                clock = _tool(toy, tracer, root_ctx, clock, tools, name="edit_file")
         root.end(end_time=_ns(clock))
         trace_id, span_id = _ids(root)
         if outcome:
@@ -267,9 +272,11 @@ def _turn(toy: _Toy, tracer: Any, ctx: Any, clock: int, scope: dict[str, Any],
 
 
 def _tool(toy: _Toy, tracer: Any, ctx: Any, clock: int, tools: list[dict[str, Any]],
-          force_test: bool = False) -> int:  # fmt: skip
+          force_test: bool = False, name: str | None = None) -> int:  # fmt: skip
     rng = toy.rng
-    name = "pytest" if force_test else rng.choice(["edit_file", "read_file", "pytest", "eslint"])
+    if name is None:
+        name = "pytest" if force_test else rng.choice(["edit_file", "read_file", "pytest",
+                                                       "eslint"])  # fmt: skip
     ok = not force_test and rng.random() < 0.7
     file = f"src/{rng.choice(WORDS)}.py" if name == "edit_file" else None
     parent = ctx

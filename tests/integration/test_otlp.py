@@ -50,11 +50,12 @@ def memdiag_run(events: list[dict[str, Any]], workdir: Path) -> Path:
 
 
 def test_spans_give_the_rows_of_the_equivalent_events(pipeline: Pipeline, tmp_path: Path) -> None:
-    rng = random.Random(13)
+    rng = random.Random(14)
     events: list[dict[str, Any]] = []
     messages: list[tuple[str | None, bytes]] = []
     for prefix, encoding, by_trace, most in VARIANTS:
-        spans, evs = conversations(8, seed=13, prefix=f"conv-{prefix}")
+        # every outcome knows its files: a published outcome must have files_modified
+        spans, evs = conversations(8, seed=14, prefix=f"conv-{prefix}", files_known=True)
         events += evs
         messages += records(spans, rng, encoding, by_trace=by_trace, max_spans=most)
     rng.shuffle(messages)
@@ -70,6 +71,7 @@ def test_spans_give_the_rows_of_the_equivalent_events(pipeline: Pipeline, tmp_pa
     by_events = memdiag_run(events, tmp_path)
     con = duckdb.connect(str(by_events), read_only=True)
     try:
+        assert con.execute("SELECT count(*) FROM dead_letters").fetchall() == [(0,)]
         expected = from_duckdb(lambda q: con.execute(q).fetchall())
         tool_summaries = con.execute(
             "SELECT session_id, tool_call_summary, files_modified, errors_encountered "
@@ -84,6 +86,8 @@ def test_spans_give_the_rows_of_the_equivalent_events(pipeline: Pipeline, tmp_pa
         "FROM session_diagnostics ORDER BY ALL"
     ) == tool_summaries
     assert pipeline.query("SELECT count(*) FROM dead_letters") == [(0,)]
+    outcomes = [e for e in events if e["kind"] == "session_outcome"]
+    assert outcomes and all("files_modified" in e for e in outcomes)
 
     # and what that covers, seen in the rows themselves
     searches = pipeline.query("SELECT count(*), count(*) FILTER (WHERE is_followup) FROM searches")

@@ -21,6 +21,17 @@ GOOD = {
     "result_ids": ["o1"],
 }
 
+OUTCOME = {
+    "kind": "session_outcome",
+    "event_id": "ev-2",
+    "ts": "2026-11-21T09:31:00Z",
+    "session_id": "ses",
+    "outcome": "rejected",
+    "tool_calls": [{"tool": "pytest", "success": False}],
+    "files_modified": [],
+    "errors": [],
+}
+
 
 @pytest.fixture
 def decoder() -> Decoder:
@@ -32,6 +43,11 @@ def one(decoder: Decoder, doc) -> tuple[str, str]:
     assert not result.accepted and len(result.rejected) == 1
     r = result.rejected[0]
     return r.reason, r.detail
+
+
+def test_a_good_outcome_is_accepted(decoder: Decoder) -> None:
+    result = decoder.decode(json.dumps(OUTCOME).encode())
+    assert not result.rejected and result.accepted[0].event.files_modified == ()
 
 
 def test_good_event_is_accepted_with_event_time_in_microseconds(decoder: Decoder) -> None:
@@ -53,6 +69,9 @@ def test_good_event_is_accepted_with_event_time_in_microseconds(decoder: Decoder
         ({**GOOD, "kind": "judgement"}, "unknown_kind", "judgements topic"),
         ({k: v for k, v in GOOD.items() if k != "kind"}, "missing_field", "kind"),
         ({k: v for k, v in GOOD.items() if k != "query"}, "missing_field", "query"),
+        # required of a published outcome (contract section 2); only span outcomes go without
+        ({k: v for k, v in OUTCOME.items() if k != "files_modified"}, "missing_field",
+         "files_modified"),  # fmt: skip
         ({**GOOD, "result_ids": "o1"}, "wrong_type", "result_ids"),
         ({**GOOD, "result_ids": [1]}, "wrong_type", "result_ids[0]"),
         ({**GOOD, "session_id": 7}, "wrong_type", "session_id"),
