@@ -111,7 +111,6 @@ class SpanStage:
             attrs,
             item.resource,
             span.status.code == otlp.STATUS_ERROR,
-            span.status.message or None,
             exceptions,
         )
         if problem is not None:

@@ -230,7 +230,6 @@ def read_span(
     attrs: Mapping[str, Any],
     resource: Mapping[str, Any],
     error: bool,
-    error_text: str | None,
     exceptions: Sequence[Mapping[str, Any]],
 ) -> tuple[dict[str, Any], Unreadable | None]:
     """The span record of one span, and what makes its role unreadable (the record is then
@@ -251,7 +250,7 @@ def read_span(
     role, op = role_of(attrs)
     if role is None:
         return rec, None
-    problem = _role(rec, role, op, attrs, error, error_text, exceptions)
+    problem = _role(rec, role, op, attrs, error, exceptions)
     if problem is not None:
         for key in [k for k in rec if k not in _LINK_KEYS]:
             del rec[key]
@@ -267,7 +266,6 @@ def _role(
     op: str | None,
     attrs: Mapping[str, Any],
     error: bool,
-    error_text: str | None,
     exceptions: Sequence[Mapping[str, Any]],
 ) -> Unreadable | None:
     if role == SEARCH:
@@ -320,9 +318,9 @@ def _role(
         file = _text(attrs, FILE)
         if file is not None:
             rec["file"] = file
+        # its errors are its exceptions (contract section 8): a failed tool span without one
+        # is a failed call with no error, as a published tool call with success false is
         errors = [m for e in exceptions if (m := _exception_message(e)) is not None]
-        if error and not errors:
-            errors = [error_text or _text(attrs, "error.type") or "failed"]
         if errors:
             rec["err"] = errors
         if attrs.get(RECOVERABLE) is True:
