@@ -15,7 +15,6 @@ bytes into spans with plain Python attribute values, and says why when it cannot
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +45,7 @@ def decode(raw: bytes | None) -> Decoded:
     protobuf. Raises :class:`NotOtlp` with a reason a person can act on."""
     if not raw:
         raise NotOtlp("the record is empty: an OTLP TracesData has at least one resource")
-    if raw.lstrip(b" \t\r\n")[:1] == b"{" and raw[:1] != b"\n":
+    if raw[:1] != b"\n" and raw.lstrip(b" \t\r\n")[:1] == b"{":  # protobuf starts with \n
         return Decoded(_from_json(raw), JSON)
     traces = TracesData()
     try:
@@ -59,7 +58,7 @@ def decode(raw: bytes | None) -> Decoded:
             "Collector's kafka exporter at this topic with traces.encoding otlp_proto or "
             "otlp_json"
         ) from None
-    if not traces.resource_spans and raw:
+    if not traces.resource_spans:
         raise NotOtlp("protobuf bytes without resource_spans: not an OTLP TracesData")
     return Decoded(traces, PROTO)
 
@@ -108,7 +107,7 @@ def _ids_to_base64(obj: Any) -> None:
 
 
 def hex_id(raw: bytes) -> str:
-    return binascii.hexlify(raw).decode("ascii")
+    return raw.hex()
 
 
 def value(v: AnyValue) -> Any:

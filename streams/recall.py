@@ -237,12 +237,15 @@ class Agent:
         store: StateStore,
         cache: NodeCache | None = None,
         batch_id: str = "",
+        raw: bytes | None = None,
     ):
+        """``raw``: the stored bytes ``head`` was read from, if it was."""
         self.agent_id = agent_id
         self.partition = partition
         self.deadline_ms = deadline_ms
         self.store = store
-        self._loaded = orjson.dumps(head)  # to save nothing when a batch changed nothing
+        # to save nothing when a batch changed nothing
+        self._loaded = raw if raw is not None else orjson.dumps(head)
         self.epoch: int = head.get("e", 0)
         self.clock: int = head.get("c", 0)
         self.last_indexed: int | None = head.get("li")
@@ -282,7 +285,8 @@ class Agent:
     ) -> Agent:
         raw = store.get(head_key(agent_id))
         head = orjson.loads(raw) if raw is not None else {}
-        return cls(agent_id, head.get("p", partition), deadline_ms, head, store, cache, batch_id)
+        return cls(agent_id, head.get("p", partition), deadline_ms, head, store, cache, batch_id,
+                   raw)  # fmt: skip
 
     def head(self) -> dict[str, Any]:
         head: dict[str, Any] = {"p": self.partition, "c": self.clock, "d": self.deadline_ms,

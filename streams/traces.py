@@ -96,6 +96,7 @@ class Trace:
         self.sizes: list[int] = []  # each record's bytes, as JSON
         self.bytes = 0  # all of them
         self.index: dict[str, dict[str, Any]] = {}
+        self.position: dict[str, int] = {}  # span id -> where its record is in the log
         self.tools: list[dict[str, Any]] = []
         self.agents: list[dict[str, Any]] = []  # those with an outcome
         self.waiting: set[str] = set()  # spans whose context has not come yet
@@ -107,8 +108,9 @@ class Trace:
 
     # -- the index ----------------------------------------------------------------------------
 
-    def _index(self, rec: dict[str, Any]) -> None:
+    def _index(self, rec: dict[str, Any], position: int) -> None:
         self.index[rec["s"]] = rec
+        self.position[rec["s"]] = position
         role = rec.get("role")
         if role == TOOL:
             self.tools.append(rec)
@@ -120,9 +122,9 @@ class Trace:
         before."""
         if rec["s"] in self.index:
             return False
+        self._index(rec, len(self.log))
         self.log.append(rec)
         self._sized(rec)
-        self._index(rec)
         if _says(rec):
             self.waiting.add(rec["s"])
         return True
@@ -133,9 +135,8 @@ class Trace:
         self.waiting.discard(span_id)
         if how == "g":
             self.given_up.add(span_id)
-        rec = self.index[span_id]
-        if any(r is rec for r in self.log[self.sealed :]):
-            rec[how] = 1
+        if self.position[span_id] >= self.sealed:
+            self.index[span_id][how] = 1
         else:
             marker = {"m": how, "s": span_id}
             self.log.append(marker)
@@ -270,12 +271,12 @@ class Trace:
         trace.sealed, trace.chunks = len(trace.log), head["n"]
         trace.log.extend(head["t"])
         settled: dict[str, str] = {}
-        for rec in trace.log:
+        for position, rec in enumerate(trace.log):
             trace._sized(rec)
             if "m" in rec:
                 settled[rec["s"]] = rec["m"]
                 continue
-            trace._index(rec)
+            trace._index(rec, position)
             if "g" in rec or "d" in rec:
                 settled[rec["s"]] = "g" if "g" in rec else "d"
             elif _says(rec):
