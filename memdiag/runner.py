@@ -163,6 +163,9 @@ def run_pipeline(
     started = time.monotonic()
     stages: dict[str, float] = {}
     with broker_for(settings, say) as s, tempfile.TemporaryDirectory(prefix="memdiag-run-") as d:
+        if not os.environ.get("MEMDIAG_BROKER"):
+            # the embedded broker lives as long as this run: so does the worker's state
+            s = s.with_(state_dir=str(Path(d) / "state"))
         asyncio.run(ensure_topics(s))
         children = [
             spawn_child("worker", "worker", s, Path(d)),

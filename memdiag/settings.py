@@ -121,6 +121,9 @@ _ENV: dict[str, tuple[str, str]] = {
     "session_timeout_seconds": ("MEMDIAG_SESSION_TIMEOUT_SECONDS", "float"),
     "heartbeat_interval_seconds": ("MEMDIAG_HEARTBEAT_INTERVAL_SECONDS", "float"),
     "commit_interval_seconds": ("MEMDIAG_COMMIT_INTERVAL_SECONDS", "float"),
+    "state_dir": ("MEMDIAG_STATE_DIR", "str"),
+    "state_store": ("MEMDIAG_STATE_STORE", "str"),
+    "changelog_compaction_lag_hours": ("MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS", "float"),
     "fetch_max_wait_ms": ("MEMDIAG_FETCH_MAX_WAIT_MS", "int"),
     "sink_batch_rows": ("MEMDIAG_SINK_BATCH_ROWS", "int"),
     "sink_batch_seconds": ("MEMDIAG_SINK_BATCH_SECONDS", "float"),
@@ -208,8 +211,23 @@ class Settings:
     session_timeout_seconds: float = 6.0
     #: MEMDIAG_HEARTBEAT_INTERVAL_SECONDS: consumer heartbeat interval.
     heartbeat_interval_seconds: float = 1.0
-    #: MEMDIAG_COMMIT_INTERVAL_SECONDS: how often the worker commits processed offsets.
+    #: MEMDIAG_COMMIT_INTERVAL_SECONDS: how often the worker commits a checkpoint (its
+    #: state, its outputs, then its offsets). A crash repeats at most this much work.
     commit_interval_seconds: float = 1.0
+    #: MEMDIAG_STATE_DIR: where the worker keeps its local state (a RocksDB database per
+    #: changelog partition, under a folder named for MEMDIAG_APP_ID). Keep it across restarts
+    #: (a volume): a restart then reads only the changelog's tail. Lost, it is rebuilt from
+    #: the changelog.
+    state_dir: str = "memdiag-state"
+    #: MEMDIAG_STATE_STORE: ``rocksdb`` (on disk: memory stays bounded) or ``memory`` (every
+    #: start replays the whole changelog; state must fit in memory).
+    state_store: str = "rocksdb"
+    #: MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS: ``min.compaction.lag.ms`` of the worker's
+    #: changelogs. A worker that crashes leaves changelog records its commit never covered;
+    #: the committed value behind each must outlive the crash until a worker restarts and
+    #: writes it again. Longer than any outage you expect (the log keeps this much history
+    #: uncompacted).
+    changelog_compaction_lag_hours: float = 24.0
     #: MEMDIAG_FETCH_MAX_WAIT_MS: how long a fetch of the worker, the sink and ``memdiag
     #: alert`` waits at the broker for new records. Apache Kafka answers as soon as a record
     #: arrives; Tansu waits the time out, so on Tansu this bounds each hop's latency
@@ -329,6 +347,17 @@ class Settings:
             raise ConfigError(
                 "MEMDIAG_DUCKDB_STORAGE_VERSION must be a DuckDB version like v1.4.0, or "
                 f"latest; got {self.duckdb_storage_version!r}"
+            )
+        if self.state_store not in ("rocksdb", "memory"):
+            raise ConfigError(f"MEMDIAG_STATE_STORE={self.state_store!r}: use rocksdb or memory")
+        if not self.changelog_compaction_lag_hours >= 0:
+            raise ConfigError(
+                "MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS must be >= 0, got "
+                f"{self.changelog_compaction_lag_hours:g}"
+            )
+        if not self.commit_interval_seconds > 0:
+            raise ConfigError(
+                f"MEMDIAG_COMMIT_INTERVAL_SECONDS must be > 0, got {self.commit_interval_seconds:g}"
             )
         if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
             raise ConfigError("MEMDIAG_TOPIC_PREFIX must be non-empty and without spaces")

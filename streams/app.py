@@ -3,7 +3,14 @@
 Its id (``MEMDIAG_APP_ID``, default ``memdiag-worker``) names the worker's consumer group
 and its changelog topics: keep it stable. Building the app connects to nothing; the broker
 is reached only when the worker starts. :func:`create_app` builds the app, its topics and
-tables, and registers the stages (``memdiag.streams.agents``).
+tables, and wires the stages to the runner (:mod:`memdiag.streams.wiring`).
+
+Faust's part is the worker's lifecycle, the consumer group with its co-partitioning assignor
+(partition p of every stage topic and of the changelog go to one worker), and each table's
+changelog recovery through memdiag's store (:mod:`memdiag.streams.tables`). It never commits
+the stage topics (their channel has acks off: the runner's checkpoint commits them), and its
+standby replicas are off: a standby would apply changelog records the checkpoint has not
+committed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,13 @@ from faust.types import TableT, TopicT
 
 from memdiag.kafka import ssl_context
 from memdiag.settings import Settings
+from memdiag.streams.tables import SCHEME, StoreOptions
+
+#: The tables' names (their changelogs: ``<app id>-<name>-changelog``). ``-v2``: the
+#: checkpoint's changelog format (raw keys, records headed by the offsets they cover); the
+#: tables of memdiag 0.1 (``state``, ``rollups``) are not read (docs/architecture.md).
+STATE_TABLE = "state-v2"
+ROLLUPS_TABLE = "rollups-v2"
 
 
 @dataclass
@@ -45,33 +59,31 @@ class Wiring:
     otlp_traces: TopicT
     #: internal: what spans say of a session, keyed by session_id (co-partitioned)
     span_events: TopicT
-    #: The worker's state, one table for its four stateful stages, apart by key prefix:
-    #: sessions (``memdiag.streams.processor``), observations
-    #: (``memdiag.streams.observations``), agents' recall pipelines
-    #: (``memdiag.streams.memory``) and traces (``memdiag.streams.traces``).
+    #: The state of the four stateful stages, one table apart by key prefix: sessions,
+    #: observations, agents' recall pipelines and traces.
     state: TableT
-    #: Counter rollups: counter name and attributes -> {minute: total} (memdiag.streams.counters).
+    #: Counter rollups: counter name and attributes -> {minute: total}.
     rollups: TableT
-    #: The stages' runners (``memdiag.streams.batches.BatchRunner``), once registered.
-    runners: list[Any] = field(default_factory=list)
+    #: The runner (``memdiag.streams.runner.Runner``), once wired.
+    runner: Any = field(default=None)
 
 
 def faust_app(settings: Settings) -> faust.App:
-    # Faust creates its data directory even with memory tables; nothing durable lives
-    # there, so keep it out of the user's working directory (one directory per user).
+    # Faust wants a data directory even though memdiag's store keeps its files elsewhere
+    # (MEMDIAG_STATE_DIR): keep it out of the user's working directory
     datadir = Path(tempfile.gettempdir()) / f"memdiag-faust-{os.getuid()}"
     datadir.mkdir(mode=0o700, exist_ok=True)
     return faust.App(
         settings.app_id,
         broker=settings.broker,
-        store="memory://",  # durable through the changelog topic; recovered on restart
+        store="memory://",  # the tables name memdiag's own store
         datadir=str(datadir / settings.app_id),
         web_enabled=False,
-        autodiscover=False,  # create_app registers the agents itself (Faust's default too)
+        autodiscover=False,
         topic_partitions=settings.events_partitions,
         topic_replication_factor=settings.replication_factor,
         topic_allow_declare=True,
-        table_standby_replicas=0,
+        table_standby_replicas=0,  # a standby would apply uncommitted changelog records
         processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=settings.commit_interval_seconds,
@@ -82,10 +94,10 @@ def faust_app(settings: Settings) -> faust.App:
         producer_max_batch_size=512 * 1024,
         producer_max_request_size=8 * 1024 * 1024,
         producer_acks=-1,
-        stream_wait_empty=True,
-        stream_buffer_maxsize=4096,
+        stream_wait_empty=False,  # nothing of the stage topics is acked through Faust
         # per partition and fetch; a quarter more events/s on batched messages than 1 MiB
         consumer_max_fetch_size=4 * 1024 * 1024,
+        stream_recovery_delay=0.0,
         broker_credentials=credentials(settings),
     )
 
@@ -106,6 +118,11 @@ def credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
     return None
 
 
+def state_path(settings: Settings) -> Path:
+    """The folder of the worker's local state (one per app id)."""
+    return Path(settings.state_dir) / settings.app_id
+
+
 def create_app(settings: Settings) -> Wiring:
     app = faust_app(settings)
     topics = settings.topics
@@ -120,6 +137,38 @@ def create_app(settings: Settings) -> Wiring:
             partitions=partitions,
         )
 
+    kafka_box: list[Any] = []
+
+    async def committed(tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from memdiag.streams.compat import FaustKafka
+
+        if not kafka_box:
+            kafka_box.append(FaustKafka(app))
+        found: dict[tuple[str, int], int] = await kafka_box[0].committed(tps)
+        return found
+
+    compaction_lag_ms = round(settings.changelog_compaction_lag_hours * 3600 * 1000)
+
+    def table(name: str, sources: tuple[str, ...], partitions: int) -> TableT:
+        options = StoreOptions(
+            sources=sources,
+            kind=settings.state_store,
+            path=state_path(settings) if settings.state_store == "rocksdb" else None,
+            committed=committed,
+        )
+        return app.Table(
+            name,
+            default=None,
+            key_type=bytes,  # raw: the checkpoint writes the bytes itself
+            value_type=bytes,
+            partitions=partitions,
+            store=f"{SCHEME}://{name}",  # (yarl takes an URL without a host for false)
+            options={"memdiag": options},
+            extra_topic_configs={"min.compaction.lag.ms": str(compaction_lag_ms)},
+        )
+
+    stateful = (topics.events, topics.session_verdicts, topics.span_events,
+                topics.observation_steps, topics.memory, topics.otlp_traces)  # fmt: skip
     wiring = Wiring(
         settings=settings,
         app=app,
@@ -135,22 +184,10 @@ def create_app(settings: Settings) -> Wiring:
         otlp_spans=raw_topic(topics.otlp_spans, settings.events_partitions),
         otlp_traces=raw_topic(topics.otlp_traces, settings.events_partitions),
         span_events=raw_topic(topics.span_events, settings.events_partitions),
-        state=app.Table(
-            "state",
-            default=None,
-            key_type=str,  # JSON-encoded in the changelog
-            value_type=bytes,  # raw: the value is already compact JSON
-            partitions=settings.events_partitions,
-        ),
-        rollups=app.Table(
-            "rollups",
-            default=None,
-            key_type=str,
-            value_type=bytes,
-            partitions=settings.aux_partitions,
-        ),
+        state=table(STATE_TABLE, stateful, settings.events_partitions),
+        rollups=table(ROLLUPS_TABLE, (topics.counters,), settings.aux_partitions),
     )
-    from memdiag.streams.agents import register
+    from memdiag.streams.wiring import register
 
     register(wiring)
     return wiring

@@ -1,39 +1,116 @@
-"""Where a broker and Faust disagree, and what memdiag does about it.
+"""Everything memdiag touches inside faust-streaming and aiokafka, in one place, checked.
 
-Tansu answers ListOffsets(latest) with the base offset of a partition's last record batch
-plus one. Faust takes that as the changelog's end when it recovers a table, so a last batch
-of several records was lost on restart (a restarted worker forgot searches it had already
-judged). :func:`patch_faust_highwaters` makes Faust's recovery use
-:func:`memdiag.kafka.true_end_offsets`, which reads the true end. On Apache Kafka the answer
-is unchanged, at the cost of one small fetch per changelog partition at recovery.
+:func:`check` runs before the worker starts: every private name below must exist with the
+signature memdiag was written against, or the worker stops with one line naming the
+faust-streaming version (``pyproject.toml`` pins the tested one). The touches:
 
-:func:`patch_faust_fetch_wait` replaces the 1,500 ms that Faust hard-codes as the consumer's
-fetch wait: Tansu holds an empty fetch that long even when records arrive meanwhile.
-
-:func:`patch_faust_delivery` takes the cost of four tasks per record out of Faust's fetch
-loop (see its docstring), and :func:`patch_faust_raw_delivery` the cost of decoding and
-wrapping each record for the stages' raw channels; the offsets Faust got wrong are handled in
-``memdiag.streams.batches``.
+- **Bulk delivery** (:func:`deliver_in_bulk`, ``Consumer._wait_next_records``). The stage
+  topics' fetched records go to the runner a partition's run at a time; Faust's fetch loop
+  handles only the rest (the changelogs, during recovery). Faust's per-record path (a message
+  object, a conductor callback, an event and a queue per record, then four tasks for the
+  delivery) was a third of the worker's time on single-event traffic.
+- **The fetch wait** (:func:`patch_fetch_wait`, ``AIOKafkaConsumerThread.
+  _create_worker_consumer`` and aiokafka's ``_fetch_max_wait_ms``). Faust hard-codes
+  1,500 ms; Tansu holds an empty fetch that long even when records arrive meanwhile.
+- **True end offsets at recovery** (:func:`patch_highwaters`, ``AIOKafkaConsumerThread.
+  _highwaters``). Tansu answers ListOffsets(latest) with the base offset of a partition's
+  last record batch plus one, so Faust's recovery stopped short of a last batch of several
+  records. The patch reads the true end (:func:`memdiag.kafka.true_end_offsets`). Faust
+  calls it only when it recovers a table, once per changelog partition; on Apache Kafka,
+  where the answer is right, the cost is one fetch of one record per changelog partition
+  at each recovery, nothing while records flow.
+- **The committed offsets and the commit** (:class:`FaustKafka`): the consumer thread's
+  aiokafka consumer, its coordinator's ``fetch_committed_offsets`` (one OffsetFetch for all
+  partitions) and ``commit`` (one OffsetCommit), through ``call_thread``.
+- **The store** (:mod:`memdiag.streams.tables`): Faust's ``Store`` interface, registered in
+  its store registry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Generator, Mapping
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.structs import OffsetAndMetadata
 
 from memdiag.kafka import true_end_offsets
+from memdiag.streams.checkpoint import TP, CommitRefused
 
-_PATCHED = False
+log = logging.getLogger("memdiag.worker")
 
 
-def patch_faust_highwaters(options: dict[str, Any]) -> None:
-    """``options``: :func:`memdiag.kafka.client_options`."""
-    global _PATCHED
-    if _PATCHED:
+class IncompatibleFaust(RuntimeError):
+    """The installed faust-streaming (or aiokafka) is not the one memdiag touches."""
+
+
+#: (where, name, the parameters memdiag calls it with)
+_EXPECTED: list[tuple[str, str, tuple[str, ...]]] = [
+    ("faust.transport.consumer:Consumer", "_wait_next_records", ("self", "timeout")),
+    ("faust.transport.consumer:Consumer", "seek_wait", ("self", "partitions")),
+    ("faust.transport.consumer:Consumer", "earliest_offsets", ("self", "partitions")),
+    ("faust.transport.consumer:Consumer", "highwaters", ("self", "partitions")),
+    ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_highwaters",
+     ("self", "partitions")),
+    ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_create_worker_consumer",
+     ("self", "transport")),
+    ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_ensure_consumer", ("self",)),
+    ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "call_thread",
+     ("self", "fun", "args", "kwargs")),
+    ("faust.stores.base:Store", "apply_changelog_batch",
+     ("self", "batch", "to_key", "to_value")),
+    ("faust.stores.base:Store", "persisted_offset", ("self", "tp")),
+    ("faust.stores.base:Store", "on_rebalance",
+     ("self", "assigned", "revoked", "newly_assigned", "generation_id")),
+    ("faust.stores.base:Store", "on_recovery_completed", ("self", "active_tps", "standby_tps")),
+    ("aiokafka.consumer.group_coordinator:GroupCoordinator", "fetch_committed_offsets",
+     ("self", "partitions")),
+    ("aiokafka:AIOKafkaConsumer", "commit", ("self", "offsets")),
+]  # fmt: skip
+
+
+def check() -> None:
+    """Fail with one line if a private name memdiag touches is missing or changed."""
+    import faust
+
+    problems = []
+    for where, name, params in _EXPECTED:
+        module, _, cls_name = where.partition(":")
+        try:
+            cls = getattr(__import__(module, fromlist=[cls_name]), cls_name)
+            fn = getattr(cls, name)
+            have = tuple(inspect.signature(fn).parameters)
+        except (ImportError, AttributeError, TypeError, ValueError):
+            problems.append(f"{cls_name}.{name} is missing")
+            continue
+        if have[: len(params)] != params:
+            problems.append(f"{cls_name}.{name}{have} is not {params}")
+    from faust import stores
+
+    from memdiag.streams.tables import SCHEME, CheckpointStore
+
+    try:
+        if stores.by_url(f"{SCHEME}://state") is not CheckpointStore:
+            problems.append(f"Faust's store registry does not give {SCHEME}:// to memdiag")
+    except Exception as exc:  # noqa: BLE001 - whatever the registry raises, say it
+        problems.append(f"Faust's store registry has no {SCHEME}:// ({exc})")
+    if problems:
+        raise IncompatibleFaust(
+            f"faust-streaming {faust.__version__} is not the version memdiag was built "
+            f"against (pyproject.toml pins it): {'; '.join(problems)}"
+        )
+
+
+_PATCHED: set[str] = set()
+
+
+def patch_highwaters(options: dict[str, Any]) -> None:
+    """``options``: :func:`memdiag.kafka.client_options`. See the module docstring."""
+    if "highwaters" in _PATCHED:
         return
     from faust.transport.drivers import aiokafka as driver
 
@@ -53,184 +130,190 @@ def patch_faust_highwaters(options: dict[str, Any]) -> None:
         return {tps[tp]: off for tp, off in fixed.items()}
 
     driver.AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
-    _PATCHED = True
+    _PATCHED.add("highwaters")
 
 
-_DELIVERY_PATCHED = False
-
-
-class _Resume:
-    """Drives a coroutine that has already run up to its first suspension: the rest of it,
-    as an awaitable (the event loop's task protocol resumes with ``send(None)``)."""
-
-    def __init__(self, coro: Any, yielded: Any):
-        self._coro, self._yielded = coro, yielded
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        coro, yielded = self._coro, self._yielded
-        while True:
-            try:
-                yield yielded
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # noqa: BLE001 - thrown in (a cancellation): pass on
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    yielded = coro.send(None)
-                except StopIteration as stop:
-                    return stop.value
-
-
-async def _finish(coro: Any, yielded: Any) -> Any:
-    return await _Resume(coro, yielded)
-
-
-def patch_faust_delivery() -> None:
-    """Faust's fetch loop hands each record to the agents' queues through
-    ``Service.wait_first(deliver(record), suspend_flow.wait())``: four tasks and an
-    ``asyncio.wait`` per record, 12% of the worker's time on single-event traffic. Delivery
-    almost never suspends (it only waits when a queue is full or the flow is stopped), so
-    this runs it directly, and only when it does suspend hands the rest of it to the
-    original ``wait_first`` (so a rebalance still interrupts a blocked delivery)."""
-    global _DELIVERY_PATCHED
-    if _DELIVERY_PATCHED:
-        return
-    from faust.transport.consumer import Consumer
-    from mode import Service
-    from mode.services import WaitResults
-
-    original = Service.wait_first
-    flow_wait = asyncio.Event.wait.__code__  # Consumer.suspend_flow is an asyncio.Event
-
-    async def wait_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
-        if (
-            len(coros) == 2
-            and timeout is None
-            and inspect.iscoroutine(coros[0])
-            and getattr(coros[1], "cr_code", None) is flow_wait
-            and not self.suspend_flow.is_set()
-        ):
-            deliver, flow = coros
-            try:
-                yielded = deliver.send(None)
-            except StopIteration as stop:
-                flow.close()
-                return WaitResults([deliver], [stop.value], False)
-            except BaseException:
-                flow.close()
-                raise
-            return await original(self, _finish(deliver, yielded), flow)
-        return await original(self, *coros, timeout=timeout)
-
-    Consumer.wait_first = wait_first  # type: ignore[method-assign]
-    _DELIVERY_PATCHED = True
-
-
-def patch_faust_fetch_wait(ms: int) -> None:
+def patch_fetch_wait(ms: int) -> None:
     """Make the worker's consumer wait at most ``ms`` for records at the broker
-    (``MEMDIAG_FETCH_MAX_WAIT_MS``). Faust passes a fixed 1,500 ms to aiokafka; Apache Kafka
-    answers a waiting fetch as soon as records arrive, but Tansu holds it for the whole
-    wait, which put up to 1.5 s of latency on each hop of a live stream."""
+    (``MEMDIAG_FETCH_MAX_WAIT_MS``). See the module docstring."""
+    if "fetch_wait" in _PATCHED:
+        return
     from faust.transport.drivers import aiokafka as driver
 
     cls = driver.AIOKafkaConsumerThread
-    original = getattr(cls._create_worker_consumer, "__wrapped__", cls._create_worker_consumer)
+    original = cls._create_worker_consumer
 
     def _create_worker_consumer(self: Any, transport: Any) -> Any:
         consumer = original(self, transport)
         if not hasattr(consumer, "_fetch_max_wait_ms"):
-            raise RuntimeError(
+            raise IncompatibleFaust(
                 "this aiokafka keeps its fetch wait elsewhere: update "
-                "memdiag.streams.compat.patch_faust_fetch_wait"
+                "memdiag.streams.compat.patch_fetch_wait"
             )
         consumer._fetch_max_wait_ms = ms  # read when the consumer starts its fetcher
         return consumer
 
-    _create_worker_consumer.__wrapped__ = original  # type: ignore[attr-defined]
     cls._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]
+    _PATCHED.add("fetch_wait")
 
 
-#: Set on a channel that takes raw ``bytes`` keys and values and is the only reader of its
-#: topics (the stages' channels, ``memdiag.streams.batches``): see :func:`patch_faust_raw_delivery`.
-RAW_CHANNEL = "_memdiag_raw_channel"
+#: The attribute of the Faust app that names the bulk receiver: (topics, deliver, room).
+BULK = "_memdiag_bulk"
 
-_RAW_PATCHED = False
+Deliver = Callable[[int, Mapping[Any, list[Any]]], None]
 
 
-def patch_faust_raw_delivery() -> None:
-    """Deliver the records of a raw channel (:data:`RAW_CHANNEL`) to its queue directly.
-
-    Faust's per-partition handler (Cython, ``ConductorHandler``) calls back into Python for
-    every record: it waits on the producer buffer's size (a settings look-up a record), runs
-    the key and value through the serializer registry (a no-op for raw bytes) and builds the
-    event through ``app.conf``: 12% of the worker's time on single-event traffic. For a
-    partition whose only reader is a raw channel, this handler does the same with none of
-    that: flow control, the producer buffer (which memdiag never fills: the stages send
-    straight to the producer), the reference count, the event, and the queue with its
-    pressure callbacks, as Faust does. Every other partition keeps Faust's handler."""
-    global _RAW_PATCHED
-    if _RAW_PATCHED:
+def deliver_in_bulk(
+    app: Any, topics: frozenset[str], deliver: Deliver, room: asyncio.Event
+) -> None:
+    """Hand the fetched records of ``topics`` to ``deliver(generation, {tp: records})``
+    instead of Faust's per-record path; wait for ``room`` (with the flow still on) before
+    fetching more. See the module docstring."""
+    setattr(app, BULK, (topics, deliver, room))
+    if "bulk" in _PATCHED:
         return
-    from faust.transport.conductor import Conductor
+    from faust.transport.consumer import Consumer
 
-    original = Conductor._build_handler
+    original = Consumer._wait_next_records
 
-    def _build_handler(self: Any, tp: Any, channels: Any) -> Any:
-        if len(channels) == 1:
-            (channel,) = channels
-            if getattr(channel, RAW_CHANNEL, False) and _is_raw(channel.schema):
-                return _raw_handler(self.app, tp, channel)
-        return original(self, tp, channels)
+    async def _wait_next_records(self: Any, timeout: float) -> Any:
+        bulk = getattr(self.app, BULK, None)
+        if bulk is not None:
+            mine, hand_over, space = bulk
+            if not space.is_set():
+                await _wait_for_room(self, space)
+        records, active = await original(self, timeout)
+        if not records or bulk is None:
+            return records, active
+        if not self.flow_active:
+            return {}, active  # the flow stopped while fetching: a rebalance began
+        ours = {tp: r for tp, r in records.items() if tp.topic in mine}
+        if ours:
+            hand_over(self.app.consumer_generation_id, ours)
+            if len(ours) == len(records):
+                return {}, active
+            records = {tp: r for tp, r in records.items() if tp.topic not in mine}
+        return records, active
 
-    _build_handler.__wrapped__ = original  # type: ignore[attr-defined]
-    Conductor._build_handler = _build_handler  # type: ignore[method-assign]
-    _RAW_PATCHED = True
+    Consumer._wait_next_records = _wait_next_records  # type: ignore[method-assign]
+    _PATCHED.add("bulk")
 
 
-def _is_raw(schema: Any) -> bool:
-    """Faust's decoding would hand over the record's bytes as they are (and never raise)."""
-    return (
-        schema.key_serializer == schema.value_serializer == "raw"
-        and schema.key_type is schema.value_type is bytes
-    )
+async def _wait_for_room(consumer: Any, room: asyncio.Event) -> None:
+    """Wait until the runner has room, or the flow stops (a rebalance must not wait)."""
+    waiters = [asyncio.ensure_future(room.wait()), asyncio.ensure_future(
+        consumer.suspend_flow.wait())]  # fmt: skip
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
-def _raw_handler(app: Any, tp: Any, channel: Any) -> Any:
-    consumer = app.consumer
-    acquire_flow_control = app.flow_control.acquire
-    buffer = app.producer.buffer
-    limit = buffer.max_messages
-    pending = None if app.conf.producer_threaded else buffer.pending
-    on_topic_buffer_full = app.sensors.on_topic_buffer_full
-    event_type = app.conf.Event
+class FaustKafka:
+    """The Kafka calls of the runner and the checkpoint, on the worker's Faust app."""
 
-    def on_pressure_high() -> None:
-        on_topic_buffer_full(tp)
-        consumer.on_buffer_full(tp)
+    #: A commit, or a look-up of the committed offsets, that has not returned by then is
+    #: given up (the group coordinator can hold one through a rebalance).
+    TIMEOUT_SECONDS = 15.0
 
-    def on_pressure_drop() -> None:
-        consumer.on_buffer_drop(tp)
+    def __init__(self, app: Any):
+        self.app = app
+        self._probe: AIOKafkaConsumer | None = None
 
-    async def on_message(message: Any) -> None:
-        await acquire_flow_control()
-        if (buffer.size if pending is None else pending.qsize()) > limit:
-            await buffer.wait_until_ebb()
-        message.incref(1)
-        event = event_type(app, message.key, message.value, message.headers, message)
-        queue = channel.queue
-        if queue.full():
-            on_topic_buffer_full(tp)
-            # wait for room, as Faust does; a rebalance that cancels the wait drops the
-            # event (Faust's put would go on and queue it, to be skipped as stale)
-            await queue.put(event)
-            return
-        queue.put_nowait_enhanced(
-            event, on_pressure_high=on_pressure_high, on_pressure_drop=on_pressure_drop
+    def generation(self) -> int:
+        return int(self.app.consumer_generation_id)
+
+    def flowing(self) -> bool:
+        return bool(self.app.flow_control.is_active())
+
+    def assignment(self) -> set[Any]:
+        return set(self.app.consumer.assignment())
+
+    def _thread(self) -> tuple[Any, AIOKafkaConsumer]:
+        thread = self.app.consumer._thread
+        return thread, thread._ensure_consumer()
+
+    async def committed(self, tps: list[Any]) -> dict[Any, int]:
+        """One OffsetFetch for every partition (aiokafka's ``committed`` asks one by one)."""
+        if not tps:
+            return {}
+        thread, consumer = self._thread()
+        atps = [TopicPartition(tp[0], tp[1]) for tp in tps]
+        found = await asyncio.wait_for(
+            thread.call_thread(consumer._coordinator.fetch_committed_offsets, atps),
+            self.TIMEOUT_SECONDS,
         )
+        out = {}
+        for tp, atp in zip(tps, atps, strict=True):
+            meta = found.get(atp)
+            if meta is not None and meta.offset >= 0:
+                out[tp] = meta.offset
+        return out
 
-    return on_message
+    async def bases(self, tps: list[Any]) -> dict[Any, int]:
+        """Each partition's committed offset, or its log start if none is committed (or if
+        retention deleted the records since)."""
+        earliest = await self.app.consumer.earliest_offsets(*tps)
+        committed = await self.committed(tps)
+        bases = {}
+        for tp in tps:
+            start = earliest.get(tp) or 0
+            done = committed.get(tp)
+            bases[tp] = start if done is None or done < start else done
+        return bases
+
+    async def seek(self, offsets: Mapping[Any, int]) -> None:
+        await self.app.consumer.seek_wait(offsets)
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes | None, partition: int,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> asyncio.Future[Any]:  # fmt: skip
+        future: asyncio.Future[Any] = await self.app.producer.send(
+            topic, key, value, partition, None, headers
+        )
+        return future
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        thread, consumer = self._thread()
+        request = {
+            TopicPartition(tp[0], tp[1]): OffsetAndMetadata(offset, "")
+            for tp, offset in offsets.items()
+        }
+        try:
+            await asyncio.wait_for(thread.call_thread(consumer.commit, request),
+                                   self.TIMEOUT_SECONDS)  # fmt: skip
+        except (CommitFailedError, IllegalStateError) as exc:
+            raise CommitRefused(str(exc)) from exc
+
+    async def first_offset(self, tp: Any, offset: int) -> int | None:
+        """The offset of the first record at or after ``offset`` in the log, asked of the
+        broker directly (outside the group): a hole the fetcher keeps skipping is real when
+        this is past it. None: the log ends before ``offset``, or no answer in time."""
+        if self._probe is None:
+            from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+            servers = [f"{u.host}:{u.port}" for u in self.app.conf.broker]
+            auth = credentials_to_aiokafka_auth(
+                self.app.conf.broker_credentials, self.app.conf.ssl_context
+            )
+            self._probe = AIOKafkaConsumer(
+                bootstrap_servers=servers, group_id=None, enable_auto_commit=False, **auth
+            )
+            await self._probe.start()
+        probe = self._probe
+        atp = TopicPartition(tp.topic, tp.partition)
+        probe.assign([atp])
+        probe.seek(atp, offset)
+        records = await probe.getmany(atp, timeout_ms=2000, max_records=1)
+        got = records.get(atp)
+        if got:
+            return int(got[0].offset)
+        end = (await probe.end_offsets([atp]))[atp]
+        return int(end) if end > offset else None
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            await self._probe.stop()
+            self._probe = None

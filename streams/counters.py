@@ -68,6 +68,9 @@ class Rollups:
         self.skipped = 0
         self._warned_at: float | None = None
 
+    def reset(self) -> None:
+        pass  # nothing kept between batches
+
     def _skip(self, msg: InMessage) -> None:
         """A malformed increment (not memdiag's): skipped, and said once a minute at most."""
         self.skipped += 1
@@ -113,7 +116,7 @@ class Rollups:
             self._skip(msg)
             return
         key = name + "\0" + orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
-        raw = store.get(key)
+        raw = store.get(key, msg.partition)
         minutes: dict[str, int] = orjson.loads(raw) if raw is not None else {}
         minute = minute_of(ts_us)
         total = minutes.get(str(minute), 0) + value

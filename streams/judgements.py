@@ -57,6 +57,9 @@ class JudgementProcessor:
             settings.max_skew_us,
         )
 
+    def reset(self) -> None:
+        pass  # stateless
+
     def process(self, msgs: list[InMessage], store: Any = None) -> Output:
         out = Output()
         for msg in msgs:

@@ -14,9 +14,8 @@ A session that arrives late is inserted where its outcome belongs, and every ste
 is computed again: :meth:`Ledger.apply` returns the steps whose values changed (to re-send
 to ``weights`` and the history table) and the failed sessions whose verdict changed (to
 re-send to the session, which corrects its ``misleading_observation_ids``). A session whose
-last outcome changes moves to its new place the same way; one that is redelivered changes
-nothing, and the ledger's steps and verdicts are all sent again (a crash may have lost
-some of what the first delivery sent).
+last outcome changes moves to its new place the same way; one that comes again (the same
+outcome, or an older one) changes nothing and sends nothing.
 
 Bounded state. The ledger keeps the last :attr:`Ledger.MAX_ENTRIES` sessions in order and
 folds older ones into a checkpoint (counts and weight). A session older than the
@@ -92,9 +91,8 @@ class Change:
 
     steps: list[Step] = field(default_factory=list)  # to (re-)send, in order
     verdicts: list[Step] = field(default_factory=list)  # failed sessions to answer
-    fresh: bool = False  # the ledger changed (False: a redelivery, or stale)
-    late: bool = False  # older than the checkpoint: not applied
-    again: bool = False  # a redelivery: every step and verdict, as they stand
+    fresh: bool = False  # the ledger changed (False: a duplicate, or stale)
+    late: bool = False  # older than the ledger's folded start: not applied
     became_misleading: bool = False
 
 
@@ -136,11 +134,7 @@ class Ledger:
     def apply(self, entry: Entry) -> Change:
         existing = self._by_session.get(entry.session_id)
         if existing is not None and existing.revision >= entry.revision:
-            # A redelivery (or an older outcome of the session): change nothing, and answer
-            # again everything its first delivery may have changed, which a crash may have
-            # lost. A session that moved changed the steps between its old and new place,
-            # and the old place is not kept: every step is sent again.
-            return Change(list(self.steps), [s for s in self.steps if s.failed], again=True)
+            return Change()  # the same outcome again, or an older one: nothing changes
         if existing is None and self.checkpoint.boundary is not None:
             if entry.order <= self.checkpoint.boundary:
                 return Change(late=True)

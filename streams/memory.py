@@ -13,17 +13,15 @@ on ``memory`` keyed by its ``agent_id``, with its original Kafka timestamp, and 
 it arrives there. The rules are in event time, so the detour changes nothing.
 
 An agent's state is never forgotten: it is a few dozen bytes a memory, and an agent's
-pipeline health is a question about its whole history. A batch costs an agent its head, the
-memories it named and the backlog nodes on their paths (a tree of 128 memories a leaf): an
-agent whose indexer died weeks ago is not rewritten whole per event.
+pipeline health is a question about its whole history. Decoded agents (their heads and
+backlogs) are kept across batches, :data:`MemoryStage.CACHE_SIZE` at most; a batch reads
+only the memories it names.
 """
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from memdiag.contract.envelope import InMessage, Output, StateStore
@@ -32,12 +30,14 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder
 from memdiag.schemas.models import MemoryEvent
 from memdiag.settings import Settings
-from memdiag.streams.backlog import NodeCache
 from memdiag.streams.recall import Agent
 
 
 class MemoryStage:
     """The recall pipeline stage's logic; one per worker process."""
+
+    #: Most decoded agents kept between batches (the store holds them all).
+    CACHE_SIZE = 1024
 
     def __init__(self, settings: Settings, partition_of: Callable[[str], int]):
         self.settings = settings
@@ -46,39 +46,33 @@ class MemoryStage:
         self._decoder = Decoder(
             MEMORY_KINDS, settings.topics.memory, settings.max_event_bytes, settings.max_skew_us
         )
-        self._nodes = NodeCache()  # decoded backlog nodes, across batches
-        # the runner's batches, as an agent keeps what its last few sent: each call is one,
-        # but the calls of a batch retried a message at a time (one_batch) are one
-        self._batch = f"{os.getpid():x}.{time.monotonic_ns():x}"
-        self._batches = 0
-        self._one_batch: bool | None = None  # None: each call is a batch
+        self._agents: OrderedDict[str, Agent] = OrderedDict()
 
-    @contextmanager
-    def one_batch(self) -> Iterator[None]:
-        """The ``process`` calls inside are one batch of the runner (retried by message)."""
-        self._one_batch = False
-        try:
-            yield
-        finally:
-            self._one_batch = None
-
-    def partitions_changed(self) -> None:
-        self._nodes.clear()
+    def reset(self) -> None:
+        self._agents.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
-        if not self._one_batch:
-            self._batches += 1
-            if self._one_batch is False:
-                self._one_batch = True
         try:
             return self._process(msgs, store)
         except BaseException:
-            self._nodes.clear()  # a node may have changed in place and not moved
+            self._agents.clear()  # an agent may have changed and not been written
             raise
+
+    def _agent(self, agent_id: str, partition: int, store: StateStore) -> Agent:
+        agents = self._agents
+        agent = agents.get(agent_id)
+        if agent is None:
+            agent = Agent.load(agent_id, partition, self._deadline_ms, store)
+            agents[agent_id] = agent
+            if len(agents) > self.CACHE_SIZE:
+                agents.popitem(last=False)
+        else:
+            agents.move_to_end(agent_id)
+        return agent
 
     def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
-        agents: dict[str, Agent] = {}
+        touched: dict[str, Agent] = {}
         for msg in msgs:
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
@@ -92,15 +86,13 @@ class MemoryStage:
                 if self._partition_of(agent_id) != msg.partition:
                     rerouted.setdefault(agent_id, []).append(acc.reroutable())
                     continue
-                agent = agents.get(agent_id)
+                agent = touched.get(agent_id)
                 if agent is None:
-                    agent = Agent.load(agent_id, msg.partition, self._deadline_ms, store,
-                                       self._nodes, f"{self._batch}.{self._batches}")  # fmt: skip
-                    agents[agent_id] = agent
-                agent.apply(event, out, msg.offset)
+                    agent = touched[agent_id] = self._agent(agent_id, msg.partition, store)
+                agent.apply(event, out, store)
             for agent_id, raws in rerouted.items():
                 out.reroute_memory.append((agent_id, raws, msg.timestamp_ms))
-        for agent in agents.values():
+        for agent in touched.values():
             agent.save(store)
             out.diagnostic(agent.agent_id, agent.summary())
         return out

@@ -41,10 +41,12 @@ class ObservationOwner:
         self._alpha_success = settings.alpha_success
         self._alpha_failure = settings.alpha_failure
 
+    def reset(self) -> None:
+        pass  # nothing kept between batches
+
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
         ledgers: dict[str, tuple[Ledger, int, bool]] = {}  # id -> (ledger, partition, changed)
-        resent: set[str] = set()  # sent whole in this batch already
         for msg in msgs:
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
@@ -52,7 +54,7 @@ class ObservationOwner:
                 obs_id = rec["observation_id"]
                 known = ledgers.get(obs_id)
                 if known is None:
-                    raw = store.get(PREFIX + obs_id)
+                    raw = store.get(PREFIX + obs_id, msg.partition)
                     ledger = Ledger.from_state(
                         orjson.loads(raw) if raw is not None else None,
                         self._alpha_success,
@@ -69,12 +71,6 @@ class ObservationOwner:
                 )
                 change = ledger.apply(entry)
                 ledgers[obs_id] = (ledger, msg.partition, known[2] or change.fresh)
-                if change.again:
-                    if obs_id in resent:
-                        continue
-                    resent.add(obs_id)
-                else:
-                    resent.discard(obs_id)
                 if change.late:
                     out.count(LATE_EVENTS, at_us=entry.ts_us, reason=LATE_OBSERVATION_WINDOW)
                 for step in change.steps:

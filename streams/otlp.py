@@ -48,6 +48,9 @@ class SpanStage:
         self._max_bytes = settings.max_event_bytes
         self._max_skew_us = settings.max_skew_us
 
+    def reset(self) -> None:
+        pass  # stateless
+
     def process(self, msgs: list[InMessage], store: Any = None) -> Output:
         out = Output()
         for msg in msgs:

@@ -75,7 +75,7 @@ class Processor:
         self._wall_ms = wall_ms or _wall_ms
         self.states = SessionStates(self._config, settings.keep_ms)
 
-    def partitions_changed(self) -> None:
+    def reset(self) -> None:
         """Forget the expiry index (rebuilt from the store) and the decoded sessions."""
         self.states.clear()
 
@@ -177,12 +177,16 @@ class Processor:
     ) -> None:
         for rec in _records(msg):
             session_id = rec["session_id"]
-            session = touched.get(session_id) or self.states.load(
-                session_id, msg.partition, store, create=False
-            )
+            # A verdict can come before the session's outcome: after a failed checkpoint the
+            # session's events are taken again, and the verdicts its first pass caused may be
+            # read first. It is kept; the outcome it names completes the session when it comes.
+            session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
             if session is None:
                 continue  # the session was forgotten: nothing left to correct
             touched[session_id] = session
+            session.last_seen_ms = max(
+                session.last_seen_ms, self.states.clocks.now.get(msg.partition, 0)
+            )
             session.apply_verdict(
                 rec["observation_id"],
                 rec["outcome_event_id"],

@@ -25,22 +25,15 @@ The rules, all in event time (the agent's own events, never their arrival order)
   ``event_id`` for "latest" and the smaller for "first", so the result never depends on
   which arrived first.
 
-Redelivery. Every rule is a minimum, a maximum or a latest-by-``(ts, event_id)``, so an event
-applied twice changes nothing; the records an event is responsible for are sent again with
-their current values (the sink upserts them): its memory's row, the rows its ``ts`` turned
-unindexed (each kept with the clock that turned it), and the break or recovery it raised
-(kept with the event's id). So a crash between the state writes and the sends loses nothing.
+Redelivery. Every rule is a minimum, a maximum or a latest-by-``(ts, event_id)``, so an
+event applied twice changes nothing.
 
-Crashes inside a save. A batch's writes for an agent are its backlog's new nodes (copy on
-write: :mod:`memdiag.streams.backlog`), the memories it changed (each with its undo:
-:class:`Memory`), then the head, which is the commit: whatever part of the writes a crash
-lands, the agent reads as it was before the batch or after it, never in between, and the
-batch comes again.
-
-State, apart by key: the agent's head under ``m:<agent_id>``; its backlog's nodes under
-``mx:<len>:<agent_id><n>`` (none while the backlog fits in the head); one small record per
-memory under ``mm:<len>:<agent_id><memory_id>``. A batch writes the memories it touched, the
-backlog nodes on their paths and the head: never the whole agent.
+State, apart by key: the agent's head under ``m:<agent_id>``; one small record per memory
+under ``mm:<len>:<agent_id><memory_id>``; and for each written memory not yet indexed, its
+``written_at`` under ``mb:<len>:<agent_id><memory_id>`` (the backlog, read back into a sorted
+list when the agent is loaded). A batch writes the memories it touched, their backlog keys
+and the head: never the whole agent. Crash safety is the worker's checkpoint's
+(:mod:`memdiag.streams.checkpoint`), not this module's.
 """
 
 from __future__ import annotations
@@ -49,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
+from sortedcontainers import SortedList
 
 from memdiag.contract import (
     INDEXED,
@@ -68,11 +62,10 @@ from memdiag.schemas.models import (
     RecallProbe,
     format_ts,
 )
-from memdiag.streams.backlog import Backlog, NodeCache
 
 HEAD = "m:"
 MEMORY = "mm:"
-BACKLOG = "mx:"
+BACKLOG = "mb:"
 
 
 def head_key(agent_id: str) -> str:
@@ -85,7 +78,7 @@ def memory_key(agent_id: str, memory_id: str) -> str:
 
 
 def backlog_prefix(agent_id: str) -> str:
-    """The keys of the agent's backlog nodes: this and the node's number."""
+    """The agent's backlog keys: this and the memory id."""
     return f"{BACKLOG}{len(agent_id)}:{agent_id}"
 
 
@@ -153,29 +146,10 @@ def _earlier(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
     return a is None or (ts_us, event_id) < (a[0], a[1])
 
 
-#: An agent's batches whose outputs it can send again (a crash can lose the outputs of the
-#: runner's batches in flight, four at most, after their state landed): the events whose
-#: clock turned memories unindexed, the transitions each raised, the event that sorted the
-#: backlog again.
-BATCHES_KEPT = 4
-KEPT_PER_BATCH = 4096
-RESORTED = "mr:"
-
-
-def resorted_key(agent_id: str) -> str:
-    """The memories the last re-sort of the agent's backlog changed (``[event id, ids]``)."""
-    return f"{RESORTED}{len(agent_id)}:{agent_id}"
-
-
 class Memory:
-    """One memory's record: its first write and first index in event time.
+    """One memory's record: its first write and first index in event time."""
 
-    Undo. A record is written before its agent's head, with the head's next epoch and the
-    record as the head before knew it (``base``): a record whose epoch is ahead of the head's
-    is from a batch whose head was lost in a crash, and reads as its ``base`` (the batch
-    comes again)."""
-
-    __slots__ = ("memory_id", "written", "indexed", "counted", "base", "dirty")
+    __slots__ = ("memory_id", "written", "indexed", "counted", "dirty")
 
     def __init__(self, memory_id: str, rec: dict[str, Any] | None = None):
         self.memory_id = memory_id
@@ -183,15 +157,7 @@ class Memory:
         self.written: list[Any] | None = rec.get("w")  # [ts_us, event_id, name, store]
         self.indexed: list[Any] | None = rec.get("i")  # [ts_us, event_id, store]
         self.counted: bool = rec.get("x", False)  # counted in unindexed_memory_total
-        self.base: dict[str, Any] | None = self.facts() if rec else None
         self.dirty = False
-
-    @classmethod
-    def read(cls, memory_id: str, raw: bytes | None, epoch: int) -> Memory:
-        rec = orjson.loads(raw) if raw is not None else None
-        if rec is not None and rec.get("e", 0) > epoch:  # written by a batch whose head was lost
-            rec = rec.get("p")
-        return cls(memory_id, rec)
 
     @property
     def written_us(self) -> int | None:
@@ -201,7 +167,7 @@ class Memory:
     def indexed_us(self) -> int | None:
         return None if self.indexed is None else self.indexed[0]
 
-    def facts(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         rec: dict[str, Any] = {}
         if self.written is not None:
             rec["w"] = self.written
@@ -211,171 +177,146 @@ class Memory:
             rec["x"] = True
         return rec
 
-    def state(self, epoch: int) -> dict[str, Any]:
-        """The record to write in the batch that makes the head's ``epoch``."""
-        return {**self.facts(), "e": epoch, "p": self.base}
-
 
 class Agent:
     """One agent's recall pipeline, as far as its events say.
 
     The head (``m:<agent_id>``) holds the clock, the deadline it ran with, the last index,
-    the latest ambient context, the break that holds (an episode number, its ``since``, when
-    it was raised, its oldest memory and the unindexed count then), what the agent's last
-    :data:`BATCHES_KEPT` batches would send again for a redelivery, the backlog's root, and
-    its epoch: one more than the greatest offset of ``memory`` the batch applied (at least
-    one more than the last epoch). A redelivery cut into other batches gives each part the
-    epoch of its own last offset: only the part that ends where the lost batch ended reaches
-    the epoch the lost batch's memory records carry, and that part writes them again."""
+    the latest ambient context, and the break that holds (an episode number, its ``since``,
+    when it was raised, its oldest memory and the unindexed count then). Each memory has its
+    record (``mm:``); each written memory not indexed has a backlog key (``mb:``, its
+    ``written_at``), read back into a sorted list when the agent is loaded: a memory is
+    unindexed exactly when it is in the backlog and written before the agent's horizon
+    (clock minus deadline), so the list's order answers every question the break rule asks."""
 
-    def __init__(
-        self,
-        agent_id: str,
-        partition: int,
-        deadline_ms: int,
-        head: dict[str, Any],
-        store: StateStore,
-        cache: NodeCache | None = None,
-        batch_id: str = "",
-        raw: bytes | None = None,
-    ):
-        """``raw``: the stored bytes ``head`` was read from, if it was."""
+    def __init__(self, agent_id: str, partition: int, deadline_ms: int, head: dict[str, Any],
+                 backlog: SortedList) -> None:  # fmt: skip
         self.agent_id = agent_id
         self.partition = partition
         self.deadline_ms = deadline_ms
-        self.store = store
-        # to save nothing when a batch changed nothing
-        self._loaded = raw if raw is not None else orjson.dumps(head)
-        self.epoch: int = head.get("e", 0)
         self.clock: int = head.get("c", 0)
+        #: the deadline the rows sent so far were computed with
+        self.ran_with: int = head.get("d", deadline_ms)
         self.last_indexed: int | None = head.get("li")
         self.ambient: list[Any] | None = head.get("a")  # [ts_us, event_id, session_id, ids]
-        #: the written memories not indexed, pending and unindexed
-        self.backlog = Backlog(backlog_prefix(agent_id), head.get("bl"), store, cache)
         #: the break while it holds: [episode, since_us, broken at (clock), oldest memory
         #: id, unindexed then]
         self.broken: list[Any] | None = head.get("br")
         self.episodes: int = head.get("en", 0)
-        #: what the runner's last batches did, to send again: each {"b": the batch's id,
-        #: "t": [[the event whose clock turned memories unindexed, that clock]], "x":
-        #: [transitions: [the event that raised it, kind, episode, since_us, broken at,
-        #: oldest memory id, unindexed, recovered at or None]], "r": [the event that sorted
-        #: the backlog again (its memories: under resorted_key)]}
-        self.recent: list[dict[str, Any]] = head.get("rb", [])
-        self.batch: dict[str, Any] = {"b": batch_id}  # this batch's, the same way
-        self._resorted: list[Any] | None = None  # [event id, memory ids], this batch
-        self._offset = 0  # the greatest offset applied in this batch, plus one
-        # what a redelivered event finds: by its id
-        self._again_of: dict[str, list[list[Any]]] = {}
-        for done in self.recent:
-            self._index(done)
-        #: MEMDIAG_INDEX_DEADLINE_SECONDS changed since the backlog was sorted: sort it again
-        self._resort = head.get("d", deadline_ms) != deadline_ms
-        self.memories: dict[str, Memory] = {}
+        #: the written memories not indexed, as (written_us, memory_id)
+        self.backlog = backlog
+        self._backlog_changed: dict[str, int | None] = {}  # memory id -> written_us or None
+        self.memories: dict[str, Memory] = {}  # read in this batch
+        self._head = self.head()
 
     @classmethod
-    def load(
-        cls,
-        agent_id: str,
-        partition: int,
-        deadline_ms: int,
-        store: StateStore,
-        cache: NodeCache | None = None,
-        batch_id: str = "",
-    ) -> Agent:
-        raw = store.get(head_key(agent_id))
+    def load(cls, agent_id: str, partition: int, deadline_ms: int, store: StateStore) -> Agent:
+        raw = store.get(head_key(agent_id), partition)
         head = orjson.loads(raw) if raw is not None else {}
-        return cls(agent_id, head.get("p", partition), deadline_ms, head, store, cache, batch_id,
-                   raw)  # fmt: skip
+        prefix = backlog_prefix(agent_id)
+        backlog = SortedList(
+            (orjson.loads(value), key[len(prefix) :])
+            for key, value in store.items(prefix, partition)
+        )
+        return cls(agent_id, head.get("p", partition), deadline_ms, head, backlog)
 
     def head(self) -> dict[str, Any]:
-        head: dict[str, Any] = {"p": self.partition, "c": self.clock, "d": self.deadline_ms,
-                                "e": self.epoch, "bl": self.backlog.state()}  # fmt: skip
+        head: dict[str, Any] = {"p": self.partition, "c": self.clock, "d": self.deadline_ms}
         for key, value in (
             ("li", self.last_indexed),
             ("a", self.ambient),
             ("br", self.broken),
             ("en", self.episodes),
-            ("rb", self._recent()),
         ):
             if value:
                 head[key] = value
         return head
 
     def save(self, store: StateStore) -> None:
-        """The backlog's new nodes and the changed memories (with their undo) first, the head
-        last: the head is the batch's commit (see :class:`Memory`, :mod:`backlog`). A batch
-        that changed nothing (redeliveries) writes nothing."""
-        dirty = [m for m in self.memories.values() if m.dirty]
-        if not dirty and not self.backlog.changed and orjson.dumps(self.head()) == self._loaded:
-            return
-        epoch = max(self.epoch + 1, self._offset)
-        self.backlog.save_nodes(store, self.partition)
-        for memory in dirty:
-            key = memory_key(self.agent_id, memory.memory_id)
-            store.put(key, orjson.dumps(memory.state(epoch)), self.partition)
-            memory.base, memory.dirty = memory.facts(), False
-        if self._resorted is not None:
-            store.put(resorted_key(self.agent_id), orjson.dumps(self._resorted), self.partition)
-            self._resorted = None
-        self.epoch = epoch
-        self.recent, self.batch = self._recent(), {"b": self.batch["b"]}
-        self._loaded = orjson.dumps(self.head())
-        store.put(head_key(self.agent_id), self._loaded, self.partition)
+        """What the batch changed: memory records, backlog keys, the head."""
+        for memory in self.memories.values():
+            if memory.dirty:
+                key = memory_key(self.agent_id, memory.memory_id)
+                store.put(key, orjson.dumps(memory.state()), self.partition)
+                memory.dirty = False
+        prefix = backlog_prefix(self.agent_id)
+        for memory_id, written in self._backlog_changed.items():
+            if written is None:
+                store.delete(prefix + memory_id, self.partition)
+            else:
+                store.put(prefix + memory_id, str(written).encode(), self.partition)
+        self._backlog_changed.clear()
+        self.memories.clear()
+        head = self.head()
+        if head != self._head:
+            store.put(head_key(self.agent_id), orjson.dumps(head), self.partition)
+            self._head = head
 
-    def _recent(self) -> list[dict[str, Any]]:
-        """The kept batches with this one's (merged into the last if it is the same batch:
-        a retried batch saves an agent once a message)."""
-        if len(self.batch) == 1:  # nothing but its id
-            return self.recent
-        recent = list(self.recent)
-        if recent and recent[-1].get("b") == self.batch["b"]:
-            last = dict(recent.pop())
-            for key in ("t", "x"):
-                if key in self.batch:  # bounded as a batch is (the runner's 2,000 messages)
-                    last[key] = [*last.get(key, ()), *self.batch[key]][-KEPT_PER_BATCH:]
-            if "r" in self.batch:
-                last["r"] = self.batch["r"]
-            recent.append(last)
-        else:
-            recent.append(self.batch)
-        return recent[-BATCHES_KEPT:]
-
-    def memory(self, memory_id: str) -> Memory:
+    def memory(self, memory_id: str, store: StateStore) -> Memory:
         known = self.memories.get(memory_id)
         if known is None:
-            raw = self.store.get(memory_key(self.agent_id, memory_id))
-            known = self.memories[memory_id] = Memory.read(memory_id, raw, self.epoch)
+            raw = store.get(memory_key(self.agent_id, memory_id), self.partition)
+            rec = orjson.loads(raw) if raw is not None else None
+            known = self.memories[memory_id] = Memory(memory_id, rec)
         return known
+
+    # -- the backlog ------------------------------------------------------------------------
+
+    def _horizon_us(self, clock: int | None = None, deadline_ms: int | None = None) -> int:
+        """A memory of the backlog written before this is unindexed (whole milliseconds)."""
+        c = self.clock if clock is None else clock
+        d = self.deadline_ms if deadline_ms is None else deadline_ms
+        return (ms(c) - d) * 1000
+
+    def _backlog_put(self, written_us: int, memory_id: str) -> None:
+        self.backlog.add((written_us, memory_id))
+        self._backlog_changed[memory_id] = written_us
+
+    def _backlog_remove(self, written_us: int, memory_id: str) -> None:
+        self.backlog.discard((written_us, memory_id))
+        self._backlog_changed[memory_id] = None
+
+    def _between(self, lo_us: int, hi_us: int) -> list[str]:
+        """The backlog's memories written in [lo, hi)."""
+        b = self.backlog
+        return [m for _, m in b.islice(b.bisect_left((lo_us, "")), b.bisect_left((hi_us, "")))]
+
+    def counts(self) -> tuple[int, int]:
+        """(unindexed, pending) memories of the backlog."""
+        unindexed = self.backlog.bisect_left((self._horizon_us(), ""))
+        return unindexed, len(self.backlog) - unindexed
+
+    def oldest_unindexed(self) -> tuple[int, str] | None:
+        if self.backlog and self.backlog[0][0] < self._horizon_us():
+            written, memory_id = self.backlog[0]
+            return written, memory_id
+        return None
 
     # -- events -----------------------------------------------------------------------------
 
-    def apply(self, event: MemoryEvent, out: Output, offset: int = 0) -> None:
-        """Apply one validated event (from ``memory``'s ``offset``) and send what it changed
-        (or, for an event seen before, what it is responsible for, with current values)."""
+    def apply(self, event: MemoryEvent, out: Output, store: StateStore) -> None:
+        """Apply one validated event and send what it changed. An event applied twice
+        changes nothing (every rule is a minimum, a maximum or a latest-by-``(ts,
+        event_id)``)."""
         ts, eid = event.ts_us, event.event_id
-        self._offset = max(self._offset, offset + 1)
-        if self._resort:
-            self._resort = False
-            changed = self.backlog.resort(self._horizon_ms() * 1000, self.clock)
-            self._resorted = [eid, changed]
-            self.batch["r"] = eid
-            for memory_id in changed:
-                self._send_row(self.memory(memory_id), out)
-        else:
-            self._again(eid, out)
-        advanced = ts > self.clock
-        if advanced:
+        if self.ran_with != self.deadline_ms:
+            # MEMDIAG_INDEX_DEADLINE_SECONDS changed: the memories whose status it changes
+            old, new = self._horizon_us(deadline_ms=self.ran_with), self._horizon_us()
+            for memory_id in self._between(min(old, new), max(old, new)):
+                self._send_row(self.memory(memory_id, store), out)
+            self.ran_with = self.deadline_ms
+        before = self._horizon_us()
+        if ts > self.clock:
             self.clock = ts
         if isinstance(event, MemoryWritten):
-            m = self.memory(event.memory_id)
+            m = self.memory(event.memory_id, store)
             old_w = m.written_us
             if _earlier(m.written, ts, eid):
                 m.written = [ts, eid, event.name, event.store]
                 m.dirty = True
             self._place(m, old_w, out)
         elif isinstance(event, MemoryIndexed):
-            m = self.memory(event.memory_id)
+            m = self.memory(event.memory_id, store)
             if _earlier(m.indexed, ts, eid):
                 m.indexed = [ts, eid, event.store]
                 m.dirty = True
@@ -386,55 +327,24 @@ class Agent:
             out.diagnostic(self.agent_id, self._probe_row(event))
         elif isinstance(event, AmbientContext) and _later(self.ambient, ts, eid):
             self.ambient = [ts, eid, event.session_id, list(event.memory_ids)]
-        if advanced:
-            turned = self.backlog.turn(self._horizon_ms() * 1000, self.clock)
-            if turned:
-                self.batch.setdefault("t", []).append([eid, ts])
-            for _, memory_id, _ in turned:
-                self._send_row(self.memory(memory_id), out)
-        self._check_break(eid, out)
+        after = self._horizon_us()
+        if after > before:  # the clock moved: memories it turned unindexed
+            for memory_id in self._between(before, after):
+                self._send_row(self.memory(memory_id, store), out)
+        self._check_break(out)
         out.ts_us = max(out.ts_us, ts)
-
-    def _index(self, done: dict[str, Any]) -> None:
-        for t in done.get("t", ()):
-            self._again_of.setdefault(t[0], []).append(t)
-        for t in done.get("x", ()):
-            self._again_of.setdefault(t[0], []).append(t)
-        if "r" in done:
-            self._again_of.setdefault(done["r"], []).append([done["r"]])
-
-    def _again(self, eid: str, out: Output) -> None:
-        """For an event the agent's last batches applied: send again what it did."""
-        for done in self._again_of.get(eid, ()):
-            if len(done) == 2:  # its clock turned memories unindexed: [event, clock]
-                for memory_id in self.backlog.turned_at(done[1]):
-                    self._send_row(self.memory(memory_id), out)
-            elif len(done) == 1:  # it sorted the backlog again
-                raw = self.store.get(resorted_key(self.agent_id))
-                resorted = orjson.loads(raw) if raw is not None else None
-                if resorted is not None and resorted[0] == eid:
-                    for memory_id in resorted[1]:
-                        self._send_row(self.memory(memory_id), out)
-            else:
-                out.diagnostic(self.agent_id, self._transition_record(done))
-
-    def _horizon_ms(self) -> int:
-        """A memory written before this (whole ms) and not indexed is unindexed."""
-        return ms(self.clock) - self.deadline_ms
 
     def _place(self, m: Memory, old_w: int | None, out: Output) -> None:
         """Make the backlog hold ``m`` exactly while it is written and not indexed, and send
         its row."""
         w = m.written_us
-        turned = 0
         if old_w is not None and old_w != w:  # an earlier write came: the entry moves
-            entry = self.backlog.remove((old_w, m.memory_id))
-            turned = entry[2] if entry else 0
-        st = status(w, m.indexed_us, self.clock, self.deadline_ms)
-        if w is not None and st in (PENDING, UNINDEXED):
-            self.backlog.add([w, m.memory_id, (turned or self.clock) if st == UNINDEXED else 0])
-        elif w is not None:
-            self.backlog.remove((w, m.memory_id))
+            self._backlog_remove(old_w, m.memory_id)
+        if w is not None and m.indexed is None:
+            if (w, m.memory_id) not in self.backlog:
+                self._backlog_put(w, m.memory_id)
+        elif w is not None and (w, m.memory_id) in self.backlog:
+            self._backlog_remove(w, m.memory_id)
         self._send_row(m, out)
 
     def _send_row(self, m: Memory, out: Output) -> None:
@@ -451,27 +361,26 @@ class Agent:
 
     def current_break(self) -> int | None:
         """The break rule now: the oldest unindexed write, if nothing was indexed since."""
-        oldest = self.backlog.oldest_unindexed()
+        oldest = self.oldest_unindexed()
         return break_since(None if oldest is None else oldest[0], self.last_indexed)
 
-    def _check_break(self, eid: str, out: Output) -> None:
+    def _check_break(self, out: Output) -> None:
         """Raise ``pipeline_break`` (a new episode) when the rule starts to hold and
-        ``pipeline_recovered`` when it stops, each remembered with the event that raised it.
-        An episode keeps the ``since`` it was raised with (a late write may move the oldest
-        unindexed memory earlier while it holds: the agent's summary says so)."""
+        ``pipeline_recovered`` when it stops. An episode keeps the ``since`` it was raised
+        with (a late write may move the oldest unindexed memory earlier while it holds: the
+        agent's summary says so)."""
         raised = None
         since = self.current_break()
         if since is not None and self.broken is None:
-            oldest = self.backlog.oldest_unindexed()
+            oldest = self.oldest_unindexed()
             self.episodes += 1
             self.broken = [self.episodes, since, self.clock, oldest[1] if oldest else None,
-                           self.backlog.counts()[0]]  # fmt: skip
-            raised = [eid, PIPELINE_BREAK, *self.broken, None]
+                           self.counts()[0]]  # fmt: skip
+            raised = [PIPELINE_BREAK, *self.broken, None]
         elif since is None and self.broken is not None:
-            raised = [eid, PIPELINE_RECOVERED, *self.broken, self.clock]
+            raised = [PIPELINE_RECOVERED, *self.broken, self.clock]
             self.broken = None
         if raised is not None:
-            self.batch.setdefault("x", []).append(raised)
             out.diagnostic(self.agent_id, self._transition_record(raised))
 
     # -- records ----------------------------------------------------------------------------
@@ -479,7 +388,7 @@ class Agent:
     def _transition_record(self, t: list[Any]) -> dict[str, Any]:
         """A transition, whole: a recovery says the break it ends, so either record alone
         makes the episode's row."""
-        _, kind, episode, since_us, broken_at, oldest_id, unindexed, recovered_at = t
+        kind, episode, since_us, broken_at, oldest_id, unindexed, recovered_at = t
         return {
             "kind": kind,
             "agent_id": self.agent_id,
@@ -533,7 +442,7 @@ class Agent:
         ``pending`` and ``unindexed`` are the backlog's; the view counts the rows."""
         ambient = self.ambient
         since = self.current_break()
-        unindexed, pending = self.backlog.counts()
+        unindexed, pending = self.counts()
         return {
             "kind": "pipeline_agent",
             "agent_id": self.agent_id,

@@ -26,9 +26,10 @@ order (docs/rules.md):
 The session's own clock is its newest ``ts``: it alone runs the turn TTL (counting unmatched
 halves) and the search retention. Other sessions' timestamps never touch it.
 
-Redelivery. A redelivered event (its ``event_id`` is in the log) changes nothing, and
-re-sends the records it is responsible for with their current values, so a crash between
-the state write and the sends loses nothing: the sink's upserts make the repeat harmless.
+Duplicates. An event whose ``event_id`` is in the log already (a producer's retry, a file
+published twice) changes nothing and sends nothing. A crash is not this module's concern: the
+worker's checkpoint (:mod:`memdiag.streams.checkpoint`) brings the session back as of the
+committed offsets and the records after them come again.
 """
 
 from __future__ import annotations
@@ -66,10 +67,9 @@ from memdiag.streams.turns import Change, Judged, Turn
 
 log = logging.getLogger("memdiag.worker")
 
-#: Records per changelog chunk of a new session's log. A session keeps the chunk size it was
-#: first written with (``cs`` in its head; heads without it were written with 32).
+#: Records per sealed chunk of a session's log. A session keeps the chunk size it was first
+#: written with (``cs`` in its head).
 CHUNK = 8
-LEGACY_CHUNK = 32
 
 # Log record layouts (JSON arrays; index 0 is the kind, 1 the event id, 2 the ts in µs):
 #   ["s", eid, ts, source, query_key, result_ids | result_count, scope, published_ms, query?]
@@ -218,8 +218,8 @@ class Session:
         return index
 
     def ingest(self, event: SessionEvent, published_ms: int, out: Output) -> None:
-        """Apply a validated event (or re-send what it caused, if it is a redelivery; or, for
-        a higher revision of an outcome, put it in the place of the one before)."""
+        """Apply a validated event (nothing if it is a duplicate; for a higher revision of an
+        outcome, put it in the place of the one before)."""
         seq = self._seq_of.get(event.event_id)
         revised = (
             seq is not None
@@ -227,18 +227,15 @@ class Session:
             and event.revision > _revision(self.records[seq])
         )
         if seq is not None and not revised:
-            self._redeliver(self.records[seq], out)
-            return
+            return  # a duplicate
         rec = record_of(event, self.scope_of(event), published_ms, self.config.store_text)
         self.records.append(rec)
         self._apply(rec, len(self.records) - 1, out)
 
     def ingest_span(self, d: dict[str, Any], scope: SessionScope, out: Output) -> None:
-        """Apply a span retrieval or a span turn (``memdiag.streams.traces``), or re-send
-        what it caused."""
-        seq = self._seq_of.get(d["id"])
-        if seq is not None:
-            self._redeliver(self.records[seq], out)
+        """Apply a span retrieval or a span turn (``memdiag.streams.traces``) unless it is a
+        duplicate."""
+        if d["id"] in self._seq_of:
             return
         rec = span_record_of(d, self._scope(scope))
         self.records.append(rec)
@@ -268,7 +265,7 @@ class Session:
         if known is not None and known.version > version:
             return
         self.verdicts[obs_id] = OwnerVerdict(outcome_event_id, misleading, version)
-        self._send_diagnostic(out, force=known is not None and known.version == version)
+        self._send_diagnostic(out)
 
     # -- rules ------------------------------------------------------------------------------
 
@@ -573,65 +570,6 @@ class Session:
                 if out is not None:
                     out.count(UNMATCHED_TURNS, at_us=self.clock, half=half)
 
-    # -- redelivery ---------------------------------------------------------------------------
-
-    def _redeliver(self, rec: list[Any], out: Output) -> None:
-        """Re-send, with current values, what the event ``rec`` is responsible for."""
-        kind, eid = rec[0], rec[1]
-        if kind == SEARCH:
-            if eid in self.history:
-                out.diagnostic(self.session_id, self._search_row(rec, self.history.verdict(eid)))
-                successor = self.history.successor_verdict(eid)
-                if successor is not None:
-                    self._send_search(successor, out)
-            elif not isinstance(rec[5], list):
-                out.diagnostic(self.session_id, self._search_row(rec, None))
-        elif kind in (INJECTION, RESPONSE):
-            turn = self.turns[rec[3]]
-            obs_ids = [o for o, _ in rec[4]] if kind == INJECTION else list(turn.judged)
-            for obs_id in obs_ids:
-                judged = turn.judged.get(obs_id)
-                if judged is not None:
-                    out.diagnostic(self.session_id, self._feedback_row(rec[3], obs_id, judged))
-            if kind == INJECTION and self.outcome_seq is not None:
-                self._send_steps(list(dict.fromkeys(o for o, _ in rec[4])), out)
-        elif kind in (SPAN_RETRIEVAL, SPAN_TURN):
-            self._redeliver_span(rec, out)
-        elif self.outcome_seq is not None:
-            self._send_steps(list(self._observations), out)
-        self._send_diagnostic(out, force=True)
-
-    def _redeliver_span(self, rec: list[Any], out: Output) -> None:
-        """A span retrieval or turn again: the rows of the turn it is part of; for a turn,
-        also those of the turn it took memories from when it came (the first later turn
-        that was there already), and the verdicts it took back there: its memories of the
-        retrievals between the turn before it and that one (then) that the latter no longer
-        injects. Deleting a row that is not there is harmless."""
-        turns = self._span_turns
-        i = bisect_left(turns, (rec[2], rec[1]), key=lambda t: t[:2])
-        affected = turns[i : i + 1]
-        if rec[0] == SPAN_TURN:
-            seq = self._seq_of[rec[1]]
-            before = next((t for t in reversed(turns[:i]) if t[2] < seq), None)
-            after = next((t for t in turns[i + 1 :] if t[2] < seq), None)
-            if after is not None:
-                affected.append(after)
-                lo = 0 if before is None else bisect_right(
-                    self._span_retrievals, before[:2], key=lambda r: r[:2])  # fmt: skip
-                hi = bisect_right(self._span_retrievals, after[:2], key=lambda r: r[:2])
-                kept = {o for o, _ in self._span_applied.get(after[1], ())}
-                gone = {
-                    o for _, _, r in self._span_retrievals[lo:hi] for o, _ in self.records[r][3]
-                }
-                for obs_id in sorted(gone - kept):
-                    out.diagnostic(self.session_id, self._retracted_row(after[1], obs_id))
-        for _, turn_id, _ in affected:
-            span_turn = self.turns.get(turn_id)
-            for obs_id, judged in span_turn.judged.items() if span_turn is not None else ():
-                out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, judged))
-            if self.outcome_seq is not None:
-                self._send_steps([o for o, _ in self._span_applied.get(turn_id, ())], out)
-
     # -- the session diagnostic -----------------------------------------------------------------
 
     @property
@@ -711,7 +649,7 @@ class Session:
 
     def _send_diagnostic(self, out: Output | None, force: bool = False) -> None:
         """Send the diagnostic if the session is closed, every verdict is in, and it differs
-        from the one last sent (or ``force``: a redelivery re-sends it)."""
+        from the one last sent (or ``force``: a rebuild re-sends it)."""
         if out is None or self.outcome_seq is None or not self.complete():
             return
         diagnostic = self.diagnostic()
@@ -852,7 +790,7 @@ class Session:
     ) -> Session:
         """The inverse of :meth:`header` and :meth:`seal`."""
         session = cls(session_id, head["p"], config)
-        session.chunk = head.get("cs", LEGACY_CHUNK)
+        session.chunk = head["cs"]
         session.last_seen_ms = head["l"]
         for agent_id, org_id, project_id in head["sc"]:
             scope = (agent_id, org_id, project_id)

@@ -38,19 +38,15 @@ def expiry_index(
     head's id (its key after the ``head`` prefix) and its last-seen time in ms (``"l"``), and
     each tombstone's whole key and when it was laid."""
     index: dict[str, int] = {}
-    for key in store.keys():
-        if key.startswith(head):
-            raw = store.get(key)
-            if raw is not None:
-                value = orjson.loads(raw)
-                if value.get("p") == partition:
-                    index[key[len(head) :]] = value["l"]
-        elif tombstone is not None and key.startswith(tombstone):
-            raw = store.get(key)
-            if raw is not None:
-                stone = orjson.loads(raw)
-                if stone[0] == partition:
-                    index[key] = stone[1]
+    for key, raw in store.items(head, partition):
+        value = orjson.loads(raw)
+        if value.get("p") == partition:
+            index[key[len(head) :]] = value["l"]
+    if tombstone is not None:
+        for key, raw in store.items(tombstone, partition):
+            stone = orjson.loads(raw)
+            if stone[0] == partition:
+                index[key] = stone[1]
     return index
 
 
@@ -93,10 +89,9 @@ class SessionStates:
         self._config = config
         self._keep_ms = keep_ms
         self.clocks = Clocks(min(SWEEP_EVERY_MS, max(1, keep_ms // 4)))
-        # session_id -> (the head bytes last written, the session they encode). The store
-        # hands back the very bytes object written, so identity proves the cache current;
-        # after a rebalance or a recovery the bytes are new and the session is rebuilt.
-        self._cache: dict[str, tuple[bytes, Session]] = {}
+        # session_id -> the session as last written: current until the runner resets the
+        # stage (a checkpoint rolled back, partitions moved), which clears it
+        self._cache: dict[str, Session] = {}
 
     def clear(self) -> None:
         """After a rebalance: the expiry index is rebuilt from the store, sessions decoded."""
@@ -109,18 +104,18 @@ class SessionStates:
     def load(
         self, session_id: str, partition: int, store: StateStore, create: bool = True
     ) -> Session | None:
-        raw = store.get(HEAD + session_id)
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            return cached
+        raw = store.get(HEAD + session_id, partition)
         if raw is None:
-            if not create or store.get(TOMBSTONE + session_id) is not None:
+            if not create or store.get(TOMBSTONE + session_id, partition) is not None:
                 return None
             return Session(session_id, partition, self._config)
-        cached = self._cache.get(session_id)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
         head = orjson.loads(raw)
         chunks = []
         for i in range(head["n"]):
-            chunk = store.get(chunk_key(session_id, i))
+            chunk = store.get(chunk_key(session_id, i), partition)
             if chunk is None:
                 raise RuntimeError(f"session {session_id}: log chunk {i} is missing")
             chunks.append(orjson.loads(chunk))
@@ -130,12 +125,12 @@ class SessionStates:
         while (sealed := session.seal()) is not None:
             index, chunk = sealed
             store.put(chunk_key(session.session_id, index), orjson.dumps(chunk), session.partition)
-        raw = orjson.dumps(session.header())
-        store.put(HEAD + session.session_id, raw, session.partition)
+        store.put(HEAD + session.session_id, orjson.dumps(session.header()), session.partition)
         cache = self._cache
-        if len(cache) >= self.CACHE_SIZE and session.session_id not in cache:
-            cache.pop(next(iter(cache)))  # the oldest entry
-        cache[session.session_id] = (raw, session)
+        cache.pop(session.session_id, None)  # least recently written first
+        if len(cache) >= self.CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[session.session_id] = session
         self._expiry(session.partition, store)[session.session_id] = session.last_seen_ms
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:

@@ -29,22 +29,20 @@ any order, over many messages, from many records; this stage keeps each trace's 
 - **Memory writes** (``create_memory``, ``upsert_memory``) go to ``memory`` as
   ``memory_written`` events (section 9 of the contract), keyed by their agent.
 
-Redelivery: a batch that brings a span seen before sends again all its traces have said (the
-session stage and the sink keep each event once): what a span made others say (the spans it
-let resolve, the outcome it amended) may have been lost with the outputs of a batch whose
-state landed. State: the trace's log of span records (their keywords, never texts) in sealed
-chunks of at most :data:`CHUNK` records and about :data:`CHUNK_BYTES` (``tc:``: a chunk or a
-head stays far under a Kafka message's limit, whatever the spans) and its head (``t:``: the
-log's tail, the spans waiting,
-the outcomes sent), written head last. A trace is forgotten after
+A span seen before (the Collector's retry) changes nothing. State: the trace's log of span
+records (their keywords, never texts) in sealed chunks of at most :data:`CHUNK` records and
+about :data:`CHUNK_BYTES` (``tc:``: a chunk or a head stays far under a Kafka message's
+limit, whatever the spans; a write rewrites the tail and any chunk whose spans were settled)
+and its head (``t:``: the log's tail, the outcomes sent). A trace is forgotten after
 ``MEMDIAG_SESSION_KEEP_HOURS`` of processing time without a span: what still waits is then
-dead-lettered.
+dead-lettered, in the same checkpoint that deletes it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -92,7 +90,8 @@ class Trace:
         self.partition = partition
         self.log: list[dict[str, Any]] = []  # span records, in arrival order
         self.sealed = 0  # log[:sealed] are in sealed chunks
-        self.chunks = 0  # how many
+        self.starts: list[int] = []  # where each sealed chunk starts in the log
+        self.rewrite: set[int] = set()  # sealed chunks to write again (a span settled)
         self.sizes: list[int] = []  # each record's bytes, as JSON
         self.bytes = 0  # all of them
         self.index: dict[str, dict[str, Any]] = {}
@@ -104,7 +103,6 @@ class Trace:
         self.blocked: dict[str, set[str]] = {}  # missing span id -> waiting span ids
         self.sent: dict[str, list[Any]] = {}  # outcome span -> [revision, digest]
         self.last_seen_ms = 0
-        self.gone = False  # forgotten at the next sweep (what waited is dead-lettered)
 
     # -- the index ----------------------------------------------------------------------------
 
@@ -130,17 +128,16 @@ class Trace:
         return True
 
     def settle(self, span_id: str, how: str) -> None:
-        """A waiting span is sent (``d``) or given up (``g``): in its record while that is in
-        the log's unsealed tail, else by a marker record (the log is append-only)."""
+        """A waiting span is sent (``d``) or given up (``g``): said in its record (a sealed
+        chunk holding it is written again)."""
         self.waiting.discard(span_id)
         if how == "g":
             self.given_up.add(span_id)
-        if self.position[span_id] >= self.sealed:
-            self.index[span_id][how] = 1
-        else:
-            marker = {"m": how, "s": span_id}
-            self.log.append(marker)
-            self._sized(marker)
+        rec = self.index[span_id]
+        rec[how] = 1
+        position = self.position[span_id]
+        if position < self.sealed:
+            self.rewrite.add(bisect_right(self.starts, position) - 1)
 
     def _sized(self, rec: dict[str, Any]) -> None:
         size = len(orjson.dumps(rec))
@@ -231,6 +228,10 @@ class Trace:
 
     # -- persistence --------------------------------------------------------------------------
 
+    @property
+    def chunks(self) -> int:
+        return len(self.starts)
+
     def header(self) -> dict[str, Any]:
         head: dict[str, Any] = {
             "p": self.partition,
@@ -240,9 +241,11 @@ class Trace:
         }
         if self.sent:
             head["o"] = self.sent
-        if self.gone:
-            head["g"] = True
         return head
+
+    def chunk(self, index: int) -> list[dict[str, Any]]:
+        end = self.starts[index + 1] if index + 1 < len(self.starts) else self.sealed
+        return self.log[self.starts[index] : end]
 
     def seal(self) -> tuple[int, list[dict[str, Any]]] | None:
         """The next chunk of the log's tail to write under its own key, if the tail is full
@@ -256,7 +259,9 @@ class Trace:
         if end == len(self.log) and end - self.sealed < CHUNK and size <= CHUNK_BYTES:
             return None  # the tail is not full
         chunk = self.log[self.sealed : end]
-        index, self.sealed, self.chunks = self.chunks, end, self.chunks + 1
+        index = len(self.starts)
+        self.starts.append(self.sealed)
+        self.sealed = end
         return index, chunk
 
     @classmethod
@@ -264,27 +269,21 @@ class Trace:
         trace = cls(trace_id, head["p"])
         trace.last_seen_ms = head["l"]
         for i in range(head["n"]):
-            raw = store.get(chunk_key(trace_id, i))
+            raw = store.get(chunk_key(trace_id, i), trace.partition)
             if raw is None:
                 raise RuntimeError(f"trace {trace_id}: log chunk {i} is missing")
+            trace.starts.append(len(trace.log))
             trace.log.extend(orjson.loads(raw))
-        trace.sealed, trace.chunks = len(trace.log), head["n"]
+        trace.sealed = len(trace.log)
         trace.log.extend(head["t"])
-        settled: dict[str, str] = {}
         for position, rec in enumerate(trace.log):
             trace._sized(rec)
-            if "m" in rec:
-                settled[rec["s"]] = rec["m"]
-                continue
             trace._index(rec, position)
-            if "g" in rec or "d" in rec:
-                settled[rec["s"]] = "g" if "g" in rec else "d"
-            elif _says(rec):
+            if "g" in rec:
+                trace.given_up.add(rec["s"])
+            elif "d" not in rec and _says(rec):
                 trace.waiting.add(rec["s"])
-        trace.waiting -= settled.keys()
-        trace.given_up = {s for s, how in settled.items() if how == "g"}
         trace.sent = head.get("o", {})
-        trace.gone = head.get("g", False)
         return trace
 
 
@@ -308,11 +307,10 @@ class TraceStage:
         self._sessions = Decoder(SESSION_KINDS, settings.topics.events, 1 << 62)
         self._memory = Decoder(MEMORY_KINDS, settings.topics.memory, 1 << 62)
         self.clocks = Clocks(min(60_000, max(1, self._keep_ms // 4)))
-        self._cache: dict[str, tuple[bytes, Trace, int]] = {}  # (head, trace, its bytes)
+        self._cache: dict[str, tuple[Trace, int]] = {}  # (trace, its bytes)
         self._cached_bytes = 0
-        self._counting = True  # False while a redelivery sends again what was counted
 
-    def partitions_changed(self) -> None:
+    def reset(self) -> None:
         self.clocks.clear()
         self._forget_decoded()
 
@@ -370,29 +368,7 @@ class TraceStage:
         out: Output,
         sessions: dict[str, list[dict[str, Any]]],
     ) -> None:
-        fresh: list[str] = []
-        again = False
-        for rec in records:
-            if not trace.add(rec):
-                again = True
-                continue
-            fresh.append(rec["s"])
-        if fresh:
-            trace.gone = False  # a span came: the trace is alive again
-        if again:  # what the trace said before may be lost: say it all again (uncounted)
-            new = set(fresh)
-            self._counting = False
-            try:
-                for rec in trace.log:
-                    s = rec["s"]
-                    if "m" in rec or s in new or s in trace.waiting or not _says(rec):
-                        continue
-                    if s in trace.given_up:
-                        self._give_up(trace, out, "it did not come in time", again={s})
-                    else:
-                        self._send(trace, rec, self._context(trace, rec), out, sessions)
-            finally:
-                self._counting = True
+        fresh = [rec["s"] for rec in records if trace.add(rec)]  # a span seen before: nothing
         # what the new spans decide: themselves, and the spans that waited for them; in the
         # order they started (the turns of a session come to it in order: no rebuild there)
         todo = {s for s in fresh if s in trace.waiting}
@@ -550,23 +526,23 @@ class TraceStage:
         self._reject(rec, out, f"its {event['kind']} event is refused: {problem[1]}", problem[0])
         return False
 
-    def _reject(self, rec: dict[str, Any], out: Output, detail: str,
-                reason: str = MISSING_FIELD, count: bool = True) -> None:  # fmt: skip
+    def _reject(
+        self, rec: dict[str, Any], out: Output, detail: str, reason: str = MISSING_FIELD
+    ) -> None:
         topic, partition, offset, index, timestamp_ms = rec["o"]
         origin = InMessage(topic, partition, offset, None, None, timestamp_ms)
-        payload = orjson.dumps({k: v for k, v in rec.items() if k != "o"})
-        add_dead_letter(out, origin, Rejected(index, reason, detail, payload), self.settings,
-                        count=count and self._counting)  # fmt: skip
+        payload = orjson.dumps({k: v for k, v in rec.items() if k not in ("o", "d", "g")})
+        add_dead_letter(out, origin, Rejected(index, reason, detail, payload), self.settings)
 
     # -- the store ----------------------------------------------------------------------------
 
     def _load(self, trace_id: str, partition: int, store: StateStore) -> Trace:
-        raw = store.get(HEAD + trace_id)
+        cached = self._cache.get(trace_id)
+        if cached is not None:
+            return cached[0]
+        raw = store.get(HEAD + trace_id, partition)
         if raw is None:
             return Trace(trace_id, partition)
-        cached = self._cache.get(trace_id)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
         trace = Trace.restore(trace_id, orjson.loads(raw), store)
         for span_id in trace.waiting:  # what each waits for (nothing to send: known)
             found = self._context(trace, trace.index[span_id])
@@ -576,16 +552,18 @@ class TraceStage:
 
     def _write(self, trace: Trace, store: StateStore) -> None:
         p = trace.partition
+        for index in sorted(trace.rewrite):
+            store.put(chunk_key(trace.trace_id, index), orjson.dumps(trace.chunk(index)), p)
+        trace.rewrite.clear()
         while (sealed := trace.seal()) is not None:
             index, chunk = sealed
             store.put(chunk_key(trace.trace_id, index), orjson.dumps(chunk), p)
-        raw = orjson.dumps(trace.header())
-        store.put(HEAD + trace.trace_id, raw, p)
+        store.put(HEAD + trace.trace_id, orjson.dumps(trace.header()), p)
         self._uncache(trace.trace_id)
         while self._cache and (len(self._cache) >= self.CACHE_SIZE
                                or self._cached_bytes + trace.bytes > self.CACHE_BYTES):  # fmt: skip
-            self._cached_bytes -= self._cache.pop(next(iter(self._cache)))[2]  # the oldest
-        self._cache[trace.trace_id] = (raw, trace, trace.bytes)
+            self._cached_bytes -= self._cache.pop(next(iter(self._cache)))[1]  # the oldest
+        self._cache[trace.trace_id] = (trace, trace.bytes)
         self._cached_bytes += trace.bytes
         self._expiry(p, store)[trace.trace_id] = trace.last_seen_ms
 
@@ -603,12 +581,7 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]],
     ) -> None:
         """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
-        of its processing time. A trace with nothing waiting goes at once. One with spans
-        still waiting goes in two sweeps: the first dead-letters them (given up: never sent,
-        even if their ancestor comes after all) and marks the trace, the next (a minute of
-        processing time later at most: the first one's outputs are long acknowledged) sends
-        those dead letters again, uncounted, and deletes it, head first. So a crash between
-        the state and the outputs loses none."""
+        of its processing time; the spans still waiting in one are dead-lettered (given up)."""
         if not self.clocks.due(partition):
             return
         now = self.clocks.now.get(partition, 0)
@@ -618,40 +591,31 @@ class TraceStage:
         for trace_id, last_seen in list(index.items()):
             if last_seen >= now - self._keep_ms:
                 continue
-            raw = store.get(HEAD + trace_id)
-            if raw is None:
-                del index[trace_id]
-                continue
-            trace = Trace.restore(trace_id, orjson.loads(raw), store)
-            self._uncache(trace_id)
-            if not trace.gone:
-                self._give_up(trace, out, why)
-                if trace.given_up:
-                    trace.gone = True
-                    self._write(trace, store)
-                    self._uncache(trace_id)
-                    continue
-            else:
-                self._give_up(trace, out, why, again=trace.given_up)
             del index[trace_id]
+            trace = self._load(trace_id, partition, store)
+            self._uncache(trace_id)
+            if trace.chunks == 0 and not trace.log:
+                continue  # not in the store (any more)
+            self._give_up(trace, out, why)
             store.delete(HEAD + trace_id, partition)
             for i in range(trace.chunks):
                 store.delete(chunk_key(trace_id, i), partition)
 
-    def _give_up(self, trace: Trace, out: Output, why: str, again: set[str] | None = None) -> None:
-        """Dead-letter the spans of ``trace`` still waiting for an ancestor (they are given
-        up); or, ``again``, those of these given up before (sent again, uncounted)."""
-        spans = sorted(trace.waiting if again is None else again)
-        for span_id in spans:
+    def _give_up(self, trace: Trace, out: Output, why: str) -> None:
+        """Dead-letter the spans of ``trace`` still waiting for an ancestor: they are given
+        up (never sent, even if their ancestor comes after all)."""
+        for span_id in sorted(trace.waiting):
             rec = trace.index[span_id]
             found = self._context(trace, rec)
             missing = found.span_id if isinstance(found, Wait) else None
-            if again is None:
-                trace.settle(span_id, "g")
-            self._reject(rec, out, "its context never came: no gen_ai.conversation.id or "
-                         "session.id (for a memory write: no agent) on the span or its "
-                         f"resource, and its ancestor span {missing} did not come: {why}",
-                         count=again is None)  # fmt: skip
+            trace.settle(span_id, "g")
+            self._reject(
+                rec,
+                out,
+                "its context never came: no gen_ai.conversation.id or "
+                "session.id (for a memory write: no agent) on the span or its "
+                f"resource, and its ancestor span {missing} did not come: {why}",
+            )
 
     def end_of_input(
         self, partition: int, store: StateStore, touched: dict[str, Trace], out: Output
@@ -670,7 +634,7 @@ class TraceStage:
     def _uncache(self, trace_id: str) -> None:
         known = self._cache.pop(trace_id, None)
         if known is not None:
-            self._cached_bytes -= known[2]
+            self._cached_bytes -= known[1]
 
 
 def _says(rec: dict[str, Any]) -> bool:

@@ -25,15 +25,13 @@ def main(settings: Settings) -> None:
     asyncio.run(ensure_topics(settings))
     import faust
 
+    from memdiag.streams import compat
     from memdiag.streams.app import create_app
-    from memdiag.streams.compat import (
-        patch_faust_delivery,
-        patch_faust_fetch_wait,
-        patch_faust_highwaters,
-        patch_faust_raw_delivery,
-    )
     from memdiag.streams.telemetry import install_meter_provider
 
+    compat.check()  # before anything of Faust's runs: one line if the version is not ours
+    compat.patch_highwaters(client_options(settings))
+    compat.patch_fetch_wait(settings.fetch_max_wait_ms)
     _, exporting = install_meter_provider("memdiag-worker")
     app = create_app(settings).app
     if exporting:
@@ -41,10 +39,6 @@ def main(settings: Settings) -> None:
         from faust.sensors.otel import OpenTelemetryMonitor
 
         app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
-    patch_faust_highwaters(client_options(settings))
-    patch_faust_delivery()
-    patch_faust_raw_delivery()
-    patch_faust_fetch_wait(settings.fetch_max_wait_ms)
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _log_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:

@@ -1,85 +1,78 @@
-"""The whole worker in memory: its stages, Kafka-like partitioned topics, and a sink.
+"""The whole worker in memory: its runner, its checkpoint and its stages over Kafka-like
+partitioned topics, and a sink.
 
-No broker and no Faust: partitioned logs, consumer positions and a commit point per
-partition, the stages' logic (``memdiag.streams.processor``, ``memdiag.streams.observations``) with a dict
-store, and the sink's upsert rules folded in Python. A random scheduler decides which
-partitions a batch takes and how large it is, and can crash a stage mid-flight (its
-outputs lost, its offsets rewound to the last commit, its state writes kept up to a random
-point), so unit tests can feed the same events in many arrival orders and failure
-histories, in milliseconds, and compare the tables with the reference.
+No broker and no Faust: partitioned logs (the changelogs among them), consumer positions and
+committed offsets, the worker's own :class:`memdiag.streams.runner.Runner` and
+:class:`memdiag.streams.checkpoint.Checkpoint` driven through a fake Kafka, the tables'
+backends recovered with the worker's own :func:`memdiag.streams.store.replay`, and the sink's
+upsert rules folded in Python. A random scheduler decides which partitions a fetch takes and
+how much, when the runner commits, and when the worker is killed: between two batches, or at
+a step of its checkpoint (after part of its changelog records, after all of them, after the
+commit). A killed worker loses everything in memory; a new one recovers its tables from the
+changelog (from nothing, or from the local state a RocksDB store would have kept) and takes
+its records again from the committed offsets. Unit tests can so feed the same events in
+many arrival orders and failure histories, in milliseconds, and compare the tables with the
+reference.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import random
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import orjson
 from aiokafka.partitioner import murmur2
 
-from memdiag.contract.envelope import CounterKey, DictStore, InMessage, Output
+from memdiag.contract.envelope import CounterKey, InMessage, Output
+from memdiag.schemas.deadletters import failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
+from memdiag.streams.checkpoint import TP, CommitRefused
+from memdiag.streams.memory import MemoryStage
 from memdiag.streams.observations import ObservationOwner
 from memdiag.streams.otlp import SpanStage
 from memdiag.streams.processor import Processor
+from memdiag.streams.runner import Runner, StageSpec
+from memdiag.streams.store import OFFSETS_HEADER, ChangelogRecord, MemoryBackend, covers_of, replay
 from memdiag.streams.traces import TraceStage
+
+STATE = "state"
+#: The steps of a commit a worker can be killed at (:mod:`memdiag.streams.checkpoint`).
+STEPS = ("changelog", "delivered", "committed")
 
 
 def partition_for(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-class RecordingStore(DictStore):
-    """A dict store that can keep only a prefix of a batch's writes (a crash)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.journal: list[tuple[str, bytes | None]] | None = None
-
-    def put(self, key: str, value: bytes, partition: int) -> None:
-        if self.journal is not None:
-            self.journal.append((key, self.data.get(key)))
-        super().put(key, value, partition)
-
-    def delete(self, key: str, partition: int) -> None:
-        if self.journal is not None:
-            self.journal.append((key, self.data.get(key)))
-        super().delete(key, partition)
-
-    def undo_after(self, keep: int) -> None:
-        assert self.journal is not None
-        for key, before in reversed(self.journal[keep:]):
-            if before is None:
-                self.data.pop(key, None)
-            else:
-                self.data[key] = before
+class Killed(BaseException):
+    """The worker process died (a BaseException: nothing in the worker catches it)."""
 
 
-class StagedStore(DictStore):
-    """A batch's state writes, held over a copy of ``target``: :meth:`land` applies the
-    first ``n`` of them to ``target`` (the prefix a crash leaves in the changelog)."""
+class Record(NamedTuple):
+    """A record as the runner sees a fetched one (aiokafka's ``ConsumerRecord``)."""
 
-    def __init__(self, target: DictStore):
-        super().__init__(dict(target.data))
-        self.target = target
-        self.log: list[tuple[str, bytes | None]] = []
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
-    def put(self, key: str, value: bytes, partition: int) -> None:
-        super().put(key, value, partition)
-        self.log.append((key, value))
 
-    def delete(self, key: str, partition: int) -> None:
-        super().delete(key, partition)
-        self.log.append((key, None))
+class Metadata(NamedTuple):
+    offset: int
 
-    def land(self, n: int) -> None:
-        for key, value in self.log[:n]:
-            if value is None:
-                self.target.data.pop(key, None)
-            else:
-                self.target.data[key] = value
+
+def done(result: Any) -> asyncio.Future[Any]:
+    """A future already resolved: the fake broker acknowledges at once."""
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future
 
 
 class Tables:
@@ -92,6 +85,9 @@ class Tables:
         self.history: dict[tuple[str, str], dict[str, Any]] = {}
         self.weights: dict[str, dict[str, Any]] = {}
         self.dead_letters: list[dict[str, Any]] = []
+        self._dead_letter_ids: set[str] = set()
+        #: the recall pipeline's records, last per key (its rows are functions of the state)
+        self.recall: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def add(self, record: dict[str, Any]) -> None:
         kind = record["kind"]
@@ -112,12 +108,124 @@ class Tables:
             known = self.weights.get(record["observation_id"])
             if known is None or record["version"] > known["version"]:
                 self.weights[record["observation_id"]] = record
+        elif kind == "memory_pipeline":
+            self.recall[(kind, record["agent_id"], record["memory_id"])] = record
+        elif kind in ("pipeline_agent", "recall_probe"):
+            self.recall[(kind, record["agent_id"], record.get("event_id"))] = record
+        elif kind in ("pipeline_break", "pipeline_recovered"):
+            self.recall[("episode", record["agent_id"], record["episode"])] = record
         else:
             raise AssertionError(f"unexpected record kind {kind!r}")
 
+    def add_dead_letter(self, record: dict[str, Any]) -> None:
+        if record["dead_letter_id"] not in self._dead_letter_ids:
+            self._dead_letter_ids.add(record["dead_letter_id"])
+            self.dead_letters.append(record)
+
+
+@dataclass
+class WorldTable:
+    """A table as the checkpoint sees it (:class:`memdiag.streams.checkpoint.Table`); its
+    backends are what a worker keeps in memory or on its disk."""
+
+    table_name: str
+    changelog: str
+    sources: tuple[str, ...]
+    backends: dict[int, MemoryBackend] = field(default_factory=dict)
+    repairs: dict[int, set[bytes]] = field(default_factory=dict)
+
+
+class WorldKafka:
+    """The runner's and the checkpoint's Kafka, over the world's logs."""
+
+    def __init__(self, world: World):
+        self.world = world
+        #: a commit to refuse, with the partitions staying where they are
+        self.refuse_next_commit = False
+
+    def generation(self) -> int:
+        return self.world.generation
+
+    def flowing(self) -> bool:
+        return True
+
+    def assignment(self) -> set[Any]:
+        w = self.world
+        return {TP(t, p) for t in w.runner.topics for p in range(w.partitions_of(t))}
+
+    async def bases(self, tps: list[Any]) -> dict[Any, int]:
+        return {tp: self.world.committed.get(tp, 0) for tp in tps}
+
+    async def seek(self, offsets: Mapping[Any, int]) -> None:
+        self.world.position.update(offsets)
+
+    async def first_offset(self, tp: Any, offset: int) -> int | None:
+        return None
+
+    async def committed(self, tps: list[Any]) -> dict[Any, int]:
+        return {tp: self.world.committed[tp] for tp in tps if tp in self.world.committed}
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        if self.refuse_next_commit:
+            self.refuse_next_commit = False
+            self.world.refused += 1
+            raise CommitRefused("a rebalance began (the test says so)")
+        self.world.committed.update(offsets)
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes | None, partition: int,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> asyncio.Future[Any]:  # fmt: skip
+        offset = self.world.append(topic, key.decode(), value, partition=partition,
+                                   headers=tuple(headers or ()))  # fmt: skip
+        return done(Metadata(offset))
+
+
+class WorldSender:
+    """Where a stage's outputs go (the worker's ``Sender``): the internal topics to the
+    world's logs, diagnostics, weights and dead letters straight into the sink's tables."""
+
+    def __init__(self, world: World):
+        self.world = world
+
+    async def send(self, out: Output) -> list[asyncio.Future[Any]]:
+        w = self.world
+        for records in out.diagnostics.values():
+            for record in records:
+                w.tables.add(record)
+                w.records.append(record)
+        for records in out.weights.values():
+            for record in records:
+                w.tables.add(record)
+                w.weights.append(record)
+        w.counts.update(out.counts)
+        for key, records in out.steps.items():
+            w.append(w.steps, key, records, out.timestamp_ms)
+        for key, records in out.verdicts.items():
+            w.append(w.verdicts, key, records, out.timestamp_ms)
+        for session_id, raws, timestamp_ms in out.reroute:
+            w.append(w.events, session_id, raws, timestamp_ms)
+        for partition, records in out.traces:
+            w.append(w.traces, None, records, out.timestamp_ms, partition)
+        for partition, records in out.span_events:
+            w.append(w.span_events, None, records, out.timestamp_ms, partition)
+        for agent_id, events, timestamp_ms in out.reroute_memory:
+            w.memory_events.extend(events)
+            w.append(w.memory, agent_id, events, timestamp_ms)
+        for _, record in out.deadletters:
+            w.tables.add_dead_letter(record)
+        return []
+
+    async def flush_counters(self) -> list[asyncio.Future[Any]]:
+        return []
+
 
 class World:
-    """Topics, stages and a sink; :meth:`run` drains everything."""
+    """Topics, a worker and a sink; :meth:`run` drains everything.
+
+    ``crash_rate``: the chance, at each step of the scheduler, that the worker is killed
+    (between two batches, or at a random step of a commit). ``kill_at``: kill it once, at
+    this step of its ``after``-th commit (see :data:`STEPS`)."""
 
     def __init__(self, settings: Settings, seed: int = 0, crash_rate: float = 0.0):
         self.settings = settings
@@ -127,27 +235,73 @@ class World:
         t = settings.topics
         self.events, self.verdicts, self.steps = t.events, t.session_verdicts, t.observation_steps
         self.otlp, self.traces, self.span_events = t.otlp_spans, t.otlp_traces, t.span_events
-        self.logs: dict[tuple[str, int], list[InMessage]] = {}
-        self.position: dict[tuple[str, int], int] = {}
-        self.committed: dict[tuple[str, int], int] = {}
+        self.memory = t.memory
+        self.changelog = f"{settings.app_id}-{STATE}-changelog"
+        self.logs: dict[tuple[str, int], list[Record]] = {}
+        self.position: dict[Any, int] = {}
+        self.committed: dict[Any, int] = {}
         self.now_ms = 1_800_000_000_000
-        self.store = RecordingStore()
-        self.processor = Processor(settings, self._session_partition, lambda: self.now_ms)
-        self.owner = ObservationOwner(settings)
-        self.span_stage = SpanStage(settings, self._session_partition)
-        self.trace_stage = TraceStage(settings, self._session_partition, lambda: self.now_ms)
-        #: memory_written events the trace stage sent to ``memory`` (no memory stage here)
-        self.memory_events: list[dict[str, Any]] = []
+        self.generation = 1
+        self.table = WorldTable(STATE, self.changelog, (self.events, self.verdicts,
+                                self.span_events, self.steps, self.memory, self.traces))  # fmt: skip
+        self.table.backends = {p: MemoryBackend() for p in range(self.partitions)}
         self.tables = Tables()
         #: everything sent, in order: diagnostics and weight records, counter increments
         self.records: list[dict[str, Any]] = []
         self.weights: list[dict[str, Any]] = []
         self.counts: Counter[CounterKey] = Counter()
+        #: memory_written events the trace stage sent to ``memory``
+        self.memory_events: list[dict[str, Any]] = []
         self.crashes = 0
+        self.refused = 0
+        self.kills: list[str] = []
+        #: the tables' values as of the last commit: what recovery must give back
+        self.committed_state: dict[int, dict[bytes, bytes]] = {}
+        #: (step, the commit's number) to kill the worker at once
+        self.kill_at: tuple[str, int] | None = None
+        #: a test's look at the broker when the worker dies at ``kill_at`` (before recovery)
+        self.on_kill: Any = None
+        self._commits = 0
         self._robin = 0
+        self.kafka = WorldKafka(self)
+        self.runner = self._new_runner()
+
+    # -- the worker --------------------------------------------------------------------------
+
+    def _new_runner(self) -> Runner:
+        s = self.settings
+        p = self._session_partition
+
+        def on_failure(msg: InMessage, exc: BaseException) -> Output:
+            return failed_output(msg, exc, s)
+
+        self.processor = Processor(s, p, lambda: self.now_ms)
+        self.owner = ObservationOwner(s)
+        self.span_stage = SpanStage(s, p)
+        self.trace_stage = TraceStage(s, p, lambda: self.now_ms)
+        self.recall_stage = MemoryStage(s, p)
+        stages = [
+            StageSpec("spans", (self.otlp,), self.span_stage, None, on_failure),
+            StageSpec("traces", (self.traces,), self.trace_stage, STATE, on_failure),
+            StageSpec("sessions", (self.events, self.verdicts, self.span_events),
+                      self.processor, STATE, on_failure),
+            StageSpec("observations", (self.steps,), self.owner, STATE, on_failure),
+            StageSpec("recall", (self.memory,), self.recall_stage, STATE, on_failure),
+        ]  # fmt: skip
+        runner = Runner(self.kafka, stages, {STATE: self.table}, WorldSender(self),  # type: ignore[arg-type]
+                        fault=self._fault)  # fmt: skip
+        return runner
 
     def _session_partition(self, session_id: str) -> int:
         return partition_for(session_id, self.partitions)
+
+    def partitions_of(self, topic: str) -> int:
+        return self.partitions
+
+    @property
+    def store(self) -> StoreView:
+        """The state table as of the last commit, all partitions together (keys as text)."""
+        return StoreView(self)
 
     # -- producing ------------------------------------------------------------------------
 
@@ -158,7 +312,8 @@ class World:
         value: Any,
         timestamp_ms: int | None = None,
         partition: int | None = None,
-    ) -> None:
+        headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> int:
         if partition is not None:
             pass
         elif key is None:
@@ -167,10 +322,11 @@ class World:
         else:
             partition = partition_for(key, self.partitions)
         log = self.logs.setdefault((topic, partition), [])
-        raw = value if isinstance(value, bytes) else orjson.dumps(value)
+        raw = value if isinstance(value, bytes) or value is None else orjson.dumps(value)
         ts = self.now_ms if timestamp_ms is None else timestamp_ms
-        log.append(InMessage(topic, partition, len(log), key.encode() if key else None, raw, ts))
+        log.append(Record(len(log), key.encode() if key else None, raw, ts, headers))
         self.now_ms += 1
+        return len(log) - 1
 
     def publish(self, events: list[dict[str, Any]], keyed: bool = True, batch: int = 1) -> None:
         """Events to ``events``, one per message (or ``batch`` per message, keyed by the
@@ -200,115 +356,165 @@ class World:
         """The current session diagnostics (as the sink keeps them)."""
         return dict(self.tables.sessions)
 
-    def pending(self, topics: tuple[str, ...]) -> list[tuple[str, int]]:
+    def pending(self) -> list[Any]:
+        topics = self.runner.topics
         return [
-            tp
+            TP(*tp)
             for tp, log in self.logs.items()
-            if tp[0] in topics and self.position.get(tp, 0) < len(log)
+            if tp[0] in topics and self.position.get(TP(*tp), 0) < len(log)
         ]
 
     def run(self, max_batch: int = 50, max_rounds: int = 1_000_000) -> None:
-        stages = (
-            (self.otlp,),
-            (self.traces,),
-            (self.events, self.verdicts, self.span_events),
-            (self.steps,),
-        )
+        asyncio.run(self._run(max_batch, max_rounds))
+
+    async def _run(self, max_batch: int, max_rounds: int) -> None:
         for _ in range(max_rounds):
-            ready = [s for s in stages if self.pending(s)]
-            if not ready:
-                return
-            self._step(self.rng.choice(ready), max_batch)
+            try:
+                if self.pending():
+                    await self._step(max_batch)
+                    continue
+                if self.runner.checkpoint.empty():
+                    return
+                await self._commit()
+            except Killed:
+                self._restart()
         raise AssertionError("the world did not settle")
 
-    def _step(self, topics: tuple[str, ...], max_batch: int) -> None:
-        tps = self.pending(topics)
+    async def _step(self, max_batch: int) -> None:
+        runner = self.runner
+        if runner.progress.generation != self.generation:
+            await runner._start(self.generation)
+        tps = self.pending()
         chosen = self.rng.sample(tps, self.rng.randint(1, len(tps)))
-        msgs: list[InMessage] = []
-        taken: dict[tuple[str, int], int] = {}
+        runs = []
         for tp in chosen:
             start = self.position.get(tp, 0)
-            batch = self.logs[tp][start : start + self.rng.randint(1, max_batch)]
-            msgs.extend(batch)
-            taken[tp] = start + len(batch)
-        msgs = _interleave(msgs, self.rng)  # partitions interleave, each one in order
-        self.store.journal = []
-        stage: Any = {
-            (self.steps,): self.owner,
-            (self.otlp,): self.span_stage,
-            (self.traces,): self.trace_stage,
-        }.get(topics, self.processor)
-        out = stage.process(msgs, self.store)
-        if self.rng.random() < self.crash_rate:
-            self._crash(topics, out)
+            records = self.logs[tuple(tp)][start : start + self.rng.randint(1, max_batch)]  # type: ignore[index]
+            runs.append((self.generation, tp, records))
+            self.position[tp] = start + len(records)
+        self.rng.shuffle(runs)
+        await runner._handle(runs)
+        roll = self.rng.random()
+        if roll < self.crash_rate / 2:
+            self._kill("between batches")
+        if roll < self.crash_rate:
+            self.kill_at = (self.rng.choice(STEPS), self._commits + 1)
+        if roll < 0.3 or runner.checkpoint.age() > 10:
+            await self._commit()
+
+    async def _commit(self) -> None:
+        await self.runner._commit()
+
+    def _fault(self, step: str, n: int) -> None:
+        """The checkpoint's hook between its steps: kill the worker where the test says;
+        after a commit, remember the state it made."""
+        if step == "written":
+            self._commits += 1
+            self.committed_state = self._backend_values()
+            if self.kill_at is not None and self.kill_at[1] <= self._commits:
+                self.kill_at = (self.kill_at[0], self._commits + 1)  # it had no such step
             return
-        self.store.journal = None
-        self._route(out)
-        self.position.update(taken)
-        self.committed.update(taken)
+        if self.kill_at is None or self.kill_at[1] != self._commits + 1:
+            return
+        wanted = self.kill_at[0]
+        records = len(self.runner.checkpoint.produced)
+        if wanted == "changelog" and step == "changelog":
+            if records < 2:  # a strict, non-empty part needs at least two records
+                self.kill_at = ("delivered", self.kill_at[1])
+                return
+            if n < self.rng.randint(1, records - 1):
+                return
+        elif wanted != step:
+            return
+        self.kill_at = None
+        self._kill(wanted, n)
 
-    def _crash(self, topics: tuple[str, ...], out: Output) -> None:
-        """The stage died after a random prefix of its state writes, having sent some of
-        its outputs, before its commit: it restarts from its changelog and the last
-        committed offsets."""
-        assert self.store.journal is not None
-        self.store.undo_after(self.rng.randint(0, len(self.store.journal)))
-        self.store.journal = None
-        self._route(out, keep=0.5)
+    def _kill(self, step: str, n: int = 0) -> None:
+        self.kills.append(step)
+        if self.on_kill is not None:
+            self.on_kill(self, step, n)
+        raise Killed(step)
+
+    def _backend_values(self) -> dict[int, dict[bytes, bytes]]:
+        return {p: dict(b.data) for p, b in self.table.backends.items()}
+
+    def state_as_committed(self, step: str) -> dict[int, dict[bytes, bytes]]:
+        """The table's values as of the committed offsets, at a kill at ``step``: those of
+        the last commit, and the dying checkpoint's writes if its commit landed."""
+        state = copy.deepcopy(self.committed_state)
+        if step == "committed":
+            for (_, partition), writes in self.runner.checkpoint.writes.items():
+                values = state.setdefault(partition, {})
+                for key, value in writes.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
+        return {p: v for p, v in state.items() if v}
+
+    def _restart(self) -> None:
+        """A new worker process: its tables recovered from the changelog (from the local
+        state the last one left, or, on a fresh machine, from nothing), its records taken
+        again from the committed offsets."""
         self.crashes += 1
-        self.processor.partitions_changed()
-        self.trace_stage.partitions_changed()
-        for tp in self.logs:
-            if tp[0] in topics:
-                self.position[tp] = self.committed.get(tp, 0)
+        self.generation += 1
+        fresh = self.rng.random() < 0.5
+        for partition in range(self.partitions):
+            if fresh or partition not in self.table.backends:
+                self.table.backends[partition] = MemoryBackend()
+            backend = self.table.backends[partition]
+            start = -1 if backend.offset is None else backend.offset
+            log = self.logs.get((self.changelog, partition), [])
+            records = [
+                ChangelogRecord(r.offset, r.key or b"", r.value, covers_of(r.headers))
+                for r in log[start + 1 :]
+            ]
+            committed = {
+                topic: offset
+                for (topic, p), offset in self.committed.items()
+                if p == partition and topic in self.table.sources
+            }
+            repairs = replay(backend, records, committed)
+            self.table.repairs[partition] = repairs
+        for tp in list(self.position):
+            self.position[tp] = self.committed.get(tp, 0)
+        self.runner = self._new_runner()
 
-    def _route(self, out: Output, keep: float = 1.0) -> None:
-        """Send the outputs (each message with probability ``keep``: a crash loses some)."""
+    def changelog_records(self, since: int = 0) -> list[tuple[int, Record]]:
+        """The changelog's records (partition, record) from each partition's ``since``."""
+        return [
+            (p, r)
+            for p in range(self.partitions)
+            for r in self.logs.get((self.changelog, p), [])[since:]
+        ]
 
-        def sent() -> bool:
-            return keep >= 1.0 or self.rng.random() < keep
-
-        for records in out.diagnostics.values():
-            if sent():
-                for record in records:
-                    self.tables.add(record)
-                    self.records.append(record)
-        for records in out.weights.values():
-            for record in records:
-                if sent():
-                    self.tables.add(record)
-                    self.weights.append(record)
-        if keep >= 1.0:
-            self.counts.update(out.counts)
-        for key, records in out.steps.items():
-            if sent():
-                self.append(self.steps, key, records, out.timestamp_ms)
-        for key, records in out.verdicts.items():
-            if sent():
-                self.append(self.verdicts, key, records, out.timestamp_ms)
-        for session_id, raws, timestamp_ms in out.reroute:
-            if sent():
-                self.append(self.events, session_id, raws, timestamp_ms)
-        for partition, records in out.traces:
-            if sent():
-                self.append(self.traces, None, records, out.timestamp_ms, partition)
-        for partition, records in out.span_events:
-            if sent():
-                self.append(self.span_events, None, records, out.timestamp_ms, partition)
-        for _agent_id, events, _timestamp_ms in out.reroute_memory:
-            if sent():
-                self.memory_events.extend(events)
-        self.tables.dead_letters.extend(record for _, record in out.deadletters if sent())
+    def uncommitted(self, records: list[tuple[int, Record]]) -> list[tuple[int, Record]]:
+        """Of ``records``, those whose covered offsets the group has not committed past."""
+        out = []
+        for p, r in records:
+            covers = covers_of(r.headers) or {}
+            if any(off >= self.committed.get(TP(t, p), 0) for t, off in covers.items()):
+                out.append((p, r))
+        return out
 
 
-def _interleave(msgs: list[InMessage], rng: random.Random) -> list[InMessage]:
-    queues: dict[tuple[str, int], list[InMessage]] = {}
-    for m in msgs:
-        queues.setdefault((m.topic, m.partition), []).append(m)
-    out: list[InMessage] = []
-    while queues:
-        tp = rng.choice(list(queues))
-        out.append(queues[tp].pop(0))
-        if not queues[tp]:
-            del queues[tp]
-    return out
+class StoreView:
+    """The state table with the open checkpoint's writes, read like a dict store (tests
+    look inside)."""
+
+    def __init__(self, world: World):
+        self.data: dict[str, bytes] = {
+            k.decode(): v for b in world.table.backends.values() for k, v in b.data.items()
+        }
+        for writes in world.runner.checkpoint.writes.values():
+            for k, v in writes.items():
+                if v is None:
+                    self.data.pop(k.decode(), None)
+                else:
+                    self.data[k.decode()] = v
+
+    def get(self, key: str, partition: int = 0) -> bytes | None:
+        return self.data.get(key)
+
+
+__all__ = ["OFFSETS_HEADER", "STEPS", "Killed", "Tables", "World", "partition_for"]

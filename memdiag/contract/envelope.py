@@ -1,8 +1,8 @@
 """What a stage's logic sees of Kafka, and what it hands back: no Faust, no Kafka here.
 
-A Faust agent turns each message into an :class:`InMessage`, calls the stage's logic with a
-:data:`StateStore` (its Faust table in production, a dict in tests) and sends the
-:class:`Output` it gets back. The logic never talks to the broker itself.
+The worker's runner turns each record into an :class:`InMessage`, calls the stage's logic
+with a :class:`StateStore` (its table as the checkpoint shows it; a dict in tests) and sends
+the :class:`Output` it gets back. The logic never talks to the broker itself.
 """
 
 from __future__ import annotations
@@ -95,36 +95,43 @@ class Output:
 
 
 class StateStore(Protocol):
-    """Where a stage keeps its state: a Faust table in production, :class:`DictStore` in
-    tests. Every write names its partition, because the writes of a batch span several
-    partitions and each goes to that partition's changelog."""
+    """Where a stage keeps its state: its table as the worker's checkpoint shows it
+    (``memdiag.streams.checkpoint.StateView``), a :class:`DictStore` in tests. Every call
+    names its partition: the writes of a batch span several partitions, and each goes to
+    that partition's changelog."""
 
-    def get(self, key: str) -> bytes | None: ...
+    def get(self, key: str, partition: int) -> bytes | None: ...
 
     def put(self, key: str, value: bytes, partition: int) -> None: ...
 
     def delete(self, key: str, partition: int) -> None: ...
 
-    def keys(self) -> Iterable[str]: ...
+    def items(self, prefix: str, partition: int) -> Iterable[tuple[str, bytes]]:
+        """The keys of ``partition`` starting with ``prefix``, with their values."""
+        ...
 
 
 class DictStore:
-    """A :class:`StateStore` over a plain dict (tests, benchmarks)."""
+    """A :class:`StateStore` over a plain dict (tests, benchmarks): one dict for every
+    partition (the stages' keys are unique across partitions)."""
 
     def __init__(self, data: dict[str, bytes] | None = None):
         self.data: dict[str, bytes] = {} if data is None else data
         self.writes = 0
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, partition: int = 0) -> bytes | None:
         return self.data.get(key)
 
-    def put(self, key: str, value: bytes, partition: int) -> None:
+    def put(self, key: str, value: bytes, partition: int = 0) -> None:
         self.data[key] = value
         self.writes += 1
 
-    def delete(self, key: str, partition: int) -> None:
+    def delete(self, key: str, partition: int = 0) -> None:
         self.data.pop(key, None)
         self.writes += 1
+
+    def items(self, prefix: str, partition: int = 0) -> Iterable[tuple[str, bytes]]:
+        return [(k, v) for k, v in self.data.items() if k.startswith(prefix)]
 
     def keys(self) -> Iterable[str]:
         return list(self.data)

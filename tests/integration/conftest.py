@@ -234,6 +234,7 @@ def pipeline_settings(broker_url: str, workdir: Path, label: str = "test") -> Se
         app_id=f"memdiag-{label}-{run}",
         sink_group=f"memdiag-{label}-sink-{run}",
         duckdb_path=str(workdir / "memdiag.duckdb"),
+        state_dir=str(workdir / "state"),
         sink_batch_seconds=0.2,
         commit_interval_seconds=0.5,
     )

@@ -1,61 +1,59 @@
-"""``memdiag.streams.compat``: the rest of a coroutine, resumed after its first suspension, behaves
-as the whole coroutine would (results, exceptions, cancellation)."""
+"""``memdiag.streams.compat``: what memdiag touches inside faust-streaming and aiokafka is
+checked at start (one line naming the version when anything moved), and each touch does what
+it says, seen from outside."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from memdiag.streams.compat import _finish
+from memdiag.streams import compat
 
 
-async def started(coro):  # type: ignore[no-untyped-def]
-    """Run ``coro`` up to its first suspension, as the patched delivery does."""
-    return _finish(coro, coro.send(None))
+def test_the_installed_faust_has_every_name_memdiag_touches() -> None:
+    compat.check()
 
 
-async def test_the_rest_runs_to_its_result() -> None:
-    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+@pytest.mark.parametrize(
+    "where, name",
+    [(w, n) for w, n, _ in compat._EXPECTED],
+)
+def test_a_missing_name_stops_the_worker_in_one_line_naming_the_version(
+    monkeypatch: pytest.MonkeyPatch, where: str, name: str
+) -> None:
+    """Mutation check of the guard: each touched name, taken away in turn, is caught."""
+    import faust
 
-    async def deliver() -> int:
-        got = await gate
-        await asyncio.sleep(0)
-        return got + 1
-
-    rest = await started(deliver())
-    asyncio.get_running_loop().call_later(0.01, gate.set_result, 41)
-    assert await rest == 42
-
-
-async def test_an_exception_after_the_suspension_propagates() -> None:
-    async def deliver() -> None:
-        await asyncio.sleep(0.001)
-        raise ValueError("boom")
-
-    with pytest.raises(ValueError, match="boom"):
-        await await_started(deliver())
-
-
-async def await_started(coro):  # type: ignore[no-untyped-def]
-    return await (await started(coro))
+    module, _, cls_name = where.partition(":")
+    cls = getattr(__import__(module, fromlist=[cls_name]), cls_name)
+    for owner in cls.__mro__:  # wherever it is defined, the class itself or a base
+        if name in vars(owner):
+            monkeypatch.delattr(owner, name)
+    with pytest.raises(compat.IncompatibleFaust) as err:
+        compat.check()
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"faust-streaming {faust.__version__}" in message and name in message
 
 
-async def test_cancelling_the_rest_cancels_the_coroutine() -> None:
-    cleaned = []
+def test_a_changed_signature_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from faust.transport.consumer import Consumer
 
-    async def deliver() -> None:
-        try:
-            await asyncio.sleep(10)
-        finally:
-            cleaned.append(True)
+    async def _wait_next_records(self: Any, wait: float) -> Any: ...
 
-    task = asyncio.ensure_future(await started(deliver()))
-    await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert cleaned == [True]
+    monkeypatch.setattr(Consumer, "_wait_next_records", _wait_next_records)
+    with pytest.raises(compat.IncompatibleFaust, match="_wait_next_records"):
+        compat.check()
+
+
+def test_a_store_registry_without_memdiag_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from faust import stores
+
+    monkeypatch.setattr(stores, "by_url", lambda url: object)
+    with pytest.raises(compat.IncompatibleFaust, match="memdiag://"):
+        compat.check()
 
 
 def test_the_worker_consumer_waits_at_the_broker_as_configured(
@@ -66,14 +64,12 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
 
     from memdiag.settings import Settings
     from memdiag.streams.app import faust_app
-    from memdiag.streams.compat import patch_faust_fetch_wait
 
     cls = driver.AIOKafkaConsumerThread
-    original = cls._create_worker_consumer
-    monkeypatch.setattr(cls, "_create_worker_consumer", original)  # undone after the test
-    patch_faust_fetch_wait(123)
-    patch_faust_fetch_wait(123)  # twice: still one wrapper, around Faust's own
-    assert cls._create_worker_consumer.__wrapped__ is original  # type: ignore[attr-defined]
+    monkeypatch.setattr(cls, "_create_worker_consumer", cls._create_worker_consumer)
+    monkeypatch.setattr(compat, "_PATCHED", set())
+    compat.patch_fetch_wait(123)
+    compat.patch_fetch_wait(456)  # twice: the first one stands (one wrapper)
     app = faust_app(Settings.from_env({}, broker="kafka://127.0.0.1:1", app_id="compat-test"))
     thread = app.consumer._thread
 
@@ -98,118 +94,67 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
     assert fetch_bytes == app.conf.consumer_max_fetch_size == 4 * 1024 * 1024
 
 
-async def test_a_raw_channel_gets_the_events_fausts_own_handler_makes(
+class FakeConsumer:
+    """What the bulk hook reads of Faust's consumer."""
+
+    def __init__(self, fetched: dict[Any, list[Any]], generation: int = 3):
+        self.fetched = fetched
+        self.flow_active = True
+        self.suspend_flow = asyncio.Event()
+        self.app = type("App", (), {"consumer_generation_id": generation})()
+
+
+async def test_the_stage_topics_go_to_the_runner_in_bulk_and_the_rest_to_faust(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The raw delivery does for a stage's channel what Faust's own handler does, seen from
-    outside: the same events (key, value, headers, message, one reference), the same pressure
-    callbacks and buffer-full sensor calls, and a wait wherever Faust waits (a full queue,
-    flow control suspended, the producer buffer over its limit). A partition with any other
-    reader, or a channel that is not raw bytes, keeps Faust's handler."""
-    from faust.transport.conductor import Conductor
+    from faust.transport.consumer import Consumer
+    from faust.types import TP
 
-    from memdiag.settings import Settings
-    from memdiag.streams import compat
-    from memdiag.streams.app import faust_app
+    async def original(self: Any, timeout: float) -> Any:
+        return dict(self.fetched), {TP("events", 0), TP("cl", 0)}
 
-    original = Conductor._build_handler
-    monkeypatch.setattr(Conductor, "_build_handler", original)  # undone after the test
-    monkeypatch.setattr(compat, "_RAW_PATCHED", False)
-    compat.patch_faust_raw_delivery()
-    compat.patch_faust_raw_delivery()  # twice: still one wrapper, around Faust's own
-    assert Conductor._build_handler.__wrapped__ is original  # type: ignore[attr-defined]
-    app = faust_app(Settings.from_env({}, broker="kafka://127.0.0.1:1", app_id="compat-raw"))
-    try:
-        await raw_delivery(app, original)
-    finally:
-        app.consumer._thread.thread_loop.close()  # made with the consumer, never started
+    monkeypatch.setattr(Consumer, "_wait_next_records", original)
+    monkeypatch.setattr(compat, "_PATCHED", set())
+    got: list[tuple[int, dict[Any, list[Any]]]] = []
+    room = asyncio.Event()
+    room.set()
+    consumer = FakeConsumer({TP("events", 0): [1, 2], TP("cl", 0): [3]})
+    compat.deliver_in_bulk(consumer.app, frozenset({"events"}),
+                           lambda g, r: got.append((g, r)), room)  # fmt: skip
+    records, active = await Consumer._wait_next_records(consumer, 1.0)  # type: ignore[arg-type]
+    assert got == [(3, {TP("events", 0): [1, 2]})]
+    assert records == {TP("cl", 0): [3]}  # the changelog: Faust's recovery reads it
+    # the flow stopped while fetching (a rebalance): nothing goes anywhere
+    consumer.flow_active = False
+    records, _ = await Consumer._wait_next_records(consumer, 1.0)  # type: ignore[arg-type]
+    assert records == {} and len(got) == 1
 
 
-async def raw_delivery(app, original) -> None:  # type: ignore[no-untyped-def]
-    from faust.types import TP, Message
+async def test_a_full_runner_holds_the_fetch_until_it_has_room_or_the_flow_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from faust.transport.consumer import Consumer
+    from faust.types import TP
 
-    from memdiag.streams import compat
+    fetched = []
 
-    tp = TP("raw-in", 0)
-    calls: list[tuple[str, object]] = []
-    buffer = app.producer.buffer
+    async def original(self: Any, timeout: float) -> Any:
+        fetched.append(1)
+        return {}, set()
 
-    async def ebb() -> None:  # Faust's wait does something only over the limit
-        if buffer.size > buffer.max_messages:
-            calls.append(("ebb", None))
-
-    # spies, in place before the handlers are built (Faust's takes them then)
-    app.sensors.on_topic_buffer_full = lambda t: calls.append(("sensor", t))
-    app.consumer.on_buffer_full = lambda t: calls.append(("full", t))
-    app.consumer.on_buffer_drop = lambda t: calls.append(("drop", t))
-    buffer.wait_until_ebb = ebb
-
-    def channel(raw: bool, serializer: str = "raw"):  # type: ignore[no-untyped-def]
-        chan = app.topic(
-            "raw-in", key_type=bytes, value_type=bytes, key_serializer=serializer,
-            value_serializer=serializer, acks=False,
-        ).clone_using_queue(app.FlowControlQueue(maxsize=4))  # fmt: skip
-        if raw:
-            setattr(chan, compat.RAW_CHANNEL, True)
-        return chan
-
-    conductor = app.topics  # Faust's Conductor
-
-    def ours(handler: object) -> bool:
-        return getattr(handler, "__qualname__", "").startswith("_raw_handler")
-
-    raw, plain = channel(raw=True), channel(raw=False)
-    assert ours(conductor._build_handler(tp, {raw}))
-    assert not ours(conductor._build_handler(tp, {raw, plain}))  # another reader: Faust's
-    assert not ours(conductor._build_handler(tp, {plain}))
-    assert not ours(conductor._build_handler(tp, {channel(raw=True, serializer="json")}))
-
-    async def trace(handler, chan) -> list[object]:  # type: ignore[no-untyped-def]
-        """What the outside sees of ``handler`` over one scenario."""
-        calls.clear()
-        seen: list[object] = []
-        messages = [
-            Message(topic="raw-in", partition=0, offset=o, timestamp=1.5, timestamp_type=0,
-                    headers=h, key=k, value=b'{"kind": "search"}', checksum=None, tp=tp)
-            for o, (k, h) in enumerate([(None, []), (b"ses_1", [("memdiag-rerouted", b"1")])]
-                                       + [(b"k%d" % o, []) for o in range(2, 8)])
-        ]  # fmt: skip
-
-        def take() -> None:
-            event = chan.queue.get_nowait()
-            seen.append((event.key, event.value, event.headers, event.message.offset,
-                         event.message.refcount, event.message in messages))  # fmt: skip
-
-        async def blocked(coro) -> bool:  # type: ignore[no-untyped-def]
-            task = asyncio.ensure_future(coro)
-            await asyncio.sleep(0.01)
-            seen.append(("blocked", not task.done()))
-            return task
-
-        for m in messages[:4]:  # up to full, with the pressure callbacks
-            await handler(m)
-        task = await blocked(handler(messages[4]))  # full: waits for room
-        take()
-        await asyncio.wait_for(task, 1)
-        while not chan.queue.empty():
-            take()
-        app.flow_control.suspend()  # a rebalance: waits until flow resumes
-        task = await blocked(handler(messages[5]))
-        app.flow_control.resume()
-        await asyncio.wait_for(task, 1)
-        for _ in range(buffer.max_messages + 1):  # the producer buffer over its limit
-            buffer.pending.put_nowait(None)
-        await handler(messages[6])
-        while not buffer.pending.empty():
-            buffer.pending.get_nowait()
-        await handler(messages[7])
-        while not chan.queue.empty():
-            take()
-        return seen + calls
-
-    app.flow_control.resume()
-    mine = await trace(conductor._build_handler(tp, {raw}), raw)
-    faust_own = await trace(original(conductor, tp, {plain}), plain)
-    assert mine == faust_own
-    assert ("blocked", True) in mine and ("sensor", tp) in mine and ("ebb", None) in mine
-    assert ("full", tp) in mine and len([e for e in mine if isinstance(e[0], bytes | None)]) == 8
+    monkeypatch.setattr(Consumer, "_wait_next_records", original)
+    monkeypatch.setattr(compat, "_PATCHED", set())
+    room = asyncio.Event()
+    consumer = FakeConsumer({TP("events", 0): [1]})
+    compat.deliver_in_bulk(consumer.app, frozenset({"events"}), lambda g, r: None, room)
+    task = asyncio.ensure_future(Consumer._wait_next_records(consumer, 1.0))  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    assert not task.done() and not fetched
+    room.set()
+    await asyncio.wait_for(task, 1)
+    assert fetched == [1]
+    room.clear()
+    task = asyncio.ensure_future(Consumer._wait_next_records(consumer, 1.0))  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    consumer.suspend_flow.set()  # a rebalance must never wait for the runner
+    await asyncio.wait_for(task, 1)

@@ -1,4 +1,4 @@
-"""``memdiag.streams.batches.delivered``: a batch counts as delivered only when every one of its
+"""``memdiag.streams.checkpoint.delivered``: a checkpoint counts as delivered only when every one of its
 delivery futures succeeded, whatever order the broker answers in."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memdiag.procs import GC_YOUNG_THRESHOLD, tune_gc
-from memdiag.streams.outputs import delivered
+from memdiag.streams.checkpoint import delivered
 
 
 def resolve_later(futures: list[asyncio.Future[int]], order: list[int], fail: int | None) -> None:

@@ -40,7 +40,7 @@ def test_the_wheel_holds_only_the_memdiag_package(tmp_path: Path) -> None:
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"memdiag"}
     for needed in (
-        "memdiag/streams/agents.py",
+        "memdiag/streams/wiring.py",
         "memdiag/schemas/search.schema.json",
         "memdiag/analytics/sql/schema.sql",
         "memdiag/data/sample.jsonl",

@@ -237,7 +237,7 @@ def test_the_forgetting_index_is_rebuilt_from_the_store_after_a_rebalance() -> N
         msg(search("z", "2026-11-20T00:00:00Z", "q", ["o"], sid="elsewhere"), partition=1,
             key=b"elsewhere"), store
     )  # fmt: skip
-    p.partitions_changed()
+    p.reset()
     p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new",
                   published_ms=PUBLISHED_MS + 30 * HOUR_MS), store)  # fmt: skip
     assert HEAD + "old" not in store.data

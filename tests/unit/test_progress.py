@@ -1,13 +1,15 @@
-"""The batch runner's offset bookkeeping (``memdiag.streams.batches.Progress``): whatever the fetcher
-drops, repeats or delivers from a stale position, each record is processed once, in offset
-order, and no offset is committed before everything below it is durable.
+"""The runner's admission of records (``memdiag.streams.progress.Progress``): whatever the
+fetcher drops, repeats or delivers from a stale position, each record is processed once, in
+offset order, from the committed offset.
 
 The fetcher here misbehaves the way faust-streaming's did across rebalances: it drops
 records it had fetched, and a seek takes effect only after the records already in flight
-have been delivered.
+have been delivered. Records come one at a time or in fetched runs (the bulk path).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,15 +19,16 @@ from memdiag.streams.progress import AHEAD, BEHIND, FOREIGN, PROCESS, Progress
 TP = ("events", 0)
 
 
-def test_in_order_records_are_processed_and_committed_once_durable() -> None:
+class R(NamedTuple):
+    offset: int
+
+
+def test_in_order_records_are_processed_once() -> None:
     p = Progress()
     p.start(1, {TP: 10})
     assert [p.admit(TP, o) for o in (10, 11, 12)] == [PROCESS] * 3
-    assert p.to_commit() == {}  # nothing durable yet
-    p.done(1, {TP: 12})
-    assert p.to_commit() == {TP: 12}
-    p.committed_to({TP: 12})
-    assert p.to_commit() == {}
+    assert p.admit(TP, 11) == BEHIND
+    assert p.next[TP] == 13
 
 
 def test_a_hole_stops_processing_until_the_missing_record_comes() -> None:
@@ -37,12 +40,11 @@ def test_a_hole_stops_processing_until_the_missing_record_comes() -> None:
     assert p.admit(TP, 11) == PROCESS
 
 
-def test_other_partitions_and_old_generations_are_not_ours() -> None:
+def test_other_partitions_and_stopped_runners_are_not_ours() -> None:
     p = Progress()
     p.start(2, {TP: 0})
     assert p.admit(("events", 1), 0) == FOREIGN
-    p.done(1, {TP: 5})  # a batch of generation 1 finishing late
-    assert p.to_commit() == {}
+    assert p.admit_run(("events", 1), [R(0)]) == (0, 0, FOREIGN)
 
 
 def test_a_new_generation_starts_from_its_committed_offsets() -> None:
@@ -50,10 +52,19 @@ def test_a_new_generation_starts_from_its_committed_offsets() -> None:
     p.start(1, {TP: 0})
     for o in range(5):
         p.admit(TP, o)
-    p.done(1, {TP: 5})
     p.start(2, {TP: 3})  # another worker committed 3 meanwhile: 3 and 4 come again
     assert p.admit(TP, 3) == PROCESS
-    assert p.to_commit() == {}
+
+
+def test_a_run_is_admitted_whole_when_it_is_exactly_the_next_records() -> None:
+    p = Progress()
+    p.start(1, {TP: 5})
+    assert p.admit_run(TP, [R(o) for o in range(5, 9)]) == (0, 4, None)
+    assert p.admit_run(TP, [R(o) for o in range(7, 12)]) == (2, 5, None)  # 7, 8 again
+    assert p.admit_run(TP, [R(12), R(14)]) == (0, 1, AHEAD)  # 13 was dropped
+    assert p.next[TP] == 13
+    assert p.admit_run(TP, [R(20)]) == (0, 0, AHEAD)
+    assert p.admit_run(TP, []) == (0, 0, None)
 
 
 @settings(max_examples=300, deadline=None)
@@ -61,12 +72,14 @@ def test_a_new_generation_starts_from_its_committed_offsets() -> None:
     n=st.integers(1, 60),
     base=st.integers(0, 20),
     faults=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=80),
+    runs=st.booleans(),
 )
 def test_any_misbehaving_fetcher_gives_each_record_once_in_order(
-    n: int, base: int, faults: list[tuple[int, int]]
+    n: int, base: int, faults: list[tuple[int, int]], runs: bool
 ) -> None:
     """A fetcher that drops records (0), repeats from an older position (1), or lets a
-    seek wait behind records already in flight (2, with up to 5 of them)."""
+    seek wait behind records already in flight (2, with up to 5 of them); the records come
+    one at a time, or in runs of what was fetched together."""
     end = base + n
     p = Progress()
     p.start(7, {TP: base})
@@ -79,7 +92,7 @@ def test_any_misbehaving_fetcher_gives_each_record_once_in_order(
         if not in_flight and pending_seek is not None:
             position, pending_seek = pending_seek, None
         if in_flight:
-            offset = in_flight.pop(0)
+            fetched = [in_flight.pop(0)]
         elif position < end:
             fault, size = faults_left.pop(0) if faults_left else (3, 0)
             if fault == 0:
@@ -91,25 +104,25 @@ def test_any_misbehaving_fetcher_gives_each_record_once_in_order(
                 in_flight = list(range(position, min(end, position + size)))
                 position += len(in_flight)
                 continue
-            offset = position
-            position += 1
+            take = max(1, size) if runs else 1
+            fetched = list(range(position, min(end, position + take)))
+            position += len(fetched)
         else:
             if processed and processed[-1] == end - 1:
                 break
             if pending_seek is None:
                 pending_seek = p.next[TP]
             continue
-        verdict = p.admit(TP, offset)
-        if verdict == PROCESS:
-            processed.append(offset)
-            p.done(7, {TP: offset + 1})
-        elif verdict == AHEAD and pending_seek is None:
+        if runs:
+            lo, hi, verdict = p.admit_run(TP, [R(o) for o in fetched])
+            processed += fetched[lo:hi]
+        else:
+            verdict = p.admit(TP, fetched[0])
+            if verdict == PROCESS:
+                processed.append(fetched[0])
+        if verdict == AHEAD and pending_seek is None:
             pending_seek = p.next[TP]  # the runner seeks back to the hole
-        committed = p.to_commit().get(TP, p.committed[TP])
-        assert committed <= p.next[TP]
-        p.committed_to(p.to_commit())
     assert processed == list(range(base, end))
-    assert p.committed[TP] == end
 
 
 def test_records_the_broker_says_do_not_exist_are_skipped() -> None:
@@ -118,10 +131,17 @@ def test_records_the_broker_says_do_not_exist_are_skipped() -> None:
     p = Progress()
     p.start(1, {TP: 0})
     assert p.admit(TP, 0) == PROCESS
-    p.done(1, {TP: 1})
     assert p.admit(TP, 3) == AHEAD  # 1 and 2 are commit markers
     p.skip_to(TP, 3)
     assert p.admit(TP, 3) == PROCESS
-    assert p.to_commit() == {TP: 3}  # nothing of 1 and 2 to lose
     p.skip_to(TP, 2)  # never backwards
     assert p.next[TP] == 4
+
+
+def test_stopping_takes_nothing_until_the_next_start() -> None:
+    p = Progress()
+    p.start(1, {TP: 0})
+    p.stop()
+    assert p.generation is None
+    p.start(1, {TP: 0})
+    assert p.admit(TP, 0) == PROCESS

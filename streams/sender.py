@@ -1,85 +1,20 @@
-"""What a stage's batch sends, straight to the producer: the state writes (each touched key
-once per batch, to the changelog partition it names) and the outputs (diagnostics, dead
-letters, weights, internal topics, counters); and waiting until the broker has them all."""
+"""What a stage's batch sends, straight to the producer: diagnostics, dead letters, weights,
+the internal topics and the counters. The checkpoint (:mod:`memdiag.streams.checkpoint`) waits
+for every delivery before it commits."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 import faust
 import orjson
-from faust.types import TableT, TopicT
+from faust.types import TopicT
 
-from memdiag.contract.envelope import CounterKey, InMessage, Output
+from memdiag.contract.envelope import CounterKey, Output
 from memdiag.streams.counters import increments, minute_of
 from memdiag.streams.metrics import Counters
-
-
-def in_message(m: Any) -> InMessage:
-    """What the logic sees of a Faust message (its timestamp in integer milliseconds)."""
-    return InMessage(
-        m.topic,
-        m.partition,
-        m.offset,
-        m.key,
-        m.value,
-        None if m.timestamp is None else int(m.timestamp * 1000),
-    )
-
-
-class TableStore:
-    """A :class:`memdiag.contract.envelope.StateStore` over a Faust table.
-
-    Writes change the table at once and are kept until :meth:`flush` sends them to the
-    changelog partition they name (inside a batch there is no "current event" for Faust to
-    take it from: faust-streaming #497), straight to the producer: Faust's own path
-    (``send_changelog``, its buffer and its future wrappers) cost a fifth of the worker's
-    time on single-event traffic. The keys are encoded as Faust encodes them (JSON), so
-    Faust's recovery reads them back. The runner waits for the delivery futures before it
-    commits.
-    """
-
-    def __init__(self, table: TableT):
-        self._table = table
-        self._data = table.data
-        self._changelog = table.changelog_topic.get_topic_name()
-        # Faust's memory store evicts, after a recovery, the keys of partitions no longer
-        # assigned, by this map; only its own changelog reads fill it, so writes do too
-        self._partitions: dict[str, int] = getattr(self._data, "_key_partition", {})
-        self._pending: dict[str, tuple[int, bytes | None]] = {}
-
-    def get(self, key: str) -> bytes | None:
-        value: bytes | None = self._data.get(key)
-        return value
-
-    def put(self, key: str, value: bytes, partition: int) -> None:
-        self._pending.pop(key, None)  # sent in the order of the last writes: see flush
-        self._pending[key] = (partition, value)
-        self._data[key] = value
-        self._partitions[key] = partition
-
-    def delete(self, key: str, partition: int) -> None:
-        self._pending.pop(key, None)
-        self._pending[key] = (partition, None)
-        self._data.pop(key, None)
-        self._partitions.pop(key, None)
-
-    def keys(self) -> Iterable[str]:
-        return list(self._data.keys())
-
-    async def flush(self, producer: Any) -> list[asyncio.Future[Any]]:
-        """Send the writes since the last flush (the last one of each key, in the order of
-        those last writes: a stage that writes its commit key last gets it sent last); their
-        delivery futures."""
-        pending, self._pending = self._pending, {}
-        send, topic, dumps = producer.send, self._changelog, orjson.dumps
-        return [
-            await send(topic, dumps(key), value, partition, None, None)
-            for key, (partition, value) in pending.items()
-        ]
 
 
 class CounterBuffer:
@@ -194,34 +129,11 @@ class Sender:
             self.buffer.add(out)
         return futures
 
-    async def flush_counters(self) -> None:
-        send = self.app.producer.send
-        for name, record in self.buffer.drain():
+    async def flush_counters(self) -> list[asyncio.Future[Any]]:
+        """The increments added up since the last flush (the checkpoint sends them with its
+        outputs: a crash before its commit sends them again, at most one checkpoint's)."""
+        send: Any = self.app.producer.send  # aiokafka's delivery futures
+        return [
             await send(self.counters, name.encode("utf-8"), orjson.dumps(record), None, None, None)
-
-
-async def delivered(futures: list[asyncio.Future[Any]]) -> None:
-    """Return once every one of ``futures`` (the producer's delivery futures) succeeded;
-    raise as soon as one is seen failed. ``asyncio.gather`` puts a callback on each future,
-    and the producer then schedules one call per record (a tenth of the worker's time on
-    single events); waiting on the newest first usually finds the older ones done: one wait
-    per batch. On a failure the others' outcomes are marked seen, so the log shows the
-    failure once instead of once a record."""
-    try:
-        for future in reversed(futures):
-            if not future.done():
-                await future
-        for future in futures:
-            future.result()
-    except BaseException:
-        for future in futures:
-            if future.done():
-                _seen(future)
-            else:
-                future.add_done_callback(_seen)
-        raise
-
-
-def _seen(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+            for name, record in self.buffer.drain()
+        ]

@@ -1,7 +1,8 @@
 """The Faust wiring: the app comes from a factory and its settings only (never the
-environment), every stage runs under memdiag's runner, and the counters' stage turns
-increments into per-minute rollups and their changelog writes. The stage logic is tested as
-pure functions elsewhere; these tests are about the wiring."""
+environment), every stage runs in memdiag's one runner and checkpoint, the tables are
+memdiag's store, and the counters' stage turns increments into per-minute rollups and their
+changelog records. The stage logic is tested as pure functions elsewhere; these tests are
+about the wiring."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class Producer:
 @pytest.fixture
 async def wiring(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Wiring, Producer]]:
     monkeypatch.setenv("MEMDIAG_TOPIC_PREFIX", "from-the-environment.")
-    w = create_app(Settings(broker="kafka://127.0.0.1:1", topic_prefix="t.", app_id="agents-test"))
+    w = create_app(Settings(broker="kafka://127.0.0.1:1", topic_prefix="t.", app_id="agents-test",
+                            state_store="memory"))
     producer = Producer()
     w.app.producer = producer  # type: ignore[misc]  # no broker: what would be sent
     yield w, producer
@@ -54,34 +56,63 @@ def increment(value: int, ts: str, source: str = "agent") -> bytes:
 
 
 async def test_the_app_is_built_from_its_settings_alone(wiring: tuple[Wiring, Producer]) -> None:
+    from memdiag.streams.tables import CheckpointStore
+
     w, _ = wiring
     assert w.app.conf.id == "agents-test"
     assert w.events.get_topic_name() == "t.events"
     assert w.counters.get_topic_name() == "t.counters"
-    assert w.state.changelog_topic.get_topic_name() == "agents-test-state-changelog"
-    # every stage runs under memdiag's runner (its own offsets discipline), none as a
-    # plain Faust agent: the counters' stage included
+    assert w.state.changelog_topic.get_topic_name() == "agents-test-state-v2-changelog"
+    # every stage runs under memdiag's one runner and checkpoint, none as a Faust agent
     assert set(w.app.agents) == set()
-    assert [r.name for r in w.runners] == [
-        "spans",
-        "traces",
-        "sessions",
-        "observations",
-        "memory",
-        "judgements",
-        "counters",
-    ]
+    assert [s.name for s in w.runner.stages] == [
+        "spans", "traces", "sessions", "observations", "recall", "judgements", "counters",
+    ]  # fmt: skip
+    assert w.runner.topics == {f"t.{t}" for t in (
+        "events", "judgements", "memory", "counters", "otlp_spans", "internal.otlp-traces",
+        "internal.span-events", "internal.observation-steps", "internal.session-verdicts",
+    )}  # fmt: skip
+    # the tables are memdiag's store; no standby would apply uncommitted changelog records
+    assert isinstance(w.state.data, CheckpointStore) and isinstance(w.rollups.data, CheckpointStore)
+    assert w.app.conf.table_standby_replicas == 0
+    # a committed value behind a skipped record outlives a crash (MEMDIAG_CHANGELOG_...)
+    assert w.state.changelog_topic.config == {"min.compaction.lag.ms": str(24 * 3600 * 1000)}
+    assert w.state.data.sources == tuple(f"t.{t}" for t in (
+        "events", "internal.session-verdicts", "internal.span-events",
+        "internal.observation-steps", "memory", "internal.otlp-traces",
+    ))  # fmt: skip
+
+
+class Kafka:
+    """The checkpoint's Kafka: the producer above, commits remembered."""
+
+    def __init__(self, producer: Producer):
+        self.producer = producer
+        self.committed: dict[Any, int] = {}
+
+    async def send(self, topic: str, key: bytes, value: bytes | None, partition: int,
+                   headers: Any) -> asyncio.Future[Any]:  # fmt: skip
+        future = await self.producer.send(topic, key, value or b"", partition, None, headers)
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(type("Meta", (), {"offset": len(self.producer.sent)})())
+        return future
+
+    async def commit(self, offsets: Any) -> None:
+        self.committed.update(offsets)
 
 
 async def roll_up(w: Wiring, producer: Producer, values: list[bytes]) -> None:
-    """What the counters' runner does with one batch: process, state writes, outputs."""
-    runner = next(r for r in w.runners if r.name == "counters")
+    """What the runner does with one batch of increments: the counters' stage, its outputs,
+    then a checkpoint."""
+    runner = w.runner
+    runner.kafka = Kafka(producer)
+    w.rollups.data._open(0)  # partition 0 of the rollups, as if assigned
+    spec = next(s for s in runner.stages if s.name == "counters")
     msgs = [
         InMessage("t.counters", 0, i, SEARCH_CALLS.encode(), v, 0) for i, v in enumerate(values)
     ]
-    outputs, _ = await runner._process(msgs)  # the state writes flushed, to the producer
-    for out in outputs:
-        await runner.sender.send(out)
+    assert await runner._process(spec, msgs, {("t.counters", 0): len(values)})
+    await runner._commit()
 
 
 async def test_increments_become_running_minute_rollups(wiring: tuple[Wiring, Producer]) -> None:
@@ -96,8 +127,9 @@ async def test_increments_become_running_minute_rollups(wiring: tuple[Wiring, Pr
         ("2026-11-21T09:31", 5),
     ]
     assert all(r["type"] == "rollup" and r["attributes"] == {"source": "agent"} for r in rollups)
-    changelog = [(k, p) for t, k, _, p in producer.sent if t == "agents-test-rollups-changelog"]
+    changelog = [(k, p) for t, k, _, p in producer.sent if t == "agents-test-rollups-v2-changelog"]
     assert len(changelog) == 3 and {p for _, p in changelog} == {0}  # partition named
+    assert w.runner.kafka.committed == {("t.counters", 0): 1}
 
 
 async def test_a_bad_counter_message_does_not_stop_the_stage(

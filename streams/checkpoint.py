@@ -1,0 +1,332 @@
+"""The one checkpoint: the state exactly as of the committed offsets, for every stage.
+
+Between two checkpoints the stages read and write their tables through a :class:`StateView`:
+reads see the checkpoint's own writes first, then the committed values (the table's
+backends, :mod:`memdiag.streams.store`); writes stay in the checkpoint. The stages know
+nothing of offsets or crashes: they are functions of (state, messages) -> (writes, outputs).
+
+:meth:`Checkpoint.commit` makes a checkpoint durable, in this order (Quix Streams'
+``Checkpoint.commit`` is the model):
+
+1. the changelog: the last value of each key written (and each key to repair), each record
+   headed by the source offsets it covers (:data:`memdiag.streams.store.OFFSETS_HEADER`);
+2. wait until the broker has every output the checkpoint sent and every changelog record;
+3. commit the source offsets, all of them in one request;
+4. only then write the values into the backends, with the changelog offset they reach.
+
+A failure before 3 commits nothing: the checkpoint's writes are dropped, the stages' decoded
+objects forgotten, and the worker takes its records again from the committed offsets (the
+runner's job). Its changelog records may be in the log already: they are skipped by recovery
+(their offsets are ahead of the commit), and their keys are repaired by the next checkpoint,
+which writes each one's committed value again. A commit whose outcome is unknown (the request
+timed out) is settled by asking the broker for the committed offsets. A crash anywhere leaves
+the changelog and the commit in one of these same states, and recovery reads them the same
+way. So the state after any failure is the state as of the committed offsets, and the
+records after them are processed again, producing the same outputs: the sink's upserts make
+that exactly-once in DuckDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import orjson
+
+from memdiag.streams.store import OFFSETS_HEADER, Backend
+
+log = logging.getLogger("memdiag.worker")
+
+
+class TP(NamedTuple):
+    """A source partition (equal to, and hashed as, Faust's and aiokafka's own)."""
+
+    topic: str
+    partition: int
+
+
+class Table(Protocol):
+    """A table the checkpoint writes (:class:`memdiag.streams.tables.CheckpointStore`)."""
+
+    changelog: str
+    table_name: str
+    #: per partition: the committed values
+    backends: Mapping[int, Backend]
+    #: per partition: keys whose changelog records may be ahead of the commit (recovery
+    #: skipped them, or a failed checkpoint produced them): the next checkpoint writes their
+    #: committed values again
+    repairs: dict[int, set[bytes]]
+
+    @property
+    def sources(self) -> tuple[str, ...]: ...
+
+
+class Transport(Protocol):
+    """What the checkpoint needs of Kafka (the worker's producer and consumer)."""
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes | None, partition: int,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> asyncio.Future[Any]:  # fmt: skip
+        """Queue a record; the future resolves to its metadata (``.offset``)."""
+        ...
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit the offsets in one request; :class:`CommitRefused` when the broker
+        refused it (nothing was committed), any other exception when the outcome is unknown."""
+        ...
+
+    async def committed(self, tps: list[TP]) -> dict[TP, int]:
+        """The group's committed offsets (a partition with none is absent)."""
+        ...
+
+
+class CommitRefused(Exception):
+    """The broker refused the commit: nothing of it was committed (a rebalance began)."""
+
+
+class CheckpointFailed(Exception):
+    """The checkpoint did not commit; its state was dropped."""
+
+
+#: Called between the steps of a commit (``changelog`` after each record, ``delivered``,
+#: ``committed``, ``written``) with the number of changelog records: tests kill the worker
+#: there.
+Fault = Callable[[str, int], None]
+
+
+@dataclass(slots=True)
+class ChangelogWrite:
+    table: Table
+    partition: int
+    key: bytes
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint's state writes, processed offsets and deliveries (see the module
+    docstring). A new one starts when the last one committed or failed."""
+
+    tables: Mapping[str, Table]
+    #: per source partition, the offset after the last record processed (what to commit)
+    offsets: dict[TP, int] = field(default_factory=dict)
+    #: per (table name, partition): key -> value (None: delete), the last write of each
+    writes: dict[tuple[str, int], dict[bytes, bytes | None]] = field(default_factory=dict)
+    #: the outputs' delivery futures
+    deliveries: list[asyncio.Future[Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    #: what the commit produced to the changelog, once it started
+    produced: list[ChangelogWrite] = field(default_factory=list)
+    #: the repairs the commit included: table name -> partition -> keys
+    repaired: dict[str, dict[int, set[bytes]]] = field(default_factory=dict)
+
+    def view(self, table: str) -> StateView:
+        return StateView(self, self.tables[table])
+
+    def processed(self, tp: TP, next_offset: int) -> None:
+        self.offsets[tp] = next_offset
+
+    def empty(self) -> bool:
+        """Nothing to commit: no record processed, no write, no output, no repair due."""
+        return (
+            not self.offsets
+            and not self.writes
+            and not self.deliveries
+            and not any(any(t.repairs.values()) for t in self.tables.values())
+        )
+
+    def age(self) -> float:
+        return time.monotonic() - self.started
+
+    # -- the commit ---------------------------------------------------------------------------
+
+    def changelog(self) -> list[ChangelogWrite]:
+        """Step 1's records: each written key's last value, and the keys to repair (their
+        committed value again), headed by the source offsets of their partition."""
+        out: list[ChangelogWrite] = []
+        for name, table in self.tables.items():
+            sources = set(table.sources)
+            repairs = {p: set(keys) for p, keys in table.repairs.items() if keys}
+            self.repaired[name] = repairs
+            partitions = {p for (n, p) in self.writes if n == name} | set(repairs)
+            for partition in sorted(partitions):
+                writes = self.writes.setdefault((name, partition), {})
+                backend = table.backends.get(partition)
+                for key in sorted(repairs.get(partition, ())):
+                    if key not in writes and backend is not None:
+                        writes[key] = backend.get(key)
+                covers = {
+                    topic: offset - 1
+                    for (topic, p), offset in self.offsets.items()
+                    if p == partition and topic in sources
+                }
+                headers = [(OFFSETS_HEADER, orjson.dumps(covers))] if covers else None
+                out.extend(
+                    ChangelogWrite(table, partition, key, value, headers)
+                    for key, value in writes.items()
+                )
+        return out
+
+    async def commit(self, transport: Transport, fault: Fault | None = None) -> None:
+        """Steps 1 to 4; :class:`CheckpointFailed` if it committed nothing. (The transport
+        bounds the time each call may take; this awaits nothing else, so a transport that
+        never waits makes it run to the end at once, as the tests drive it.)"""
+        self.produced = records = self.changelog()
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            for n, rec in enumerate(records, 1):
+                futures.append(await transport.send(
+                    rec.table.changelog, rec.key, rec.value, rec.partition, rec.headers
+                ))  # fmt: skip
+                if fault is not None:
+                    fault("changelog", n)
+            await delivered([*self.deliveries, *futures])
+        except Exception as exc:  # a delivery failed, or the broker is away: commit nothing
+            raise CheckpointFailed(f"its outputs were not all delivered: {exc!r}") from exc
+        if fault is not None:
+            fault("delivered", len(records))
+        if self.offsets:
+            await self._commit_offsets(transport)
+        if fault is not None:
+            fault("committed", len(records))
+        self._write_backends(records, futures)
+        if fault is not None:
+            fault("written", len(records))
+
+    async def _commit_offsets(self, transport: Transport) -> None:
+        try:
+            await transport.commit(self.offsets)
+            return
+        except CommitRefused as exc:
+            raise CheckpointFailed(f"the broker refused the commit: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the outcome is unknown: ask
+            log.warning("a commit's outcome is unknown (%r): asking the broker", exc)
+        tps = list(self.offsets)
+        # raises if the broker cannot say: the worker stops, and recovery decides
+        committed = await transport.committed(tps)
+        landed = [tp for tp in tps if committed.get(tp) == self.offsets[tp]]
+        if len(landed) == len(tps):
+            return
+        if landed:
+            # a commit that landed in part: no recovery could make the state agree with it
+            raise RuntimeError(
+                f"a commit landed for {len(landed)} of {len(tps)} partitions; stopping so "
+                "that recovery rebuilds the state from the changelog"
+            )
+        raise CheckpointFailed("the commit did not land")
+
+    def _write_backends(
+        self, records: list[ChangelogWrite], futures: list[asyncio.Future[Any]]
+    ) -> None:
+        """Step 4: the committed values into the backends, each partition with the offset
+        of its last changelog record."""
+        by_partition: dict[tuple[str, int], tuple[Table, dict[bytes, bytes | None], int]] = {}
+        for rec, future in zip(records, futures, strict=True):
+            key = (rec.table.table_name, rec.partition)
+            offset = future.result().offset
+            known = by_partition.get(key)
+            if known is None:
+                by_partition[key] = (rec.table, {rec.key: rec.value}, offset)
+            else:
+                known[1][rec.key] = rec.value
+                by_partition[key] = (known[0], known[1], max(known[2], offset))
+        for (_, partition), (table, writes, offset) in by_partition.items():
+            backend = table.backends.get(partition)
+            if backend is not None:  # else revoked meanwhile: its next owner recovers it
+                backend.write(writes, offset)
+        for name, repairs in self.repaired.items():
+            table = self.tables[name]
+            for partition, keys in repairs.items():
+                left = table.repairs.get(partition)
+                if left is not None:
+                    left -= keys
+
+    def failed(self) -> None:
+        """After a failed commit: every key the commit produced may be in the changelog
+        without its commit; the next checkpoint writes its committed value again."""
+        for rec in self.produced:
+            rec.table.repairs.setdefault(rec.partition, set()).add(rec.key)
+
+
+class StateView:
+    """A table as a stage sees it in a checkpoint (the ``StateStore`` of
+    :mod:`memdiag.contract.envelope`): the checkpoint's writes over the committed values."""
+
+    __slots__ = ("_writes", "_table", "_name", "_backends")
+
+    def __init__(self, checkpoint: Checkpoint, table: Table):
+        self._writes = checkpoint.writes
+        self._table = table
+        self._name = table.table_name
+        self._backends = table.backends
+
+    def get(self, key: str, partition: int) -> bytes | None:
+        k = key.encode()
+        writes = self._writes.get((self._name, partition))
+        if writes is not None and k in writes:
+            return writes[k]
+        backend = self._backends.get(partition)
+        return None if backend is None else backend.get(k)
+
+    def put(self, key: str, value: bytes, partition: int) -> None:
+        self._partition(partition)[key.encode()] = value
+
+    def delete(self, key: str, partition: int) -> None:
+        self._partition(partition)[key.encode()] = None
+
+    def _partition(self, partition: int) -> dict[bytes, bytes | None]:
+        slot = (self._name, partition)
+        writes = self._writes.get(slot)
+        if writes is None:
+            writes = self._writes[slot] = {}
+        return writes
+
+    def items(self, prefix: str, partition: int) -> Iterator[tuple[str, bytes]]:
+        """The keys starting with ``prefix`` (in no particular order) and their values."""
+        p = prefix.encode()
+        writes = self._writes.get((self._name, partition)) or {}
+        for key, value in writes.items():
+            if key.startswith(p) and value is not None:
+                yield key.decode(), value
+        backend = self._backends.get(partition)
+        if backend is None:
+            return
+        for key, value in backend.items(p):
+            if key not in writes:
+                yield key.decode(), value
+
+
+async def delivered(futures: list[asyncio.Future[Any]]) -> None:
+    """Return once every one of ``futures`` (the producer's delivery futures) succeeded;
+    raise as soon as one is seen failed. ``asyncio.gather`` puts a callback on each future,
+    and the producer then schedules one call per record; waiting on the newest first usually
+    finds the older ones done. On a failure the others' outcomes are marked seen, so the log
+    shows the failure once instead of once a record."""
+    try:
+        for future in reversed(futures):
+            if not future.done():
+                await future
+        for future in futures:
+            future.result()
+    except BaseException:
+        for future in futures:
+            if future.done():
+                _seen(future)
+            else:
+                future.add_done_callback(_seen)
+        raise
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+#: How a runner waits for its stages' outputs: the futures it hands the checkpoint.
+Deliveries = Callable[[], Awaitable[None]]

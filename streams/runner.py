@@ -1,0 +1,442 @@
+"""The worker's one runner: fetch, stages, checkpoint, commit. One per worker process.
+
+Faust owns the consumer group, the assignment and the tables' recovery. The stage topics'
+records come to the runner in bulk, straight from Faust's fetch loop
+(:func:`memdiag.streams.compat.deliver_in_bulk`): each fetched run of one partition's records
+at once, never a Faust message or event per record. The runner then:
+
+1. admits them in offset order, from the committed offsets (:class:`Progress`: after a
+   rebalance the fetcher may deliver from a stale position, or drop records it had fetched);
+2. hands each stage its messages (:mod:`memdiag.streams.wiring` says which topics feed which
+   stage), with its table as the checkpoint shows it;
+3. sends each stage's outputs (the checkpoint waits for their delivery);
+4. commits the checkpoint every ``MEMDIAG_COMMIT_INTERVAL_SECONDS``
+   (:mod:`memdiag.streams.checkpoint`: changelog, deliveries, one OffsetCommit, then the
+   local state).
+
+A checkpoint that fails (a delivery, the commit) is dropped with the stages' decoded state,
+and the runner starts again from the committed offsets. A stage that raises on a batch does
+the same, then takes that batch's records one at a time, each in a checkpoint of its own,
+until it finds the one that raises: that one is dead-lettered, with the reason, and the rest
+go on. There is one commit path and one revocation path, for every stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.streams.checkpoint import TP, Checkpoint, CheckpointFailed, Table, Transport
+from memdiag.streams.progress import AHEAD, FOREIGN, Progress
+from memdiag.streams.sender import Sender
+
+log = logging.getLogger("memdiag.worker")
+
+
+class Stage(Protocol):
+    """A stage's logic: a function of its state and a batch of messages."""
+
+    def process(self, msgs: list[InMessage], store: StateStore) -> Output: ...
+
+    def reset(self) -> None:
+        """Forget every decoded object and in-memory index: the state was rolled back to
+        the committed one, or partitions moved."""
+        ...
+
+
+@dataclass
+class StageSpec:
+    name: str
+    topics: tuple[str, ...]
+    stage: Stage
+    #: the table the stage keeps its state in (None: stateless)
+    table: str | None
+    #: the output for a message the stage raised on (a dead letter saying so)
+    on_failure: Callable[[InMessage, BaseException], Output]
+
+
+class Kafka(Transport, Protocol):
+    """The consumer calls the runner needs besides the checkpoint's (the worker's is
+    :class:`memdiag.streams.compat.FaustKafka`)."""
+
+    def generation(self) -> int: ...
+
+    def flowing(self) -> bool: ...
+
+    def assignment(self) -> set[Any]: ...
+
+    async def bases(self, tps: list[Any]) -> dict[Any, int]: ...
+
+    async def seek(self, offsets: Mapping[Any, int]) -> None: ...
+
+    async def first_offset(self, tp: Any, offset: int) -> int | None: ...
+
+
+@dataclass
+class Hole:
+    """A partition waiting for a record the fetcher skipped: where, and how often sought."""
+
+    offset: int
+    sought_at: float
+    seeks: int = 1
+
+
+@dataclass
+class Inbox:
+    """Fetched runs waiting for the runner: (generation, tp, records)."""
+
+    limit: int
+    runs: deque[tuple[int, Any, list[Any]]] = field(default_factory=deque)
+    size: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def put(self, generation: int, tp: Any, records: list[Any]) -> None:
+        self.runs.append((generation, tp, records))
+        self.size += len(records)
+        self.arrived.set()
+        if self.size >= self.limit:
+            self.room.clear()
+
+    def take(self, most: int) -> list[tuple[int, Any, list[Any]]]:
+        out = []
+        taken = 0
+        while self.runs and taken < most:
+            run = self.runs.popleft()
+            out.append(run)
+            taken += len(run[2])
+        self.size -= taken
+        if not self.runs:
+            self.arrived.clear()
+        if self.size < self.limit:
+            self.room.set()
+        return out
+
+    def clear(self) -> None:
+        self.runs.clear()
+        self.size = 0
+        self.arrived.clear()
+        self.room.set()
+
+
+class Runner:
+    """See the module docstring."""
+
+    #: Records handed to the stages at once, at most.
+    MAX_BATCH = 5000
+    #: A partition with a hole is sought back at most this often (seconds): records fetched
+    #: before the seek still arrive for a moment, and each of them shows the same hole.
+    RESEEK_SECONDS = 0.2
+    #: After this many seeks, ask the broker whether the missing records exist at all
+    #: (a transactional producer's commit markers and deleted records leave real holes).
+    PROBE_AFTER_SEEKS = 3
+
+    def __init__(
+        self,
+        kafka: Kafka,
+        stages: list[StageSpec],
+        tables: Mapping[str, Table],
+        sender: Sender,
+        commit_interval: float = 1.0,
+        inbox_limit: int = 20_000,
+        fault: Callable[[str, int], None] | None = None,
+    ):
+        self.kafka = kafka
+        self.stages = stages
+        self.tables = dict(tables)
+        self.sender = sender
+        self.commit_interval = commit_interval
+        self.fault = fault
+        self.stage_of = {topic: spec for spec in stages for topic in spec.topics}
+        self.topics = frozenset(self.stage_of)
+        self.inbox = Inbox(inbox_limit)
+        self.inbox.room.set()
+        self.progress = Progress()
+        self.checkpoint = Checkpoint(self.tables)
+        #: per partition, the end of the records a stage raised on: taken one at a time
+        self.suspect: dict[Any, int] = {}
+        self._holes: dict[Any, Hole] = {}
+        self._lock = asyncio.Lock()
+        self.processed = 0
+        self.skipped = Counter[str]()
+        self.checkpoints = 0
+        self.failed_checkpoints = 0
+
+    # -- input ------------------------------------------------------------------------------
+
+    def deliver(self, generation: int, records: Mapping[Any, list[Any]]) -> None:
+        """Fetched records of the runner's topics (Faust's fetch loop calls this)."""
+        for tp, run in records.items():
+            if run:
+                self.inbox.put(generation, tp, run)
+
+    async def run(self) -> None:
+        arrived = self.inbox.arrived
+        while True:
+            try:
+                await asyncio.wait_for(arrived.wait(), self._idle_after())
+            except TimeoutError:
+                async with self._lock:
+                    await self._idle()
+                continue
+            if not self.processed and not self.skipped:
+                log.info("runner: first records at %.3f", time.time())  # for benchmarks
+            async with self._lock:
+                await self._handle(self.inbox.take(self.MAX_BATCH))
+                if self.checkpoint.age() >= self.commit_interval:
+                    await self._commit()
+
+    def _idle_after(self) -> float:
+        if self.checkpoint.empty():
+            return self.commit_interval
+        return max(0.01, self.commit_interval - self.checkpoint.age())
+
+    async def _idle(self) -> None:
+        """Nothing came for a while: commit, start a generation nothing has started yet
+        (a partition Faust left past its committed offset delivers nothing to start one),
+        and fetch again any hole still open."""
+        if not self.checkpoint.empty():
+            await self._commit()
+        generation = self.kafka.generation()
+        if self.progress.generation != generation:
+            if self.kafka.flowing():
+                await self._start(generation)
+            return
+        now = time.monotonic()
+        for tp, hole in list(self._holes.items()):
+            if self.progress.next.get(tp) != hole.offset:
+                del self._holes[tp]  # filled
+            elif now - hole.sought_at >= self.RESEEK_SECONDS:
+                await self._reseek(tp, hole, now)
+
+    async def _start(self, generation: int) -> bool:
+        """Seek the runner's partitions to their committed offsets and take records from
+        there. False if another rebalance began meanwhile."""
+        tps = sorted(
+            (tp for tp in self.kafka.assignment() if tp.topic in self.topics),
+            key=lambda tp: (tp.topic, tp.partition),
+        )
+        try:
+            bases = await self.kafka.bases(tps) if tps else {}
+            if bases:
+                await self.kafka.seek(bases)
+        except Exception:  # noqa: BLE001 - a partition revoked meanwhile: try again
+            log.warning("runner: could not seek to the committed offsets", exc_info=True)
+            return False
+        if self.kafka.generation() != generation or not self.kafka.flowing():
+            return False
+        self.progress.start(generation, bases)
+        self._holes.clear()
+        self.suspect = {tp: end for tp, end in self.suspect.items() if tp in bases}
+        log.info(
+            "runner: generation %d, starting at %s",
+            generation,
+            {f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}": o for tp, o in bases.items()},
+        )
+        return True
+
+    # -- a batch ----------------------------------------------------------------------------
+
+    async def _handle(self, runs: list[tuple[int, Any, list[Any]]]) -> None:
+        kafka = self.kafka
+        generation = kafka.generation()
+        if not kafka.flowing():
+            return  # a rebalance is under way: these records are fetched again after it
+        if self.progress.generation != generation and not await self._start(generation):
+            return
+        progress = self.progress
+        #: per stage: its messages, and per partition the offset after its last one
+        batches: dict[str, tuple[list[InMessage], dict[Any, int]]] = {}
+        careful: list[InMessage] = []
+        ahead = set()
+        for gen, tp, records in runs:
+            if gen != generation:
+                self.skipped["stale"] += len(records)
+                continue  # fetched before the rebalance: fetched again after it
+            lo, hi, verdict = progress.admit_run(tp, records)
+            if verdict == FOREIGN:
+                self.skipped["foreign"] += len(records)
+                continue
+            self.skipped["behind"] += lo
+            if verdict == AHEAD:
+                ahead.add(tp)
+                self.skipped["ahead"] += len(records) - hi
+            if lo == hi:
+                continue
+            topic, partition = tp.topic, tp.partition
+            msgs = [
+                InMessage(topic, partition, r.offset, r.key, r.value, r.timestamp)
+                for r in records[lo:hi]
+            ]
+            end = self.suspect.get(tp)
+            if end is not None:
+                careful += [m for m in msgs if m.offset < end]
+                msgs = [m for m in msgs if m.offset >= end]
+                if msgs or progress.next[tp] >= end:
+                    del self.suspect[tp]
+            if msgs:
+                name = self.stage_of[topic].name
+                batch = batches.get(name)
+                if batch is None:
+                    batch = batches[name] = ([], {})
+                batch[0].extend(msgs)
+                batch[1][tp] = msgs[-1].offset + 1
+                self.processed += len(msgs)
+        for tp in ahead:
+            await self._seek_back(tp)
+        for msg in careful:
+            await self._one_at_a_time(msg)
+        for spec in self.stages:
+            batch = batches.get(spec.name)
+            if batch is None:
+                continue
+            if self.progress.generation is None or not await self._process(spec, *batch):
+                return
+
+    async def _process(self, spec: StageSpec, msgs: list[InMessage], ends: dict[Any, int]) -> bool:
+        cp = self.checkpoint
+        store: Any = cp.view(spec.table) if spec.table is not None else None
+        try:
+            out = spec.stage.process(msgs, store)
+        except Exception:  # noqa: BLE001 - find the message that raises, one at a time
+            log.warning("%s: a batch of %d raised; taking it again one message at a time",
+                        spec.name, len(msgs), exc_info=True)  # fmt: skip
+            for tp, end in ends.items():
+                self.suspect[tp] = max(self.suspect.get(tp, 0), end)
+            self._drop("a stage raised")
+            return False
+        await self._send(out)
+        cp.offsets.update(ends)
+        return True
+
+    async def _one_at_a_time(self, msg: InMessage) -> None:
+        """A record of a batch a stage raised on: alone in a checkpoint, so that if it
+        raises again only it is dropped (and dead-lettered)."""
+        if not self.checkpoint.empty():
+            await self._commit()
+        if self.progress.generation is None:
+            return  # that commit failed: everything is taken again
+        spec = self.stage_of[msg.topic]
+        store: Any = self.checkpoint.view(spec.table) if spec.table is not None else None
+        try:
+            out = spec.stage.process([msg], store)
+        except Exception as exc:  # noqa: BLE001 - never let one message stop the worker
+            log.exception("%s failed on %s/%d/%d; dead-lettered", spec.name, msg.topic,
+                          msg.partition, msg.offset)  # fmt: skip
+            self.checkpoint = Checkpoint(self.tables)
+            spec.stage.reset()
+            out = spec.on_failure(msg, exc)
+        await self._send(out)
+        self.checkpoint.offsets[_tp(msg)] = msg.offset + 1
+        await self._commit()
+
+    async def _send(self, out: Output) -> None:
+        self.checkpoint.deliveries += await self.sender.send(out)
+
+    # -- the checkpoint ---------------------------------------------------------------------
+
+    async def _commit(self) -> None:
+        cp = self.checkpoint
+        if cp.empty():
+            cp.started = time.monotonic()
+            return
+        cp.deliveries += await self.sender.flush_counters()
+        try:
+            await cp.commit(self.kafka, self.fault)
+        except CheckpointFailed as exc:
+            log.warning("runner: a checkpoint failed (%s); taking its records again", exc)
+            cp.failed()
+            self._drop(str(exc))
+            return
+        self.checkpoints += 1
+        self.progress.committed_to(cp.offsets)
+        self.checkpoint = Checkpoint(self.tables)
+
+    def _drop(self, why: str) -> None:
+        """Back to the committed state: the checkpoint's writes and the stages' decoded
+        objects go; records are taken again from the committed offsets (a new start)."""
+        self.failed_checkpoints += 1
+        self.checkpoint = Checkpoint(self.tables)
+        for spec in self.stages:
+            spec.stage.reset()
+        self.progress.stop()
+        self.inbox.clear()
+        log.info("runner: state rolled back to the last commit (%s)", why)
+
+    async def on_revoked(self) -> None:
+        """Partitions are being revoked: commit what was processed while the generation
+        still holds, so the next owner repeats less."""
+        async with self._lock:
+            try:
+                await asyncio.wait_for(self._commit(), 10.0)
+            except Exception:  # noqa: BLE001 - only an optimisation: the next owner repeats
+                log.info("runner: no commit at revocation", exc_info=True)
+                self._drop("revoked")
+            self.progress.stop()
+            self.inbox.clear()
+            for spec in self.stages:
+                spec.stage.reset()
+
+    async def on_assigned(self) -> None:
+        """Partitions moved: what the stages keep in memory belongs to the old assignment."""
+        async with self._lock:
+            for spec in self.stages:
+                spec.stage.reset()
+
+    async def stop(self) -> None:
+        """Shutting down: commit what was processed."""
+        async with self._lock:
+            await self._commit()
+
+    # -- holes ------------------------------------------------------------------------------
+
+    async def _seek_back(self, tp: Any) -> None:
+        """A record is missing before the ones that came: fetch again from the missing one."""
+        expected = self.progress.next[tp]
+        now = time.monotonic()
+        hole = self._holes.get(tp)
+        if hole is None or hole.offset != expected:
+            self._holes[tp] = Hole(expected, now)
+            log.info("runner: %s/%d has a hole at %d: fetching again from it", tp.topic,
+                     tp.partition, expected)  # fmt: skip
+            await self._seek_quietly(tp, expected)
+        elif now - hole.sought_at >= self.RESEEK_SECONDS:
+            await self._reseek(tp, hole, now)
+
+    async def _reseek(self, tp: Any, hole: Hole, now: float) -> None:
+        hole.seeks += 1
+        hole.sought_at = now
+        if hole.seeks % self.PROBE_AFTER_SEEKS == 0:
+            try:
+                first = await self.kafka.first_offset(tp, hole.offset)
+            except Exception:  # noqa: BLE001 - no answer: keep fetching
+                log.info("runner: probe of %s/%d failed", tp.topic, tp.partition, exc_info=True)
+                first = None
+            if first is not None and first > hole.offset:
+                log.warning(
+                    "runner: %s/%d has no records %d..%d (transaction markers or deleted "
+                    "records): going on from %d",
+                    tp.topic, tp.partition, hole.offset, first - 1, first,
+                )  # fmt: skip
+                self.progress.skip_to(tp, first)
+                self.checkpoint.offsets[tp] = first
+                self._holes.pop(tp, None)
+                await self._seek_quietly(tp, first)
+                return
+        await self._seek_quietly(tp, hole.offset)
+
+    async def _seek_quietly(self, tp: Any, offset: int) -> None:
+        try:
+            await self.kafka.seek({tp: offset})
+        except Exception:  # noqa: BLE001 - revoked meanwhile: the next generation seeks anew
+            log.info("runner: seek of %s/%d failed", tp.topic, tp.partition, exc_info=True)
+
+
+def _tp(msg: InMessage) -> TP:
+    return TP(msg.topic, msg.partition)

@@ -1,0 +1,226 @@
+"""The Faust store of the worker's tables (``memdiag://``, registered in Faust's store
+registry by the package's ``faust.stores`` entry point).
+
+Faust keeps what it is good at: the consumer group, the assignment of each changelog
+partition with its co-partitioned source partitions, and the recovery that reads a changelog
+partition from the store's offset to its end when the partition is assigned. This store
+decides what recovery applies (:mod:`memdiag.streams.store`: only records the committed
+offsets cover; the skipped records' keys are repaired before the worker takes a record) and
+where the values live: a RocksDB database per partition, or memory.
+
+The stages never touch the store through Faust's table API: the checkpoint
+(:mod:`memdiag.streams.checkpoint`) reads its backends and writes committed values into them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from faust.stores.base import Store
+from faust.types import TP
+
+from memdiag.streams.store import (
+    Backend,
+    ChangelogRecord,
+    MemoryBackend,
+    Replay,
+    RocksBackend,
+    covers_of,
+)
+
+log = logging.getLogger("memdiag.worker")
+
+#: The URL scheme of the store (``Table(store="memdiag://")``).
+SCHEME = "memdiag"
+
+#: Committed offsets of some (topic, partition)s; a pair with nothing committed is absent.
+CommittedFn = Callable[[list[tuple[str, int]]], Awaitable[dict[tuple[str, int], int]]]
+
+
+@dataclass
+class StoreOptions:
+    """What a :class:`CheckpointStore` needs beyond Faust's arguments (``Table(options=
+    {"memdiag": StoreOptions(...)})``)."""
+
+    #: the source topics whose records write the table (co-partitioned with its changelog)
+    sources: tuple[str, ...]
+    #: ``rocksdb``, or ``memory`` (every start replays the whole changelog)
+    kind: str
+    #: the directory of the table's RocksDB databases (one per partition)
+    path: Path | None
+    #: how the store learns the group's committed offsets (the skip rule's other half)
+    committed: CommittedFn
+    #: each RocksDB database's block cache
+    cache_bytes: int = 16 << 20
+
+
+class CheckpointStore(Store):
+    """See the module docstring."""
+
+    def __init__(self, url: Any, app: Any, table: Any, **kwargs: Any) -> None:
+        super().__init__(url, app, table, **kwargs)
+        options = self.options.get("memdiag") if isinstance(self.options, Mapping) else None
+        if not isinstance(options, StoreOptions):
+            raise TypeError("a memdiag:// store needs Table(options={'memdiag': StoreOptions})")
+        self.settings: StoreOptions = options
+        self.changelog: str = self.table.changelog_topic.get_topic_name()
+        self.backends: dict[int, Backend] = {}
+        #: per partition: keys whose latest changelog record recovery skipped
+        self.repairs: dict[int, set[bytes]] = {}
+        self._replays: dict[int, Replay] = {}
+
+    # -- what the checkpoint uses ---------------------------------------------------------
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.settings.sources
+
+    # -- the backends -----------------------------------------------------------------------
+
+    def _path(self, partition: int) -> Path:
+        if self.settings.path is None:
+            raise RuntimeError("a rocksdb store needs a path (MEMDIAG_STATE_DIR)")
+        return self.settings.path / f"{self.table_name}-{partition}"
+
+    def _open(self, partition: int) -> Backend:
+        backend = self.backends.get(partition)
+        if backend is None:
+            if self.settings.kind == "memory":
+                backend = MemoryBackend()
+            else:
+                backend = RocksBackend(self._path(partition), self.settings.cache_bytes)
+            self.backends[partition] = backend
+        return backend
+
+    def _close(self, partition: int) -> None:
+        backend = self.backends.pop(partition, None)
+        self.repairs.pop(partition, None)
+        self._replays.pop(partition, None)
+        if backend is not None:
+            backend.close()
+
+    def _reset(self, partition: int) -> None:
+        """Forget a partition's local values (they belong to another changelog)."""
+        self._close(partition)
+        if self.settings.kind != "memory":
+            RocksBackend.destroy(self._path(partition))
+        self._open(partition)
+
+    # -- Faust's store interface ----------------------------------------------------------
+
+    def persisted_offset(self, tp: TP) -> int | None:
+        backend = self.backends.get(tp.partition)
+        return None if backend is None else backend.offset
+
+    def set_persisted_offset(self, tp: TP, offset: int) -> None:
+        pass  # offsets are written with the values (the checkpoint, the replay)
+
+    async def need_active_standby_for(self, tp: TP) -> bool:
+        return False
+
+    async def on_rebalance(
+        self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0
+    ) -> None:
+        """Open the backends of this worker's changelog partitions (close the others) and
+        learn the committed offsets their recovery applies records by."""
+        mine = {tp.partition for tp in assigned if tp.topic == self.changelog}
+        for partition in list(self.backends):
+            if partition not in mine:
+                self._close(partition)
+        if not mine:
+            return
+        for partition in mine:
+            self._open(partition)
+        await self._forget_foreign(mine)
+        wanted = [(topic, p) for topic in self.sources for p in sorted(mine)]
+        committed = await self.settings.committed(wanted)
+        for partition in mine:
+            by_topic = {t: o for (t, p), o in committed.items() if p == partition}
+            self._replays[partition] = Replay(self.backends[partition], by_topic)
+
+    async def _forget_foreign(self, partitions: set[int]) -> None:
+        """A local database at or past its changelog's end belongs to another changelog (the
+        broker was reset, the embedded broker started afresh): rebuild it from this one."""
+        held = {p: self.backends[p].offset for p in partitions}
+        if all(o is None for o in held.values()):
+            return
+        tps = [TP(self.changelog, p) for p in sorted(partitions) if held[p] is not None]
+        ends = await self.app.consumer.highwaters(*tps)
+        for tp in tps:
+            offset, end = held[tp.partition], ends.get(tp)
+            if offset is not None and (end is None or offset >= end):
+                log.warning(
+                    "%s: the local state of partition %d is at changelog offset %d, but the "
+                    "changelog ends at %s: it belongs to another changelog; rebuilding it",
+                    self.table_name, tp.partition, offset, end,
+                )  # fmt: skip
+                self._reset(tp.partition)
+
+    def apply_changelog_batch(
+        self, batch: Iterable[Any], to_key: Callable[[Any], Any], to_value: Callable[[Any], Any]
+    ) -> None:
+        by_partition: dict[int, list[ChangelogRecord]] = {}
+        for event in batch:
+            m = event.message
+            if m.key is None:
+                raise TypeError(f"a changelog record without a key: {m.topic}/{m.partition}")
+            by_partition.setdefault(m.partition, []).append(
+                ChangelogRecord(m.offset, m.key, m.value, covers_of(m.headers))
+            )
+        for partition, records in by_partition.items():
+            run = self._replays.get(partition)
+            if run is not None:  # else not ours any more: a revoked partition's last buffer
+                run.apply(records)
+
+    async def on_recovery_completed(self, active_tps: Any, standby_tps: Any) -> None:
+        for partition, run in self._replays.items():
+            repairs = run.repairs()
+            if run.applied or run.skipped:
+                log.info(
+                    "%s partition %d recovered: %d changelog records applied, %d skipped "
+                    "(ahead of the committed offsets), %d keys to repair",
+                    self.table_name, partition, run.applied, run.skipped, len(repairs),
+                )  # fmt: skip
+            if repairs:
+                self.repairs.setdefault(partition, set()).update(repairs)
+        self._replays.clear()
+
+    def reset_state(self) -> None:
+        for partition in list(self.backends):
+            self._reset(partition)
+
+    async def backup_partition(
+        self, tp: Any, flush: bool = True, purge: bool = False, keep: int = 1
+    ) -> None:
+        pass
+
+    def restore_backup(self, tp: Any, latest: bool = True, backup_id: int = 0) -> None:
+        pass
+
+    async def on_stop(self) -> None:
+        for partition in list(self.backends):
+            self._close(partition)
+
+    # Faust's mapping interface: nothing uses it (the checkpoint reads the backends).
+
+    def __getitem__(self, key: Any) -> Any:
+        raise KeyError(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise NotImplementedError("memdiag's state is written by its checkpoint only")
+
+    def __delitem__(self, key: Any) -> None:
+        raise NotImplementedError("memdiag's state is written by its checkpoint only")
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def _clear(self) -> None:
+        self.reset_state()

@@ -1,0 +1,138 @@
+"""Which topics feed which stage, and the runner they all run in. Nothing else lives here.
+
+- spans (:mod:`memdiag.streams.otlp`): ``otlp_spans`` (OTLP records, any key) -> span records
+  to the internal ``otlp-traces``, keyed by trace (stateless).
+- traces (:mod:`memdiag.streams.traces`): ``otlp-traces`` -> per-trace state: searches, turns
+  and outcomes to the internal ``span-events`` keyed by session; memory writes to ``memory``.
+- sessions (:mod:`memdiag.streams.processor`): ``events``, the internal ``session-verdicts``
+  and ``span-events`` (all keyed by session, co-partitioned) -> per-session state: searches,
+  turns, the session diagnostic; steps for the observation owners.
+- observations (:mod:`memdiag.streams.observations`): the internal steps, keyed by
+  observation -> the ledger of each observation: weights, and verdicts back to the sessions.
+- recall (:mod:`memdiag.streams.memory`): ``memory`` (keyed by agent, co-partitioned with
+  ``events``) -> per-agent state: memory rows, probes, breaks.
+- judgements (:mod:`memdiag.streams.judgements`): ``judgements`` -> a ``judgement`` record
+  each (stateless).
+- counters (:mod:`memdiag.streams.counters`): the increments on ``counters`` -> a per-minute
+  rollup of each (its own table), back on ``counters``.
+
+The four stateful stages share one table; their source topics are co-partitioned with its
+changelog, so Faust's assignor gives partition p of all of them to one worker. All seven run
+in one :class:`memdiag.streams.runner.Runner` and one checkpoint. Counters are an alerting
+signal, not the record (DuckDB is): a crash before a checkpoint's commit sends that
+checkpoint's increments again when its records are processed again.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from memdiag.contract.envelope import InMessage, Output
+from memdiag.schemas.deadletters import failed_output
+from memdiag.streams.app import Wiring
+from memdiag.streams.compat import FaustKafka, deliver_in_bulk
+from memdiag.streams.counters import Rollups
+from memdiag.streams.judgements import JudgementProcessor
+from memdiag.streams.memory import MemoryStage
+from memdiag.streams.metrics import Counters
+from memdiag.streams.observations import ObservationOwner
+from memdiag.streams.otlp import SpanStage
+from memdiag.streams.processor import Processor
+from memdiag.streams.runner import Runner, StageSpec
+from memdiag.streams.sender import CounterBuffer, Sender
+from memdiag.streams.traces import TraceStage
+
+log = logging.getLogger("memdiag.worker")
+
+
+def register(w: Wiring) -> Runner:
+    app, settings = w.app, w.settings
+    partitions = settings.events_partitions
+
+    @lru_cache(maxsize=65_536)
+    def partition_of(key: str) -> int:
+        """The partition Kafka's default partitioner gives a key (a session, an agent)."""
+        return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+    def name(topic: Any) -> str:
+        return str(topic.get_topic_name())
+
+    sender = Sender(
+        app, w.diagnostics, w.deadletter, w.weights, w.events, w.steps, w.verdicts,
+        w.counters, w.memory, w.otlp_traces, w.span_events, CounterBuffer(), Counters(),
+    )  # fmt: skip
+
+    def on_failure(msg: InMessage, exc: BaseException) -> Output:
+        return failed_output(msg, exc, settings)
+
+    def increment_failed(msg: InMessage, exc: BaseException) -> Output:
+        return Output()  # the alerting signal, never a reason to stop (the runner logged it)
+
+    state, rollups = w.state.name, w.rollups.name
+    stages = [
+        StageSpec("spans", (name(w.otlp_spans),), SpanStage(settings, partition_of), None,
+                  on_failure),
+        StageSpec("traces", (name(w.otlp_traces),), TraceStage(settings, partition_of), state,
+                  on_failure),
+        StageSpec("sessions", (name(w.events), name(w.verdicts), name(w.span_events)),
+                  Processor(settings, partition_of), state, on_failure),
+        StageSpec("observations", (name(w.steps),), ObservationOwner(settings), state,
+                  on_failure),
+        StageSpec("recall", (name(w.memory),), MemoryStage(settings, partition_of), state,
+                  on_failure),
+        StageSpec("judgements", (name(w.judgements),), JudgementProcessor(settings), None,
+                  on_failure),
+        StageSpec("counters", (name(w.counters),), Rollups(), rollups, increment_failed),
+    ]  # fmt: skip
+    kafka = FaustKafka(app)
+    tables: dict[str, Any] = {t.name: t.data for t in (w.state, w.rollups)}  # memdiag's store
+    runner = Runner(kafka, stages, tables, sender, settings.commit_interval_seconds)
+    w.runner = runner
+    # Faust subscribes the stage topics through this channel and assigns them; their records
+    # never reach it: they go to the runner in bulk (memdiag.streams.compat.deliver_in_bulk)
+    channel = app.topic(
+        *sorted(runner.topics),
+        key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+        acks=False,
+    )  # fmt: skip
+    app.topics.add(channel)
+    deliver_in_bulk(app, runner.topics, runner.deliver, runner.inbox.room)
+    app.task(_crash_on_error(app, runner))
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types receivers oddly
+    async def _on_revoked(sender_: Any, *args: Any, **kwargs: Any) -> None:
+        await runner.on_revoked()
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode types receivers oddly
+    async def _on_assigned(sender_: Any, assigned: Any = (), **kwargs: Any) -> None:
+        await runner.on_assigned()
+        mine = sorted(tp.partition for tp in assigned if tp.topic == name(w.events))
+        log.info("memdiag worker assigned partitions %s of %s", mine, name(w.events))
+
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
+    async def _on_ready(sender_: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        log.info("memdiag worker ready: partitions assigned and state recovered")
+
+    async def _flush_on_stop(*args: Any, **kwargs: Any) -> None:
+        await runner.stop()
+        await kafka.close()
+
+    app.on_before_shutdown.connect(_flush_on_stop)
+    return runner
+
+
+def _crash_on_error(app: Any, runner: Runner) -> Any:
+    async def run() -> None:
+        try:
+            await runner.run()
+        except Exception as exc:
+            log.exception("runner: stopping the worker")
+            await app.crash(exc)
+            raise
+
+    run.__name__ = "memdiag_runner"
+    return run
