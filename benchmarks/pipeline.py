@@ -271,7 +271,7 @@ def first_batch(log_path: Path) -> float:
     """When the worker's session stage took its first records (wall clock), as it logs
     them. The peers' clocks start at their first record too."""
     for line in log_path.read_text("utf-8", "replace").splitlines():
-        if "sessions: first records at " in line:
+        if "runner: first records at " in line:
             return float(line.rsplit(" at ", 1)[1].split()[0])
     raise AssertionError(f"the worker never took a record: see {log_path}")
 
@@ -363,7 +363,7 @@ def run_memdiag_spans(settings: Settings, workdir: Path) -> float:
         stop(worker.proc)
         worker.log_file.close()
     for line in worker.log_path.read_text("utf-8", "replace").splitlines():
-        if "spans: first records at " in line:
+        if "runner: first records at " in line:
             return done - float(line.rsplit(" at ", 1)[1].split()[0])
     raise AssertionError(f"the worker's span stage never took a record: see {worker.log_path}")
 

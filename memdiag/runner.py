@@ -135,7 +135,11 @@ def broker_for(settings: Settings, say: Say) -> Iterator[Settings]:
         yield settings.with_(broker=broker.url, kafka_security_protocol="PLAINTEXT")
 
 
-def spawn_child(name: str, command: str, settings: Settings, log_dir: Path) -> Child:
+def spawn_child(
+    name: str, command: str, settings: Settings, log_dir: Path, module: str = "memdiag.cli"
+) -> Child:
+    """``python -m memdiag.cli COMMAND`` (or another module's ``COMMAND`` words) with the
+    settings in its environment, its output in ``log_dir/NAME.log``."""
     log_path = log_dir / f"{name}.log"
     log_file = log_path.open("ab")  # a restarted process adds to its log
     env = {**os.environ, **settings.as_env()}
@@ -143,7 +147,7 @@ def spawn_child(name: str, command: str, settings: Settings, log_dir: Path) -> C
     # topic either way): unlike `memdiag worker`, it exports nothing unless asked.
     env.setdefault("OTEL_METRICS_EXPORTER", "none")
     proc = procs.spawn(
-        [sys.executable, "-m", "memdiag.cli", command],
+        [sys.executable, "-m", module, *command.split()],
         env=env,
         stdout=log_file,
         stderr=subprocess.STDOUT,
@@ -163,9 +167,9 @@ def run_pipeline(
     started = time.monotonic()
     stages: dict[str, float] = {}
     with broker_for(settings, say) as s, tempfile.TemporaryDirectory(prefix="memdiag-run-") as d:
-        if not os.environ.get("MEMDIAG_BROKER"):
-            # the embedded broker lives as long as this run: so does the worker's state
-            s = s.with_(state_dir=str(Path(d) / "state"))
+        # the worker's local state lives as long as this run (a cache of its changelog: one
+        # started afresh is rebuilt from it, as on a new machine)
+        s = s.with_(state_dir=str(Path(d) / "state"))
         asyncio.run(ensure_topics(s))
         children = [
             spawn_child("worker", "worker", s, Path(d)),

@@ -176,8 +176,11 @@ class WorldKafka:
         self, topic: str, key: bytes, value: bytes | None, partition: int,
         headers: list[tuple[str, bytes]] | None,
     ) -> asyncio.Future[Any]:  # fmt: skip
-        offset = self.world.append(topic, key.decode(), value, partition=partition,
-                                   headers=tuple(headers or ()))  # fmt: skip
+        w = self.world
+        offset = w.append(topic, key.decode(), value, partition=partition,
+                          headers=tuple(headers or ()))  # fmt: skip
+        if topic == w.changelog:
+            w.changelog_appends.append((partition, w.logs[(topic, partition)][offset]))
         return done(Metadata(offset))
 
 
@@ -263,6 +266,10 @@ class World:
         self.on_kill: Any = None
         self._commits = 0
         self._robin = 0
+        #: per partition, at the last restart: (changelog records read, keys to repair)
+        self.replayed: dict[int, tuple[int, int]] = {}
+        #: every changelog record, in the order the worker sent them: (partition, record)
+        self.changelog_appends: list[tuple[int, Record]] = []
         self.kafka = WorldKafka(self)
         self.runner = self._new_runner()
 
@@ -364,10 +371,12 @@ class World:
             if tp[0] in topics and self.position.get(TP(*tp), 0) < len(log)
         ]
 
-    def run(self, max_batch: int = 50, max_rounds: int = 1_000_000) -> None:
-        asyncio.run(self._run(max_batch, max_rounds))
+    def run(self, max_batch: int = 50, max_rounds: int = 1_000_000, settle: bool = True) -> None:
+        """Process until everything is processed and committed (``settle``: it must be by
+        ``max_rounds`` of the scheduler; else stop there)."""
+        asyncio.run(self._run(max_batch, max_rounds, settle))
 
-    async def _run(self, max_batch: int, max_rounds: int) -> None:
+    async def _run(self, max_batch: int, max_rounds: int, settle: bool) -> None:
         for _ in range(max_rounds):
             try:
                 if self.pending():
@@ -378,7 +387,8 @@ class World:
                 await self._commit()
             except Killed:
                 self._restart()
-        raise AssertionError("the world did not settle")
+        if settle:
+            raise AssertionError("the world did not settle")
 
     async def _step(self, max_batch: int) -> None:
         runner = self.runner
@@ -452,13 +462,22 @@ class World:
                         values[key] = value
         return {p: v for p, v in state.items() if v}
 
-    def _restart(self) -> None:
+    def restart(self, settings: Settings | None = None, fresh: bool | None = None) -> None:
+        """Kill the worker now and start a new one (with other settings, on a fresh machine
+        or not: by default, at random)."""
+        if settings is not None:
+            self.settings = settings
+        self.kills.append("by the test")
+        self._restart(fresh)
+
+    def _restart(self, fresh: bool | None = None) -> None:
         """A new worker process: its tables recovered from the changelog (from the local
         state the last one left, or, on a fresh machine, from nothing), its records taken
         again from the committed offsets."""
         self.crashes += 1
         self.generation += 1
-        fresh = self.rng.random() < 0.5
+        if fresh is None:
+            fresh = self.rng.random() < 0.5
         for partition in range(self.partitions):
             if fresh or partition not in self.table.backends:
                 self.table.backends[partition] = MemoryBackend()
@@ -475,6 +494,7 @@ class World:
                 if p == partition and topic in self.table.sources
             }
             repairs = replay(backend, records, committed)
+            self.replayed[partition] = (len(records), len(repairs))
             self.table.repairs[partition] = repairs
         for tp in list(self.position):
             self.position[tp] = self.committed.get(tp, 0)
