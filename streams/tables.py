@@ -127,18 +127,32 @@ class CheckpointStore(Store):
     ) -> None:
         """Open the backends of this worker's changelog partitions (close the others) and
         learn the committed offsets their recovery applies records by."""
-        mine = {tp.partition for tp in assigned if tp.topic == self.changelog}
+        logged = {tp.partition for tp in assigned if tp.topic == self.changelog}
+        # The source partitions the worker takes records from need their state here even
+        # when the changelog partition is missing from the assignment (Faust's assignor
+        # leaves out a topic the broker's metadata lacks): without a backend, every value
+        # the checkpoint wrote would be dropped, and the stages would start over at each one.
+        unlogged = {tp.partition for tp in assigned if tp.topic in self.sources} - logged
+        mine = logged | unlogged
         for partition in list(self.backends):
             if partition not in mine:
                 self._close(partition)
-        if not mine:
-            return
         for partition in mine:
             self._open(partition)
-        await self._forget_foreign(mine)
-        wanted = [(topic, p) for topic in self.sources for p in sorted(mine)]
+        if unlogged:
+            log.warning(
+                "%s: the changelog topic %s is not in this worker's assignment (the broker "
+                "did not list it); the state of partitions %s is not recovered from it, only "
+                "written to it. Check the topic on the broker: a worker that restarts once it "
+                "is listed recovers them",
+                self.table_name, self.changelog, sorted(unlogged),
+            )  # fmt: skip
+        if not logged:
+            return
+        await self._forget_foreign(logged)
+        wanted = [(topic, p) for topic in self.sources for p in sorted(logged)]
         committed = await self.settings.committed(wanted)
-        for partition in mine:
+        for partition in logged:
             by_topic = {t: o for (t, p), o in committed.items() if p == partition}
             self._replays[partition] = Replay(self.backends[partition], by_topic)
 

@@ -12,7 +12,11 @@ TEXT = CONTRACT.read_text() if CONTRACT.is_file() else ""
 DOCS = ROOT / "docs"
 
 #: What the contract names for work still open, with its issue; each lands with its tests.
-NOT_BUILT_YET: dict[str, str] = {}
+NOT_BUILT_YET: dict[str, str] = {
+    "recall_probes.miss_reason": "#28",
+    "memdiag.recall_probe_total": "#28",
+    "memdiag gate --db": "#27",
+}
 
 
 def signatures(text: str) -> dict[str, list[str]]:
@@ -33,6 +37,7 @@ def test_the_docs_have_every_column_the_contract_names() -> None:
     assert contract, "no table in section 5 of the contract"
     for name, cols in contract.items():
         assert name in docs, f"{name} is in the contract, not in docs/tables.md"
+        cols = [c for c in cols if f"{name}.{c}" not in NOT_BUILT_YET]
         if name in ("followup_rate", "observation_feedback_stats"):
             assert docs[name] == cols, name
         else:

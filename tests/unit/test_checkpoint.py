@@ -312,3 +312,45 @@ def test_without_the_repairs_the_second_restart_brings_the_dead_checkpoint_back(
     rebuilt, committed = run_with_two_restarts(monkeypatch, repair=False)
     assert rebuilt != committed
     assert not any(k == b"s:L" for v in rebuilt.values() for k in v)
+
+
+def test_a_source_partition_keeps_its_state_when_its_changelog_is_not_assigned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Faust's assignor leaves out a changelog topic the broker's metadata lacks (a broker that
+    restarted, say). The worker still takes its source partitions' records: their state must
+    live somewhere, or every checkpoint's values would be dropped and each stage would start
+    over at every commit interval (the chaos suite's broker restart found it)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from memdiag.streams.tables import CheckpointStore, StoreOptions
+
+    async def committed(tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {}
+
+    table = SimpleNamespace(
+        name="state", changelog_topic=SimpleNamespace(get_topic_name=lambda: "state-changelog")
+    )
+    options = StoreOptions(sources=("events", "steps"), kind="memory", path=None,
+                           committed=committed)  # fmt: skip
+    async def highwaters(*tps: TP) -> dict[TP, int]:
+        return {tp: 8 for tp in tps}  # past the local offset: the local values are this log's
+
+    app = SimpleNamespace(consumer=SimpleNamespace(highwaters=highwaters))
+    store = CheckpointStore("memdiag://state", app, table, options={"memdiag": options})
+
+    async def rebalance(*assigned: TP) -> None:
+        await store.on_rebalance(set(assigned), set(), set())
+
+    asyncio.run(rebalance(TP("events", 0), TP("events", 2), TP("steps", 0)))
+    assert sorted(store.backends) == [0, 2]
+    assert "state-changelog is not in this worker's assignment" in caplog.text
+    store.backends[2].write({b"k": b"v"}, 7)
+    caplog.clear()
+    # the changelog listed again: the same backends, now recovered from it; one revoked
+    asyncio.run(rebalance(TP("events", 2), TP("state-changelog", 2)))
+    assert sorted(store.backends) == [2] and store.backends[2].get(b"k") == b"v"
+    assert "not in this worker's assignment" not in caplog.text
