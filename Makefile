@@ -57,7 +57,7 @@ unit: $(STAMP) $(CLIENTS) ## Run the unit tests only (no broker).
 lint: $(STAMP) ## ruff, then mypy and the import layers on a regular install (.build/lint).
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check memdiag streams schemas analytics
-	rm -rf .build/lint
+	rm -rf .build/lint build  # build/: setuptools' leftovers would be installed as they are
 	$(BIN)/pip install -q --no-deps --target .build/lint .
 	cd .build/lint && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p memdiag
 	cd .build/lint && ../../$(BIN)/lint-imports --config ../../pyproject.toml

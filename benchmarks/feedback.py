@@ -16,8 +16,8 @@ import random
 import sys
 import time
 
-from memdiag.streams.feedback import judge_observation, keywords, response_words  # noqa: E402
-from memdiag.streams.turns import Turn  # noqa: E402
+from memdiag.streams.rules.feedback import judge_observation, keywords, response_words  # noqa: E402
+from memdiag.streams.rules.turns import Turn  # noqa: E402
 
 VOCAB = [
     "".join(

@@ -45,8 +45,8 @@ from memdiag.contract.envelope import DictStore, InMessage  # noqa: E402
 from memdiag.kafka import ensure_topics  # noqa: E402
 from memdiag.runner import spawn_child  # noqa: E402
 from memdiag.settings import Settings  # noqa: E402
-from memdiag.streams.memory import MemoryStage  # noqa: E402
-from memdiag.streams.processor import Processor  # noqa: E402
+from memdiag.streams.stages.recall import RecallStage  # noqa: E402
+from memdiag.streams.stages.sessions import SessionStage  # noqa: E402
 
 PUBLISHED_MS = 4_102_444_800_000  # every event's Kafka timestamp: none is in the future
 
@@ -118,9 +118,9 @@ def measure_stages(args: argparse.Namespace) -> dict[str, Any]:
     for label, per in (("single", 1), ("batched", 500)):
         mem, ses = [], []
         for _ in range(args.runs):
-            mem.append(stage_us(MemoryStage(settings, lambda _: 0), memory,
+            mem.append(stage_us(RecallStage(settings, lambda _: 0), memory,
                                 settings.topics.memory, per))  # fmt: skip
-            ses.append(stage_us(Processor(settings, lambda _: 0), searches,
+            ses.append(stage_us(SessionStage(settings, lambda _: 0), searches,
                                 settings.topics.events, per))  # fmt: skip
         out[label] = {"memory_us": statistics.median(mem), "search_us": statistics.median(ses)}
     return out
@@ -130,7 +130,7 @@ def backlog_us(size: int, shuffled: bool, timed: int = 1000) -> float:
     """µs per single-event write for one agent with ``size`` memories never indexed (built
     in messages of 500, then ``timed`` more timed one a message)."""
     settings = Settings.from_env({})
-    stage = MemoryStage(settings, lambda _: 0)
+    stage = RecallStage(settings, lambda _: 0)
     seconds = list(range(size + timed))
     if shuffled:
         random.Random(size).shuffle(seconds)

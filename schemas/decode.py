@@ -5,6 +5,12 @@ or a batch (a JSON array of events); in a batch only the bad elements are reject
 decoder never raises on input: whatever the bytes, it says what it accepted and, for the
 rest, a ``reason`` (a short, stable label for counters and queries) and a ``detail`` a
 person can act on.
+
+Two paths. A good event is decoded and validated in one pass by msgspec, straight into its
+model (:mod:`memdiag.schemas.models`: structs that mirror the schema files; a test keeps
+them in agreement). Whatever msgspec refuses is read again and checked against the JSON
+Schema itself (fastjsonschema), which says why: the schema files stay the one source of the
+reasons producers see.
 """
 
 from __future__ import annotations
@@ -12,11 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
-from typing import Any
+from typing import Any, Union
 
 import fastjsonschema
+import msgspec
 import orjson
 
 from memdiag.contract import (
@@ -33,7 +39,13 @@ from memdiag.contract import (
     WRONG_TYPE,
 )
 from memdiag.schemas import EVENT_KINDS, load_schema
-from memdiag.schemas.models import Event, format_ts, from_dict, to_dict, ts_to_us
+from memdiag.schemas.models import (
+    MODELS,
+    AnyEvent,
+    format_ts,
+    iso_to_us,
+    ts_us_of,
+)
 
 #: The reasons the decoder gives (the `reason` column, dead_letter_total{reason}): the input
 #: reasons but ``late_event``, which the session stage gives.
@@ -57,18 +69,17 @@ class Rejected:
 @dataclass(frozen=True, slots=True)
 class Accepted:
     index: int
-    event: Event
-    raw: dict[str, Any]  # the event as published (kept for re-routing, extra fields included)
+    event: AnyEvent
+    #: the event's bytes as published (kept for re-routing, extra fields included)
+    raw: bytes | msgspec.Raw
 
-    def reroutable(self) -> dict[str, Any]:
-        """The event to put back on its topic: as it was sent, unless an ignored field of it
-        nests deeper than orjson writes (254 levels); then its known fields, all the
-        receiving partition reads."""
-        try:
-            orjson.dumps([self.raw])  # as it is sent: in a batch, one level deeper
-        except orjson.JSONEncodeError:
-            return to_dict(self.event)
-        return self.raw
+    @property
+    def payload(self) -> bytes:
+        return bytes(self.raw)
+
+    def reroutable(self) -> orjson.Fragment:
+        """The event to put back on its topic, as it was sent (its bytes, not re-encoded)."""
+        return orjson.Fragment(bytes(self.raw))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,27 @@ class Decoded:
 
 
 Validator = Callable[[Any], Any]
+
+
+_TOO_DEEP = (
+    "the event nests arrays or objects deeper than memdiag reads (about a thousand levels): "
+    "flatten it"
+)
+
+#: A batch's elements, each left as its bytes.
+_ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class _Never(msgspec.Struct, tag_field="kind", tag="\x00"):
+    """No event's kind: in a union with a single model, it makes msgspec require ``kind``
+    (a single tagged model alone would take an object without one)."""
+
+
+def models_decoder(kinds: Sequence[str]) -> msgspec.json.Decoder[Any]:
+    """One pass from bytes to the model of the event's ``kind``, validated (kinds of this
+    set only)."""
+    models = (*(MODELS[k] for k in kinds), _Never)
+    return msgspec.json.Decoder(Union[models])  # noqa: UP007 - a union built at run time
 
 
 @cache
@@ -105,9 +137,10 @@ class Decoder:
         max_event_bytes: int,
         max_skew_us: int | None = None,
     ):
-        validators = _compile_all()
-        self._validators = {k: validators[k] for k in allowed_kinds}
-        self._other_kinds = {k for k in EVENT_KINDS if k not in self._validators}
+        self._kinds = tuple(allowed_kinds)
+        self._fast = models_decoder(allowed_kinds)
+        self._validators: dict[str, Validator] | None = None  # compiled when first needed
+        self._other_kinds = {k for k in EVENT_KINDS if k not in allowed_kinds}
         self._topic_label = topic_label
         self._max_event_bytes = max_event_bytes
         self._max_skew_us = max_skew_us
@@ -122,24 +155,21 @@ class Decoder:
         )
         if raw is None:
             return Decoded([], [Rejected(0, NOT_AN_EVENT, "the message has no value", b"")], False)
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            reason = TOO_LARGE if len(raw) > self._max_event_bytes else NOT_JSON
-            if reason == TOO_LARGE:
-                detail = self._too_large_detail(len(raw))
-            else:
-                detail = f"not valid UTF-8 JSON: {exc}. Publish one JSON object or array a message."
-            return Decoded([], [Rejected(0, reason, detail, raw)], False)
         accepted: list[Accepted] = []
         rejected: list[Rejected] = []
-        if isinstance(doc, list):
-            check_size = len(raw) > self._max_event_bytes
-            for i, item in enumerate(doc):
-                self._one(i, item, None, check_size, accepted, rejected)
+        first = raw[:1]
+        if first == b"{":
+            self._one(0, raw, accepted, rejected)
+            return Decoded(accepted, rejected, False)
+        if first == b"[":
+            try:
+                elements = _ELEMENTS.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                return self._slowly(raw)
+            for i, element in enumerate(elements):
+                self._one(i, element, accepted, rejected)
             return Decoded(accepted, rejected, True)
-        self._one(0, doc, raw, len(raw) > self._max_event_bytes, accepted, rejected)
-        return Decoded(accepted, rejected, False)
+        return self._slowly(raw)
 
     def _too_large_detail(self, size: int) -> str:
         return (
@@ -150,65 +180,126 @@ class Decoder:
     def _one(
         self,
         index: int,
-        item: Any,
-        raw: bytes | None,
-        check_size: bool,
+        raw: bytes | msgspec.Raw,
         accepted: list[Accepted],
         rejected: list[Rejected],
     ) -> None:
-        payload = raw
-        if check_size:
-            payload = payload if payload is not None else _dumps(item)
-            if len(payload) > self._max_event_bytes:
-                rejected.append(
-                    Rejected(index, TOO_LARGE, self._too_large_detail(len(payload)), payload)
-                )
-                return
-        problem = self.check(item)
+        """One event (a message, or an element of a batch): its model, or why not."""
+        size = len(raw)
+        if size > self._max_event_bytes:
+            rejected.append(Rejected(index, TOO_LARGE, self._too_large_detail(size), bytes(raw)))
+            return
+        try:
+            event = self._fast.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            rejected.append(self._why(index, raw, exc))
+            return
+        except RecursionError:
+            rejected.append(Rejected(index, BAD_VALUE, _TOO_DEEP, bytes(raw)))
+            return
+        if isinstance(event, _Never):
+            rejected.append(self._why(index, raw, ValueError("no such kind")))
+            return
+        problem = self._after_schema(event)
         if problem is not None:
             reason, detail = problem
-            rejected.append(Rejected(index, reason, detail, payload or _dumps(item)))
+            rejected.append(Rejected(index, reason, detail, bytes(raw)))
             return
-        ts_us = _iso_to_us(item["ts"])  # the schema's pattern has checked the shape
-        if ts_us is None:
-            rejected.append(
-                Rejected(
-                    index,
-                    BAD_TS,
-                    f"ts {_show(item['ts'])} is not a valid RFC 3339 date-time with an offset "
-                    "(a real date, in the years 1 to 9999 UTC)",
-                    payload or _dumps(item),
-                )
+        accepted.append(Accepted(index, event, raw))
+
+    def _why(self, index: int, raw: bytes | msgspec.Raw, exc: Exception) -> Rejected:
+        """Why msgspec refused an event, in the schema's words."""
+        payload = bytes(raw)
+        try:
+            item = orjson.loads(payload)
+        except RecursionError:
+            return Rejected(index, BAD_VALUE, _TOO_DEEP, payload)
+        except orjson.JSONDecodeError as err:
+            return Rejected(index, NOT_JSON, f"not valid UTF-8 JSON: {err}. Publish one JSON "
+                            "object or array a message.", payload)  # fmt: skip
+        problem = self.check(item)
+        if problem is None:  # the schema takes what the model does not: say what msgspec saw
+            problem = (BAD_VALUE, str(exc))
+        return Rejected(index, problem[0], problem[1], payload)
+
+    def _after_schema(self, event: AnyEvent) -> tuple[str, str] | None:
+        """What the schema cannot say: a real date-time, not from the future, scores that
+        match the results, a failure_context memdiag can keep."""
+        try:
+            ts_us = ts_us_of(event.ts)  # remembered for the stages
+        except ValueError:
+            return (
+                BAD_TS,
+                f"ts {_show(event.ts)} is not a valid RFC 3339 date-time with an offset "
+                "(a real date, in the years 1 to 9999 UTC)",
             )
-            return
         if self._horizon_us is not None and ts_us > self._horizon_us:
             ahead = (ts_us - self._horizon_us + (self._max_skew_us or 0)) / 1_000_000
-            rejected.append(
-                Rejected(
-                    index,
-                    BAD_TS,
-                    f"ts {_show(item['ts'])} is in the future: {ahead:,.1f} s ahead of when it was "
-                    f"published ({format_ts(self._horizon_us - (self._max_skew_us or 0))}, its "
-                    "Kafka record's timestamp), more than MEMDIAG_MAX_CLOCK_SKEW_SECONDS "
-                    f"({(self._max_skew_us or 0) / 1_000_000:g} s) allows. Check the clock of "
-                    "the host that wrote it",
-                    payload or _dumps(item),
-                )
+            return (
+                BAD_TS,
+                f"ts {_show(event.ts)} is in the future: {ahead:,.1f} s ahead of when it was "
+                f"published ({format_ts(self._horizon_us - (self._max_skew_us or 0))}, its "
+                "Kafka record's timestamp), more than MEMDIAG_MAX_CLOCK_SKEW_SECONDS "
+                f"({(self._max_skew_us or 0) / 1_000_000:g} s) allows. Check the clock of "
+                "the host that wrote it",
             )
-            return
-        context = item.get("failure_context") if item["kind"] == "session_outcome" else None
-        if context is not None and deeper_than(context, MAX_DEPTH):
-            rejected.append(
-                Rejected(
-                    index,
+        kind = event.kind
+        if kind == "session_outcome":
+            context = event.failure_context  # type: ignore[union-attr]
+            if context is not None and deeper_than(context, MAX_DEPTH):
+                return (
                     BAD_VALUE,
                     f"failure_context nests deeper than {MAX_DEPTH} levels; memdiag keeps it "
                     "as JSON and re-encodes it: flatten it",
-                    payload or _dumps(item),
                 )
-            )
+        elif kind == "recall_probe":
+            return _scores_problem(event.scores, event.result_ids)  # type: ignore[union-attr]
+        return None
+
+    def _slowly(self, raw: bytes) -> Decoded:
+        """A message msgspec could not even split: JSON read whole, each element checked."""
+        try:
+            doc = orjson.loads(raw)
+        except RecursionError:
+            return Decoded([], [Rejected(0, BAD_VALUE, _TOO_DEEP, raw)], False)
+        except orjson.JSONDecodeError as exc:
+            reason = TOO_LARGE if len(raw) > self._max_event_bytes else NOT_JSON
+            if reason == TOO_LARGE:
+                detail = self._too_large_detail(len(raw))
+            else:
+                detail = f"not valid UTF-8 JSON: {exc}. Publish one JSON object or array a message."
+            return Decoded([], [Rejected(0, reason, detail, raw)], False)
+        if not isinstance(doc, list):
+            accepted: list[Accepted] = []
+            rejected: list[Rejected] = []
+            self._checked(0, doc, raw, accepted, rejected)
+            return Decoded(accepted, rejected, False)
+        accepted, rejected = [], []
+        for i, item in enumerate(doc):
+            self._checked(i, item, None, accepted, rejected)
+        return Decoded(accepted, rejected, True)
+
+    def _checked(self, index: int, item: Any, raw: bytes | None, accepted: list[Accepted],
+                 rejected: list[Rejected]) -> None:  # fmt: skip
+        payload = raw if raw is not None else _dumps(item)
+        if len(payload) > self._max_event_bytes:
+            rejected.append(Rejected(index, TOO_LARGE, self._too_large_detail(len(payload)),
+                                     payload))  # fmt: skip
             return
-        accepted.append(Accepted(index, from_dict(item, ts_us), item))
+        problem = self.check(item)
+        if problem is None:
+            try:  # the schema accepts it: the model must (else say why it does not)
+                event: AnyEvent = msgspec.convert(item, MODELS[item["kind"]])  # type: ignore[assignment]
+            except msgspec.ValidationError as exc:
+                problem = (BAD_VALUE, str(exc))
+            except RecursionError:
+                problem = (BAD_VALUE, _TOO_DEEP)
+            else:
+                problem = self._after_schema(event)
+                if problem is None:
+                    accepted.append(Accepted(index, event, payload))
+                    return
+        rejected.append(Rejected(index, problem[0], problem[1], payload))
 
     def check(self, item: Any) -> tuple[str, str] | None:
         """Validate one element; ``None`` if it is a good event, else (reason, detail)."""
@@ -218,6 +309,9 @@ class Decoder:
                 f"expected a JSON object (or an array of objects), got {_json_type(item)}",
             )
         kind = item.get("kind")
+        if self._validators is None:
+            compiled = _compile_all()
+            self._validators = {k: compiled[k] for k in self._kinds}
         validator = self._validators.get(kind) if isinstance(kind, str) else None
         if validator is None:
             if "kind" not in item:
@@ -240,14 +334,20 @@ class Decoder:
         except fastjsonschema.JsonSchemaValueException as exc:
             return _explain(exc, item)
         if kind == "recall_probe":
-            scores = item.get("scores")
-            if scores is not None and len(scores) != len(item["result_ids"]):
-                return (
-                    BAD_VALUE,
-                    f"scores has {len(scores)} values for {len(item['result_ids'])} result_ids; "
-                    "give one score per result, in the same order, or no scores",
-                )
+            return _scores_problem(item.get("scores"), item["result_ids"])
         return None
+
+
+def _scores_problem(
+    scores: Sequence[Any] | None, result_ids: Sequence[Any]
+) -> tuple[str, str] | None:
+    if scores is not None and len(scores) != len(result_ids):
+        return (
+            BAD_VALUE,
+            f"scores has {len(scores)} values for {len(result_ids)} result_ids; give one score "
+            "per result, in the same order, or no scores",
+        )
+    return None
 
 
 def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any]) -> tuple[str, str]:
@@ -315,29 +415,7 @@ def parse_ts(value: str) -> int | None:
     """Microseconds since the epoch of an RFC 3339 string, or ``None`` if it is not one."""
     if not _RFC3339.fullmatch(value):
         return None
-    return _iso_to_us(value)
-
-
-#: The event times memdiag accepts: those a UTC date-time can write back, years 1 to 9999
-#: (0001-01-01T00:00:00+01:00 is in year 0 in UTC: refused).
-_MIN_US = ts_to_us(datetime(1, 1, 1, tzinfo=UTC))
-_MAX_US = ts_to_us(datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
-
-
-def _iso_to_us(value: str) -> int | None:
-    """Microseconds of an RFC 3339-shaped string; ``None`` if it is no real date-time, or one
-    outside the years 1 to 9999 in UTC."""
-    try:
-        dt = datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    try:
-        ts_us = ts_to_us(dt)
-    except (OverflowError, ValueError):
-        return None
-    return ts_us if _MIN_US <= ts_us <= _MAX_US else None
+    return iso_to_us(value)
 
 
 def _show(value: Any) -> str:

@@ -1,17 +1,20 @@
 """Python models of the input events (docs/events.md).
 
-The JSON Schema files beside this module are the contract; these dataclasses are what the
-worker's logic sees after the edge has validated a message. Event time is kept as integer
+The JSON Schema files beside this module are the contract; these msgspec structs mirror them
+field for field and constraint for constraint (a test keeps the two in agreement), so that a
+message is decoded and validated in one pass at the edge. Event time is read as integer
 microseconds since the epoch (``ts_us``): exact, cheap to compare, and free of float error
 at the window boundary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -37,143 +40,211 @@ def _format_second(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None).isoformat()
 
 
-@dataclass(frozen=True, slots=True)
-class SessionScope:
-    session_id: str
-    agent_id: str | None = None
-    org_id: str | None = None
-    project_id: str | None = None
+#: The pattern of ``ts`` in every schema: RFC 3339 with an offset.
+TS_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+
+Ts = Annotated[str, Meta(pattern=TS_PATTERN)]
+EventId = Annotated[str, Meta(min_length=1, max_length=128)]
+Id256 = Annotated[str, Meta(min_length=1, max_length=256)]
+Opt256 = Annotated[str, Meta(max_length=256)]
+Count = Annotated[int, Meta(ge=0)]
 
 
-@dataclass(frozen=True, slots=True)
-class Search:
-    event_id: str
-    ts_us: int
-    scope: SessionScope
-    query: str
-    result_ids: tuple[str, ...]
-    source: str = "agent"
-    kind: str = field(default="search", init=False)
+@lru_cache(maxsize=65_536)
+def ts_us_of(ts: str) -> int:
+    """Microseconds since the epoch of a ``ts`` the decoder accepted (remembered: every
+    stage reads an event's time more than once)."""
+    us = iso_to_us(ts)
+    if us is None:  # the decoder refuses these: a model never holds one
+        raise ValueError(f"not an RFC 3339 date-time: {ts!r}")
+    return us
+
+
+#: The event times memdiag accepts: those a UTC date-time can write back, years 1 to 9999
+#: (0001-01-01T00:00:00+01:00 is in year 0 in UTC: refused).
+MIN_US = ts_to_us(datetime(1, 1, 1, tzinfo=UTC))
+MAX_US = ts_to_us(datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+
+
+def iso_to_us(value: str) -> int | None:
+    """Microseconds of an RFC 3339-shaped string (``YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM)``,
+    ``T`` and ``Z`` in either case; fractions beyond the microsecond are cut off); ``None`` if
+    it is no real date-time, or one outside the years 1 to 9999 in UTC. The whole second is
+    read once and remembered: a stream's events share their seconds."""
+    if len(value) < 20:
+        return None
+    seconds = _second(value[:19])
+    if seconds is None:
+        return None
+    i, n = 19, len(value)
+    micros = 0
+    if value[i] == ".":
+        j = i + 1
+        while j < n and "0" <= value[j] <= "9":
+            j += 1
+        digits = value[i + 1 : j]
+        if not digits:
+            return None
+        micros = int(digits[:6].ljust(6, "0"))
+        i = j
+    zone = value[i:]
+    if zone in ("Z", "z"):
+        offset = 0
+    elif len(zone) == 6 and zone[0] in "+-" and zone[3] == ":" and zone[1:3].isdigit() and \
+            zone[4:6].isdigit():  # fmt: skip
+        offset = int(zone[1:3]) * 3600 + int(zone[4:6]) * 60
+        if offset >= 86_400:  # Python's reading: an offset under a day (even +01:67)
+            return None
+        if zone[0] == "-":
+            offset = -offset
+    else:
+        return None
+    ts_us = (seconds - offset) * 1_000_000 + micros
+    return ts_us if MIN_US <= ts_us <= MAX_US else None
+
+
+@lru_cache(maxsize=65_536)
+def _second(text: str) -> int | None:
+    """Seconds since the epoch of ``YYYY-MM-DDTHH:MM:SS`` read as UTC (None: no such time)."""
+    if text[10] not in "Tt" or not (text[:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16]
+                                    + text[17:19]).isdigit():  # fmt: skip
+        return None
+    if text[4] != "-" or text[7] != "-" or text[13] != ":" or text[16] != ":":
+        return None
+    try:
+        dt = datetime(int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]),
+                      int(text[14:16]), int(text[17:19]), tzinfo=UTC)  # fmt: skip
+    except ValueError:
+        return None
+    return ts_to_us(dt) // 1_000_000
+
+
+class Event(Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind"):
+    """What every input event has (schemas/*.schema.json). The models are decoded from the
+    wire by msgspec and validated in the same pass (:mod:`memdiag.schemas.decode`); unknown
+    fields are ignored, as the schemas allow."""
+
+    event_id: EventId
+    ts: Ts
 
     @property
-    def session_id(self) -> str:
-        return self.scope.session_id
+    def ts_us(self) -> int:
+        return ts_us_of(self.ts)
+
+    @property
+    def kind(self) -> str:
+        return str(self.__struct_config__.tag)
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
-    id: str
+class SessionEventBase(Event, frozen=True, kw_only=True):
+    session_id: Id256
+    # Optional, but never null (the schemas say string): None only when absent.
+    agent_id: Opt256 = None  # type: ignore[assignment]
+    org_id: Opt256 = None  # type: ignore[assignment]
+    project_id: Opt256 = None  # type: ignore[assignment]
+
+
+class Search(SessionEventBase, frozen=True, kw_only=True, tag="search"):
+    query: str
+    result_ids: tuple[str, ...]
+    source: Literal["agent", "viewer"] = "agent"
+
+
+class Observation(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: Id256
     content: str
 
 
-@dataclass(frozen=True, slots=True)
-class EdgeKey:
+class EdgeKey(Struct, frozen=True, kw_only=True, omit_defaults=True):
     source_id: str
     target_id: str
     relationship: str
 
 
-@dataclass(frozen=True, slots=True)
-class Injection:
-    event_id: str
-    ts_us: int
-    scope: SessionScope
-    turn_id: str
+class Injection(SessionEventBase, frozen=True, kw_only=True, tag="injection"):
+    turn_id: Id256
     observations: tuple[Observation, ...]
     graph_entity_ids: tuple[str, ...] = ()
     graph_edge_keys: tuple[EdgeKey, ...] = ()
-    kind: str = field(default="injection", init=False)
-
-    @property
-    def session_id(self) -> str:
-        return self.scope.session_id
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
-    event_id: str
-    ts_us: int
-    scope: SessionScope
-    turn_id: str
+class Response(SessionEventBase, frozen=True, kw_only=True, tag="response"):
+    turn_id: Id256
     text: str
-    kind: str = field(default="response", init=False)
-
-    @property
-    def session_id(self) -> str:
-        return self.scope.session_id
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
+class ToolCall(Struct, frozen=True, kw_only=True, omit_defaults=True):
     tool: str
     success: bool
-    file: str | None = None
+    file: str = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionError:
+class SessionError(Struct, frozen=True, kw_only=True, omit_defaults=True):
     message: str
     tool: str
     recoverable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class SessionOutcome:
-    event_id: str
-    ts_us: int
-    scope: SessionScope
-    outcome: str
+class SessionOutcome(SessionEventBase, frozen=True, kw_only=True, tag="session_outcome"):
+    outcome: Literal["accepted", "rejected", "rework"]
     tool_calls: tuple[ToolCall, ...]
-    #: None: the outcome cannot know its files (the ``incomplete`` rule does not apply)
-    files_modified: tuple[str, ...] | None
+    #: required of a published outcome (never null); None only in one the trace stage made
+    #: from spans that name no file (it cannot know its files: ``incomplete`` does not apply)
+    files_modified: tuple[str, ...]
     errors: tuple[SessionError, ...]
     helpful_observation_ids: tuple[str, ...] = ()
     failure_context: Any = None
-    #: memdiag's own amendments (outcomes from spans): a higher revision of the same
-    #: ``event_id`` takes the place of the one before; 0 for every published event
-    revision: int = 0
-    kind: str = field(default="session_outcome", init=False)
-
-    @property
-    def session_id(self) -> str:
-        return self.scope.session_id
 
 
-@dataclass(frozen=True, slots=True)
-class Judgement:
-    event_id: str
-    ts_us: int
-    run_id: str
-    question_id: str
+def _integral(value: int | float | None, name: str) -> int | None:
+    """JSON Schema's ``integer`` takes 1.0 for 1: so does memdiag."""
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{name} must be an integer")
+        return int(value)
+    return value
+
+
+class Judgement(Event, frozen=True, kw_only=True, tag="judgement"):
+    run_id: Id256
+    question_id: Id256
     judge_correct: bool
     gold_evidence_ids: tuple[str, ...]
     retrieved_context_ids: tuple[str, ...]
-    condition: str = ""
-    repeat_index: int = 0
-    latency_ms: float | None = None
-    tokens: int | None = None
-    kind: str = field(default="judgement", init=False)
+    condition: Opt256 = ""
+    repeat_index: (
+        Annotated[int, Meta(ge=0, le=2_147_483_647)]
+        | Annotated[float, Meta(ge=0, le=2_147_483_647)]
+    ) = 0
+    latency_ms: Annotated[float, Meta(ge=0)] = None  # type: ignore[assignment]
+    tokens: (
+        Annotated[int, Meta(ge=0, le=9_223_372_036_854_775_807)]
+        | Annotated[float, Meta(ge=0, le=9_223_372_036_854_775_807)]
+    ) = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        for name in ("repeat_index", "tokens"):
+            value = getattr(self, name)
+            if isinstance(value, float):
+                msgspec.structs.force_setattr(self, name, _integral(value, name))
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryWritten:
-    event_id: str
-    ts_us: int
-    agent_id: str
-    memory_id: str
-    name: str | None = None
-    store: str | None = None
-    kind: str = field(default="memory_written", init=False)
+class MemoryEventBase(Event, frozen=True, kw_only=True):
+    agent_id: Id256
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryIndexed:
-    event_id: str
-    ts_us: int
-    agent_id: str
-    memory_id: str
-    store: str | None = None
-    kind: str = field(default="memory_indexed", init=False)
+class MemoryWritten(MemoryEventBase, frozen=True, kw_only=True, tag="memory_written"):
+    memory_id: Id256
+    name: Annotated[str, Meta(max_length=1024)] = None  # type: ignore[assignment]
+    store: Opt256 = None  # type: ignore[assignment]
+
+
+class MemoryIndexed(MemoryEventBase, frozen=True, kw_only=True, tag="memory_indexed"):
+    memory_id: Id256
+    store: Opt256 = None  # type: ignore[assignment]
 
 
 #: A recall probe's defaults (docs/events.md): the top 3, a cosine similarity of 0.35.
@@ -181,192 +252,43 @@ PROBE_K = 3
 PROBE_THRESHOLD = 0.35
 
 
-@dataclass(frozen=True, slots=True)
-class RecallProbe:
-    event_id: str
-    ts_us: int
-    agent_id: str
-    memory_id: str
-    result_ids: tuple[str, ...]
-    scores: tuple[float, ...] | None = None
-    k: int = PROBE_K
+class RecallProbe(MemoryEventBase, frozen=True, kw_only=True, tag="recall_probe"):
+    memory_id: Id256
+    result_ids: tuple[Opt256, ...]
+    scores: tuple[float, ...] = None  # type: ignore[assignment]
+    k: Annotated[int, Meta(ge=1, le=10_000)] | Annotated[float, Meta(ge=1, le=10_000)] = PROBE_K
     threshold: float = PROBE_THRESHOLD
-    kind: str = field(default="recall_probe", init=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, float):
+            msgspec.structs.force_setattr(self, "k", _integral(self.k, "k"))
 
 
-@dataclass(frozen=True, slots=True)
-class AmbientContext:
-    event_id: str
-    ts_us: int
-    agent_id: str
-    session_id: str
-    memory_ids: tuple[str, ...]
-    kind: str = field(default="ambient_context", init=False)
+class AmbientContext(MemoryEventBase, frozen=True, kw_only=True, tag="ambient_context"):
+    session_id: Id256
+    memory_ids: tuple[Opt256, ...]
 
 
 SessionEvent = Search | Injection | Response | SessionOutcome
 MemoryEvent = MemoryWritten | MemoryIndexed | RecallProbe | AmbientContext
-Event = SessionEvent | Judgement | MemoryEvent
+AnyEvent = SessionEvent | Judgement | MemoryEvent
+
+#: Each kind's model (the schemas' ``kind``).
+MODELS: dict[str, type[Event]] = {
+    m.__struct_config__.tag: m  # type: ignore[misc]
+    for m in (Search, Injection, Response, SessionOutcome, Judgement, MemoryWritten,
+              MemoryIndexed, RecallProbe, AmbientContext)
+}  # fmt: skip
 
 
-def _scope(d: dict[str, Any]) -> SessionScope:
-    return SessionScope(d["session_id"], d.get("agent_id"), d.get("org_id"), d.get("project_id"))
+def from_dict(d: dict[str, Any]) -> AnyEvent:
+    """The model of a dict (validated as the wire is: raises ``msgspec.ValidationError``)."""
+    event: AnyEvent = msgspec.convert(d, MODELS[d["kind"]])  # type: ignore[assignment]
+    return event
 
 
-def from_dict(d: dict[str, Any], ts_us: int) -> Event:
-    """Build the model of a dict the schema has already accepted."""
-    kind = d["kind"]
-    if kind == "search":
-        return Search(
-            d["event_id"],
-            ts_us,
-            _scope(d),
-            d["query"],
-            tuple(d["result_ids"]),
-            d.get("source", "agent"),
-        )
-    if kind == "injection":
-        return Injection(
-            d["event_id"],
-            ts_us,
-            _scope(d),
-            d["turn_id"],
-            tuple(Observation(o["id"], o["content"]) for o in d["observations"]),
-            tuple(d.get("graph_entity_ids") or ()),
-            tuple(
-                EdgeKey(e["source_id"], e["target_id"], e["relationship"])
-                for e in d.get("graph_edge_keys") or ()
-            ),
-        )
-    if kind == "response":
-        return Response(d["event_id"], ts_us, _scope(d), d["turn_id"], d["text"])
-    if kind == "session_outcome":
-        return SessionOutcome(
-            d["event_id"],
-            ts_us,
-            _scope(d),
-            d["outcome"],
-            tuple(ToolCall(t["tool"], t["success"], t.get("file")) for t in d["tool_calls"]),
-            None if d.get("files_modified") is None else tuple(d["files_modified"]),
-            tuple(SessionError(e["message"], e["tool"], e["recoverable"]) for e in d["errors"]),
-            tuple(d.get("helpful_observation_ids") or ()),
-            d.get("failure_context"),
-        )
-    if kind == "judgement":
-        return Judgement(
-            d["event_id"],
-            ts_us,
-            d["run_id"],
-            d["question_id"],
-            d["judge_correct"],
-            tuple(d["gold_evidence_ids"]),
-            tuple(d["retrieved_context_ids"]),
-            d.get("condition", ""),
-            d.get("repeat_index", 0),
-            d.get("latency_ms"),
-            d.get("tokens"),
-        )
-    if kind == "memory_written":
-        return MemoryWritten(
-            d["event_id"], ts_us, d["agent_id"], d["memory_id"], d.get("name"), d.get("store")
-        )
-    if kind == "memory_indexed":
-        return MemoryIndexed(d["event_id"], ts_us, d["agent_id"], d["memory_id"], d.get("store"))
-    if kind == "recall_probe":
-        scores = d.get("scores")
-        return RecallProbe(
-            d["event_id"],
-            ts_us,
-            d["agent_id"],
-            d["memory_id"],
-            tuple(d["result_ids"]),
-            None if scores is None else tuple(float(x) for x in scores),
-            d.get("k", PROBE_K),
-            float(d.get("threshold", PROBE_THRESHOLD)),
-        )
-    if kind == "ambient_context":
-        return AmbientContext(
-            d["event_id"], ts_us, d["agent_id"], d["session_id"], tuple(d["memory_ids"])
-        )
-    raise ValueError(f"unknown kind {kind!r}")
-
-
-def _memory_dict(event: MemoryEvent, out: dict[str, Any]) -> dict[str, Any]:
-    out["agent_id"] = event.agent_id
-    if isinstance(event, AmbientContext):
-        out.update(session_id=event.session_id, memory_ids=list(event.memory_ids))
-        return out
-    out["memory_id"] = event.memory_id
-    if isinstance(event, MemoryWritten):
-        for name in ("name", "store"):
-            if getattr(event, name) is not None:
-                out[name] = getattr(event, name)
-    elif isinstance(event, MemoryIndexed):
-        if event.store is not None:
-            out["store"] = event.store
-    else:
-        out.update(result_ids=list(event.result_ids), k=event.k, threshold=event.threshold)
-        if event.scores is not None:
-            out["scores"] = list(event.scores)
-    return out
-
-
-def to_dict(event: Event) -> dict[str, Any]:
-    """The wire form of a model (the inverse of :func:`from_dict`)."""
-    out: dict[str, Any] = {"kind": event.kind, "event_id": event.event_id}
-    out["ts"] = format_ts(event.ts_us)
-    if isinstance(event, Judgement):
-        out.update(
-            run_id=event.run_id,
-            question_id=event.question_id,
-            condition=event.condition,
-            repeat_index=event.repeat_index,
-            judge_correct=event.judge_correct,
-            gold_evidence_ids=list(event.gold_evidence_ids),
-            retrieved_context_ids=list(event.retrieved_context_ids),
-        )
-        if event.latency_ms is not None:
-            out["latency_ms"] = event.latency_ms
-        if event.tokens is not None:
-            out["tokens"] = event.tokens
-        return out
-    if isinstance(event, MemoryWritten | MemoryIndexed | RecallProbe | AmbientContext):
-        return _memory_dict(event, out)
-    scope = event.scope
-    out["session_id"] = scope.session_id
-    for name in ("agent_id", "org_id", "project_id"):
-        value = getattr(scope, name)
-        if value is not None:
-            out[name] = value
-    if isinstance(event, Search):
-        out.update(query=event.query, result_ids=list(event.result_ids), source=event.source)
-    elif isinstance(event, Injection):
-        out.update(
-            turn_id=event.turn_id,
-            observations=[{"id": o.id, "content": o.content} for o in event.observations],
-            graph_entity_ids=list(event.graph_entity_ids),
-            graph_edge_keys=[
-                {"source_id": e.source_id, "target_id": e.target_id, "relationship": e.relationship}
-                for e in event.graph_edge_keys
-            ],
-        )
-    elif isinstance(event, Response):
-        out.update(turn_id=event.turn_id, text=event.text)
-    else:
-        out.update(
-            outcome=event.outcome,
-            tool_calls=[
-                {"tool": t.tool, "success": t.success, **({"file": t.file} if t.file else {})}
-                for t in event.tool_calls
-            ],
-            errors=[
-                {"message": e.message, "tool": e.tool, "recoverable": e.recoverable}
-                for e in event.errors
-            ],
-            helpful_observation_ids=list(event.helpful_observation_ids),
-        )
-        if event.files_modified is not None:
-            out["files_modified"] = list(event.files_modified)
-        if event.failure_context is not None:
-            out["failure_context"] = event.failure_context
-    return out
+def to_dict(event: AnyEvent) -> dict[str, Any]:
+    """The wire form of a model (the inverse of :func:`from_dict`): fields at their default
+    (absent optional ones) left out."""
+    wire: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(event))
+    return wire

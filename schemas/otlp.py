@@ -8,7 +8,7 @@ protobuf's JSON mapping expects base64, so the ids are put right before the mess
 built; protobuf's own JSON (base64 ids, as ``MessageToJson`` writes it) is read too, and the
 two are told apart by length (32 and 16 hex digits, 24 and 12 base64 characters).
 
-Nothing here knows the GenAI conventions (``memdiag.streams.spans`` does): this module turns
+Nothing here knows the GenAI conventions (``memdiag.streams.rules.spans`` does): this module turns
 bytes into spans with plain Python attribute values, and says why when it cannot.
 """
 

@@ -1,2 +1,2 @@
 """The stream processor: the Faust app (``memdiag.streams.app``), its agents, and the pure rules
-they call (``memdiag.streams.followup``, ``memdiag.streams.processor``)."""
+they call (``memdiag.streams.rules.followup``, ``memdiag.streams.stages.sessions``)."""

@@ -1,8 +1,10 @@
-"""Recall pipeline health (docs/rules.md, "Recall pipeline health"): written, indexed, recalled.
+"""One agent's recall pipeline (docs/rules.md, "Recall pipeline health"): written, indexed,
+recalled.
 
 Pure code: no Faust, no Kafka. One :class:`Agent` holds what memdiag knows of one agent's
-memory pipeline; the stage (``memdiag.streams.memory``) loads it from the state store, feeds
-it the agent's events and writes back what changed.
+memory pipeline; the recall stage (``memdiag.streams.stages.recall``) loads it from the state
+store, feeds it the agent's events and writes back what changed. The rules themselves are
+:mod:`memdiag.streams.rules.recall`.
 
 The rules, all in event time (the agent's own events, never their arrival order):
 
@@ -38,21 +40,12 @@ and the head: never the whole agent. Crash safety is the worker's checkpoint's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from sortedcontainers import SortedList
 
-from memdiag.contract import (
-    INDEXED,
-    NOT_WRITTEN,
-    PENDING,
-    PIPELINE_BREAK,
-    PIPELINE_RECOVERED,
-    UNINDEXED,
-    UNINDEXED_MEMORIES,
-)
+from memdiag.contract import PIPELINE_BREAK, PIPELINE_RECOVERED, UNINDEXED_MEMORIES
 from memdiag.contract.envelope import Output, StateStore
 from memdiag.schemas.models import (
     AmbientContext,
@@ -61,6 +54,15 @@ from memdiag.schemas.models import (
     MemoryWritten,
     RecallProbe,
     format_ts,
+)
+from memdiag.streams.rules.recall import (
+    break_since,
+    earlier,
+    ever_unindexed,
+    later,
+    ms,
+    probe_verdict,
+    status,
 )
 
 HEAD = "m:"
@@ -80,70 +82,6 @@ def memory_key(agent_id: str, memory_id: str) -> str:
 def backlog_prefix(agent_id: str) -> str:
     """The agent's backlog keys: this and the memory id."""
     return f"{BACKLOG}{len(agent_id)}:{agent_id}"
-
-
-# -- the rules, pure ------------------------------------------------------------------------
-
-
-def probe_verdict(
-    memory_id: str,
-    result_ids: Sequence[str],
-    scores: Sequence[float] | None,
-    k: int,
-    threshold: float,
-) -> tuple[bool, int | None, float | None]:
-    """(hit, 1-based rank of ``memory_id`` in the results or None, its score or None)."""
-    try:
-        i = list(result_ids).index(memory_id)
-    except ValueError:
-        return False, None, None
-    score = None if scores is None else scores[i]
-    hit = i < k and (score is None or score >= threshold)
-    return hit, i + 1, score
-
-
-def ms(ts_us: int) -> int:
-    """Whole milliseconds of an event time (the deadline's resolution)."""
-    return ts_us // 1000
-
-
-def status(written_us: int | None, indexed_us: int | None, clock_us: int, deadline_ms: int) -> str:
-    """A memory's status at the agent's clock."""
-    if written_us is None:
-        return NOT_WRITTEN
-    if indexed_us is not None:
-        return INDEXED
-    return UNINDEXED if ms(clock_us) - ms(written_us) > deadline_ms else PENDING
-
-
-def ever_unindexed(
-    written_us: int | None, indexed_us: int | None, clock_us: int, deadline_ms: int
-) -> bool:
-    """Whether the memory counted as unindexed at some point of its agent's event time."""
-    if written_us is None:
-        return False
-    if indexed_us is not None:
-        return ms(indexed_us) - ms(written_us) > deadline_ms
-    return ms(clock_us) - ms(written_us) > deadline_ms
-
-
-def break_since(oldest_unindexed_us: int | None, last_indexed_us: int | None) -> int | None:
-    """The break rule: the ``written_at`` of the oldest unindexed memory when no index event
-    came since it was written, else None."""
-    if oldest_unindexed_us is None:
-        return None
-    if last_indexed_us is not None and last_indexed_us >= oldest_unindexed_us:
-        return None
-    return oldest_unindexed_us
-
-
-def _later(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
-    """Whether (ts, event_id) comes after the kept [ts, event_id, ...] (or none is kept)."""
-    return a is None or (ts_us, event_id) > (a[0], a[1])
-
-
-def _earlier(a: list[Any] | None, ts_us: int, event_id: str) -> bool:
-    return a is None or (ts_us, event_id) < (a[0], a[1])
 
 
 class Memory:
@@ -311,13 +249,13 @@ class Agent:
         if isinstance(event, MemoryWritten):
             m = self.memory(event.memory_id, store)
             old_w = m.written_us
-            if _earlier(m.written, ts, eid):
+            if earlier(m.written, ts, eid):
                 m.written = [ts, eid, event.name, event.store]
                 m.dirty = True
             self._place(m, old_w, out)
         elif isinstance(event, MemoryIndexed):
             m = self.memory(event.memory_id, store)
-            if _earlier(m.indexed, ts, eid):
+            if earlier(m.indexed, ts, eid):
                 m.indexed = [ts, eid, event.store]
                 m.dirty = True
             if self.last_indexed is None or ts > self.last_indexed:
@@ -325,7 +263,7 @@ class Agent:
             self._place(m, m.written_us, out)
         elif isinstance(event, RecallProbe):
             out.diagnostic(self.agent_id, self._probe_row(event))
-        elif isinstance(event, AmbientContext) and _later(self.ambient, ts, eid):
+        elif isinstance(event, AmbientContext) and later(self.ambient, ts, eid):
             self.ambient = [ts, eid, event.session_id, list(event.memory_ids)]
         after = self._horizon_us()
         if after > before:  # the clock moved: memories it turned unindexed
@@ -422,7 +360,7 @@ class Agent:
         }
 
     def _probe_row(self, p: RecallProbe) -> dict[str, Any]:
-        hit, rank, score = probe_verdict(p.memory_id, p.result_ids, p.scores, p.k, p.threshold)
+        hit, rank, score = probe_verdict(p.memory_id, p.result_ids, p.scores, int(p.k), p.threshold)
         return {
             "kind": "recall_probe",
             "event_id": p.event_id,

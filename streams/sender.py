@@ -13,8 +13,8 @@ import orjson
 from faust.types import TopicT
 
 from memdiag.contract.envelope import CounterKey, Output
-from memdiag.streams.counters import increments, minute_of
 from memdiag.streams.metrics import Counters
+from memdiag.streams.stages.counters import increments, minute_of
 
 
 class CounterBuffer:

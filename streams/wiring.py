@@ -1,26 +1,26 @@
 """Which topics feed which stage, and the runner they all run in. Nothing else lives here.
 
-- spans (:mod:`memdiag.streams.otlp`): ``otlp_spans`` (OTLP records, any key) -> span records
-  to the internal ``otlp-traces``, keyed by trace (stateless).
-- traces (:mod:`memdiag.streams.traces`): ``otlp-traces`` -> per-trace state: searches, turns
-  and outcomes to the internal ``span-events`` keyed by session; memory writes to ``memory``.
-- sessions (:mod:`memdiag.streams.processor`): ``events``, the internal ``session-verdicts``
-  and ``span-events`` (all keyed by session, co-partitioned) -> per-session state: searches,
-  turns, the session diagnostic; steps for the observation owners.
-- observations (:mod:`memdiag.streams.observations`): the internal steps, keyed by
-  observation -> the ledger of each observation: weights, and verdicts back to the sessions.
-- recall (:mod:`memdiag.streams.memory`): ``memory`` (keyed by agent, co-partitioned with
-  ``events``) -> per-agent state: memory rows, probes, breaks.
-- judgements (:mod:`memdiag.streams.judgements`): ``judgements`` -> a ``judgement`` record
-  each (stateless).
-- counters (:mod:`memdiag.streams.counters`): the increments on ``counters`` -> a per-minute
-  rollup of each (its own table), back on ``counters``.
+- spans: ``otlp_spans`` (OTLP records, any key) -> span records to the internal
+  ``otlp-traces``, keyed by trace. Keeps nothing.
+- traces: ``otlp-traces`` -> each trace's spans; searches, turns and outcomes to the internal
+  ``span-events`` keyed by session; memory writes to ``memory``.
+- sessions: ``events``, the internal ``session-verdicts`` and ``span-events`` (all keyed by
+  session, co-partitioned) -> each session's log: searches, turns, the session diagnostic;
+  steps for the observations.
+- observations: the internal ``observation-steps``, keyed by observation -> each
+  observation's ledger: weights, and verdicts back to the sessions.
+- recall: ``memory`` (keyed by agent, co-partitioned with ``events``) -> each agent's
+  pipeline: memory rows, probes, breaks.
+- judgements: ``judgements`` -> a ``judgement`` record each. Keeps nothing.
+- counters: the increments on ``counters`` -> a per-minute rollup of each (its own table),
+  back on ``counters``.
 
-The four stateful stages share one table; their source topics are co-partitioned with its
-changelog, so Faust's assignor gives partition p of all of them to one worker. All seven run
-in one :class:`memdiag.streams.runner.Runner` and one checkpoint. Counters are an alerting
-signal, not the record (DuckDB is): a crash before a checkpoint's commit sends that
-checkpoint's increments again when its records are processed again.
+Each stage is the module of its name in :mod:`memdiag.streams.stages`. The four stateful
+stages share one table; their source topics are co-partitioned with its changelog, so Faust's
+assignor gives partition p of all of them to one worker. All seven run in one
+:class:`memdiag.streams.runner.Runner` and one checkpoint. Counters are an alerting signal,
+not the record (DuckDB is): a crash before a checkpoint's commit sends that checkpoint's
+increments again when its records are processed again.
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ from memdiag.contract.envelope import InMessage, Output
 from memdiag.schemas.deadletters import failed_output
 from memdiag.streams.app import Wiring
 from memdiag.streams.compat import FaustKafka, deliver_in_bulk
-from memdiag.streams.counters import Rollups
-from memdiag.streams.judgements import JudgementProcessor
-from memdiag.streams.memory import MemoryStage
 from memdiag.streams.metrics import Counters
-from memdiag.streams.observations import ObservationOwner
-from memdiag.streams.otlp import SpanStage
-from memdiag.streams.processor import Processor
 from memdiag.streams.runner import Runner, StageSpec
 from memdiag.streams.sender import CounterBuffer, Sender
-from memdiag.streams.traces import TraceStage
+from memdiag.streams.stages.counters import CounterStage
+from memdiag.streams.stages.judgements import JudgementStage
+from memdiag.streams.stages.observations import ObservationStage
+from memdiag.streams.stages.recall import RecallStage
+from memdiag.streams.stages.sessions import SessionStage
+from memdiag.streams.stages.spans import SpanStage
+from memdiag.streams.stages.traces import TraceStage
 
 log = logging.getLogger("memdiag.worker")
 
@@ -79,14 +79,14 @@ def register(w: Wiring) -> Runner:
         StageSpec("traces", (name(w.otlp_traces),), TraceStage(settings, partition_of), state,
                   on_failure),
         StageSpec("sessions", (name(w.events), name(w.verdicts), name(w.span_events)),
-                  Processor(settings, partition_of), state, on_failure),
-        StageSpec("observations", (name(w.steps),), ObservationOwner(settings), state,
+                  SessionStage(settings, partition_of), state, on_failure),
+        StageSpec("observations", (name(w.steps),), ObservationStage(settings), state,
                   on_failure),
-        StageSpec("recall", (name(w.memory),), MemoryStage(settings, partition_of), state,
+        StageSpec("recall", (name(w.memory),), RecallStage(settings, partition_of), state,
                   on_failure),
-        StageSpec("judgements", (name(w.judgements),), JudgementProcessor(settings), None,
+        StageSpec("judgements", (name(w.judgements),), JudgementStage(settings), None,
                   on_failure),
-        StageSpec("counters", (name(w.counters),), Rollups(), rollups, increment_failed),
+        StageSpec("counters", (name(w.counters),), CounterStage(), rollups, increment_failed),
     ]  # fmt: skip
     kafka = FaustKafka(app)
     tables: dict[str, Any] = {t.name: t.data for t in (w.state, w.rollups)}  # memdiag's store

@@ -33,13 +33,13 @@ from memdiag.schemas.deadletters import failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 from memdiag.streams.checkpoint import TP, CommitRefused
-from memdiag.streams.memory import MemoryStage
-from memdiag.streams.observations import ObservationOwner
-from memdiag.streams.otlp import SpanStage
-from memdiag.streams.processor import Processor
 from memdiag.streams.runner import Runner, StageSpec
+from memdiag.streams.stages.observations import ObservationStage
+from memdiag.streams.stages.recall import RecallStage
+from memdiag.streams.stages.sessions import SessionStage
+from memdiag.streams.stages.spans import SpanStage
+from memdiag.streams.stages.traces import TraceStage
 from memdiag.streams.store import OFFSETS_HEADER, ChangelogRecord, MemoryBackend, covers_of, replay
-from memdiag.streams.traces import TraceStage
 
 STATE = "state"
 #: The steps of a commit a worker can be killed at (:mod:`memdiag.streams.checkpoint`).
@@ -282,11 +282,11 @@ class World:
         def on_failure(msg: InMessage, exc: BaseException) -> Output:
             return failed_output(msg, exc, s)
 
-        self.processor = Processor(s, p, lambda: self.now_ms)
-        self.owner = ObservationOwner(s)
+        self.processor = SessionStage(s, p, lambda: self.now_ms)
+        self.owner = ObservationStage(s)
         self.span_stage = SpanStage(s, p)
         self.trace_stage = TraceStage(s, p, lambda: self.now_ms)
-        self.recall_stage = MemoryStage(s, p)
+        self.recall_stage = RecallStage(s, p)
         stages = [
             StageSpec("spans", (self.otlp,), self.span_stage, None, on_failure),
             StageSpec("traces", (self.traces,), self.trace_stage, STATE, on_failure),

@@ -36,11 +36,12 @@ class Output:
 
     diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     deadletters: list[tuple[bytes | None, dict[str, Any]]] = field(default_factory=list)
-    #: events to put back on ``events``, keyed by session id: (events, the timestamp of the
-    #: message they came in, so the publish time travels with them)
-    reroute: list[tuple[str, list[dict[str, Any]], int | None]] = field(default_factory=list)
+    #: events to put back on ``events``, keyed by session id: (events as JSON values, or
+    #: their bytes as ``orjson.Fragment``, the timestamp of the message they came in, so the
+    #: publish time travels with them)
+    reroute: list[tuple[str, list[Any], int | None]] = field(default_factory=list)
     #: the same for ``memory``, keyed by agent id
-    reroute_memory: list[tuple[str, list[dict[str, Any]], int | None]] = field(default_factory=list)
+    reroute_memory: list[tuple[str, list[Any], int | None]] = field(default_factory=list)
     counts: Counter[CounterKey] = field(default_factory=Counter)
     #: the same increments by minute of event time, where the event is known:
     #: (counter, minute) -> [value, newest ts in µs]. The rest is stamped with ``ts_us``.

@@ -5,11 +5,18 @@
 - :func:`is_misleading`: seen in at least 3 failed sessions and in no accepted one.
 - :func:`ema_step`: one weight step per session, aggressive once misleading.
 - :class:`Ledger`: what the one owner of an observation keeps: its sessions in the order of
-  their outcomes' event time, and the steps that order implies (``memdiag.streams.ledger``).
+  their outcomes' event time, and the steps that order implies (``memdiag.streams.rules.ledger``).
+- :func:`failure_mode`: a benchmark judgement's (docs/rules.md, "Benchmark judgement"): a
+  reader failure (all the gold evidence was in the context and the answer was still wrong),
+  a retrieval failure (some gold evidence never reached the context), or unattributed (no
+  gold to check against).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+from memdiag.contract import READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 from memdiag.contract.categories import (
     REGRESSION_PATTERN,
     STYLE_PATTERN,
@@ -25,6 +32,7 @@ __all__ = [
     "TEST_RUNNERS",
     "ema_step",
     "failure_category",
+    "failure_mode",
     "is_misleading",
     "tool_name",
 ]
@@ -49,3 +57,16 @@ def ema_step(
         return alpha_success, weight + alpha_success * (1.0 - weight), False
     alpha = min(1.0, 2 * alpha_failure) if misleading_after else alpha_failure
     return alpha, weight + alpha * (0.0 - weight), misleading_after
+
+
+def failure_mode(
+    judge_correct: bool, gold_evidence_ids: Collection[str], retrieved_context_ids: Collection[str]
+) -> str | None:
+    """None when correct; otherwise which side failed."""
+    if judge_correct:
+        return None
+    if not gold_evidence_ids:
+        return UNATTRIBUTED
+    if set(gold_evidence_ids) <= set(retrieved_context_ids):
+        return READER_FAILURE
+    return RETRIEVAL_FAILURE

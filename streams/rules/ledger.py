@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memdiag.contract import ACCEPTED
-from memdiag.streams.diagnosis import ema_step, is_misleading
+from memdiag.streams.rules.diagnosis import ema_step, is_misleading
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from memdiag.contract import ACCEPTED, BAD_VALUE, MISSING_FIELD
-from memdiag.streams.feedback import MIN_KEYWORD_LEN, keywords, normalise_words
+from memdiag.streams.rules.feedback import MIN_KEYWORD_LEN, keywords, normalise_words
 
 SEARCH, TURN, AGENT, TOOL, WRITE = "search", "turn", "agent", "tool", "write"
 

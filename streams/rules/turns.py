@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdiag.streams.feedback import Feedback, judge_keywords
+from memdiag.streams.rules.feedback import Feedback, judge_keywords
 
 INJECTION = "injection"
 RESPONSE = "response"

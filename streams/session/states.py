@@ -8,74 +8,47 @@ the head (log tail, scopes, verdicts); ``c:<session_id>\\0<n>`` sealed log chunk
 Forgetting a session is the one thing decided by time rather than by events:
 ``MEMDIAG_SESSION_KEEP_HOURS`` after its last event, measured on its partition's Kafka
 timestamps (capped by the wall clock). A forgotten session leaves a tombstone for
-:data:`TOMBSTONE_FACTOR` times as long (see :mod:`memdiag.streams.processor`).
+:data:`TOMBSTONE_FACTOR` times as long (see :mod:`memdiag.streams.stages.sessions`).
 """
 
 from __future__ import annotations
 
+import msgspec
 import orjson
 
 from memdiag.contract.envelope import Output, StateStore
-from memdiag.streams.session import Config, Session
+from memdiag.streams.clocks import SWEEP_EVERY_MS, Clocks, expiry_index
+from memdiag.streams.session.records import LogRecord, decode, encode
+from memdiag.streams.session.session import Config, OwnerVerdict, Session
+
+Scope = tuple[str | None, str | None, str | None]
+
+
+class Head(msgspec.Struct, frozen=True):
+    """A session's head in the store: what is not in sealed chunks."""
+
+    p: int  # its partition
+    l: int  # noqa: E741 - processing time of its last event (ms)
+    n: int  # sealed chunks
+    cs: int  # records a chunk
+    sc: list[Scope]  # its scopes
+    t: list[LogRecord]  # the log's unsealed tail
+    v: dict[
+        str, tuple[str, bool, int]
+    ] = {}  # the owners' verdicts: id -> (outcome, misleading, version)
+
+
+_HEAD = msgspec.json.Decoder(Head)
+_ENCODE = msgspec.json.Encoder()
 
 HEAD, CHUNK_PREFIX, TOMBSTONE = "s:", "c:", "z:"
 
 #: A forgotten session's tombstone outlives it this many times MEMDIAG_SESSION_KEEP_HOURS.
 TOMBSTONE_FACTOR = 7
 
-#: How far a partition's processing clock must move between two sweeps, at most (ms).
-SWEEP_EVERY_MS = 60_000
-
 
 def chunk_key(session_id: str, index: int) -> str:
     return f"{CHUNK_PREFIX}{session_id}\0{index}"
-
-
-def expiry_index(
-    store: StateStore, partition: int, head: str, tombstone: str | None = None
-) -> dict[str, int]:
-    """What expires when on ``partition``, read back from the store after a rebalance: each
-    head's id (its key after the ``head`` prefix) and its last-seen time in ms (``"l"``), and
-    each tombstone's whole key and when it was laid."""
-    index: dict[str, int] = {}
-    for key, raw in store.items(head, partition):
-        value = orjson.loads(raw)
-        if value.get("p") == partition:
-            index[key[len(head) :]] = value["l"]
-    if tombstone is not None:
-        for key, raw in store.items(tombstone, partition):
-            stone = orjson.loads(raw)
-            if stone[0] == partition:
-                index[key] = stone[1]
-    return index
-
-
-class Clocks:
-    """Per partition: the processing-time clock (newest Kafka timestamp, capped by the wall
-    clock) and an index of what expires when, rebuilt from the store after a rebalance."""
-
-    def __init__(self, sweep_every_ms: int = SWEEP_EVERY_MS) -> None:
-        self.sweep_every_ms = sweep_every_ms
-        self.now: dict[int, int] = {}
-        self.expiry: dict[int, dict[str, int]] = {}  # partition -> key -> last seen (ms)
-        self._last_sweep: dict[int, int] = {}
-
-    def clear(self) -> None:
-        self.expiry.clear()
-        self._last_sweep.clear()
-
-    def advance(self, partition: int, timestamp_ms: int | None, wall_ms: int) -> int:
-        now = self.now.get(partition, 0)
-        if timestamp_ms is not None and timestamp_ms > now:
-            now = self.now[partition] = min(timestamp_ms, wall_ms)
-        return now
-
-    def due(self, partition: int) -> bool:
-        now = self.now.get(partition, 0)
-        if now - self._last_sweep.get(partition, 0) < self.sweep_every_ms:
-            return False
-        self._last_sweep[partition] = now
-        return True
 
 
 class SessionStates:
@@ -112,20 +85,45 @@ class SessionStates:
             if not create or store.get(TOMBSTONE + session_id, partition) is not None:
                 return None
             return Session(session_id, partition, self._config)
-        head = orjson.loads(raw)
-        chunks = []
-        for i in range(head["n"]):
+        head = _HEAD.decode(raw)
+        records: list[LogRecord] = []
+        for i in range(head.n):
             chunk = store.get(chunk_key(session_id, i), partition)
             if chunk is None:
                 raise RuntimeError(f"session {session_id}: log chunk {i} is missing")
-            chunks.append(orjson.loads(chunk))
-        return Session.restore(session_id, head, chunks, self._config)
+            records += decode(chunk)
+        session = Session(session_id, head.p, self._config)
+        session.chunk = head.cs
+        session.last_seen_ms = head.l
+        for scope in head.sc:
+            session.scope(*scope)
+        session.sealed = len(records)
+        session.replay(records + head.t)
+        for obs_id, (eid, misleading, version) in head.v.items():
+            session.verdicts[obs_id] = OwnerVerdict(eid, misleading, version)
+        return session
 
     def write(self, session: Session, store: StateStore) -> None:
-        while (sealed := session.seal()) is not None:
-            index, chunk = sealed
-            store.put(chunk_key(session.session_id, index), orjson.dumps(chunk), session.partition)
-        store.put(HEAD + session.session_id, orjson.dumps(session.header()), session.partition)
+        """The session's new sealed chunks, and its head."""
+        size, partition, records = session.chunk, session.partition, session.records
+        while len(records) - session.sealed >= size:
+            index = session.sealed // size
+            chunk = records[session.sealed : session.sealed + size]
+            store.put(chunk_key(session.session_id, index), encode(chunk), partition)
+            session.sealed += size
+        head = Head(
+            p=partition,
+            l=session.last_seen_ms,
+            n=session.sealed // size,
+            cs=size,
+            sc=session.scopes,
+            t=records[session.sealed :],
+            v={
+                o: (v.outcome_event_id, v.misleading, v.version)
+                for o, v in session.verdicts.items()
+            },
+        )
+        store.put(HEAD + session.session_id, _ENCODE.encode(head), partition)
         cache = self._cache
         cache.pop(session.session_id, None)  # least recently written first
         if len(cache) >= self.CACHE_SIZE:

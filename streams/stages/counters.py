@@ -57,7 +57,7 @@ def minute_of(ts_us: int) -> int:
     return ts_us - ts_us % MINUTE_US
 
 
-class Rollups:
+class CounterStage:
     """Per counter and attribute set: totals per minute of event time (the one owner of
     each counter name is the partition of ``counters`` the name hashes to)."""
 

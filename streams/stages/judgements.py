@@ -7,7 +7,7 @@ In a benchmark harness the truth is known, so every wrong answer is attributed:
 - ``retrieval_failure``: some gold evidence never reached the context;
 - ``unattributed``: the question has no gold evidence to check against.
 
-:func:`failure_mode` is the rule, pure. :class:`JudgementProcessor` is the worker's logic
+:func:`failure_mode` is the rule, pure. :class:`JudgementStage` is the worker's logic
 for ``memdiag.judgements``: validate, attribute, emit one ``judgement`` diagnostic keyed by
 ``run_id``. It keeps no state: the record is a function of the event alone, and the sink
 upserts it on ``(run_id, question_id, condition, repeat_index)``, so a redelivery or a
@@ -16,7 +16,6 @@ replay changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 from memdiag.contract import (
@@ -24,7 +23,6 @@ from memdiag.contract import (
     READER_FAILURES,
     RETRIEVAL_FAILURE,
     RETRIEVAL_FAILURES,
-    UNATTRIBUTED,
 )
 from memdiag.contract.envelope import InMessage, Output
 from memdiag.schemas import JUDGEMENT_KINDS
@@ -32,22 +30,10 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder
 from memdiag.schemas.models import Judgement, format_ts
 from memdiag.settings import Settings
+from memdiag.streams.rules.diagnosis import failure_mode
 
 
-def failure_mode(
-    judge_correct: bool, gold_evidence_ids: Collection[str], retrieved_context_ids: Collection[str]
-) -> str | None:
-    """None when correct; otherwise which side failed."""
-    if judge_correct:
-        return None
-    if not gold_evidence_ids:
-        return UNATTRIBUTED
-    if set(gold_evidence_ids) <= set(retrieved_context_ids):
-        return READER_FAILURE
-    return RETRIEVAL_FAILURE
-
-
-class JudgementProcessor:
+class JudgementStage:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._decoder = Decoder(

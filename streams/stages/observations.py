@@ -6,8 +6,8 @@ stage sends one *step* per injected observation to an internal topic keyed by
 ``observation_id``: whichever worker owns that partition is the one owner of the
 observation, and sees every session's outcome for it.
 
-The owner keeps the observation's :class:`memdiag.streams.ledger.Ledger` (its sessions in outcome
-order) and sends:
+The owner keeps the observation's :class:`memdiag.streams.rules.ledger.Ledger` (its sessions
+in outcome order) and sends:
 
 - every step whose values changed to ``weights`` (the memory system applies the current
   weight; the sink keeps the history, one row per observation and session);
@@ -29,12 +29,12 @@ from memdiag.contract import LATE_EVENTS, LATE_OBSERVATION_WINDOW, MISLEADING
 from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
-from memdiag.streams.ledger import Entry, Ledger, Step
+from memdiag.streams.rules.ledger import Entry, Ledger, Step
 
 PREFIX = "o:"
 
 
-class ObservationOwner:
+class ObservationStage:
     """The observation stage's logic."""
 
     def __init__(self, settings: Settings):

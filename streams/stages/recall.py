@@ -2,8 +2,8 @@
 
 No Faust, no Kafka. Input: ``memory``, keyed by ``agent_id`` and co-partitioned with
 ``events``, so the agents' state lives in the worker's one state table (keys ``m:``,
-``mx:`` and ``mm:``, :mod:`memdiag.streams.recall`). Per batch, each event is decoded and
-validated once and applied to its :class:`memdiag.streams.recall.Agent`; each touched agent
+``mx:`` and ``mm:``, :mod:`memdiag.streams.agent`). Per batch, each event is decoded and
+validated once and applied to its :class:`memdiag.streams.agent.Agent`; each touched agent
 is written once, after the whole batch (the memories and backlog nodes that changed, then
 its head), and its summary (``pipeline_agent``) is sent once.
 
@@ -14,7 +14,7 @@ it arrives there. The rules are in event time, so the detour changes nothing.
 
 An agent's state is never forgotten: it is a few dozen bytes a memory, and an agent's
 pipeline health is a question about its whole history. Decoded agents (their heads and
-backlogs) are kept across batches, :data:`MemoryStage.CACHE_SIZE` at most; a batch reads
+backlogs) are kept across batches, :data:`RecallStage.CACHE_SIZE` at most; a batch reads
 only the memories it names.
 """
 
@@ -30,10 +30,10 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder
 from memdiag.schemas.models import MemoryEvent
 from memdiag.settings import Settings
-from memdiag.streams.recall import Agent
+from memdiag.streams.agent import Agent
 
 
-class MemoryStage:
+class RecallStage:
     """The recall pipeline stage's logic; one per worker process."""
 
     #: Most decoded agents kept between batches (the store holds them all).
@@ -79,7 +79,7 @@ class MemoryStage:
             decoded = self._decoder.decode(msg.value, msg.timestamp_ms)
             for rejected in decoded.rejected:
                 add_dead_letter(out, msg, rejected, self.settings)
-            rerouted: dict[str, list[dict[str, Any]]] = {}
+            rerouted: dict[str, list[Any]] = {}
             for acc in decoded.accepted:
                 event: MemoryEvent = acc.event  # type: ignore[assignment]
                 agent_id = event.agent_id

@@ -5,8 +5,8 @@ Input: ``events`` (every session-scoped event) and the internal ``session-verdic
 worker owns partition p of both and of the state's changelog.
 
 Per batch, each event is decoded and validated once, then applied to its
-:class:`memdiag.streams.session.Session`. Each touched session is written once, after the whole
-batch, so a burst of events for one session costs one state write.
+:class:`memdiag.streams.session.session.Session`. Each touched session is written once, after
+the whole batch, so a burst of events for one session costs one state write.
 
 Partitioning. A session's state lives on the partition Kafka's default partitioner gives
 its ``session_id``. An event that arrives on another partition (published without a key, or
@@ -23,16 +23,16 @@ the future cannot age anybody. A forgotten session leaves a tombstone for
 and counted (``memdiag.late_event_total``) instead of starting a new, wrong session.
 
 The sessions' keys in the state store, their cache and their forgetting are
-:mod:`memdiag.streams.sessions`.
+:mod:`memdiag.streams.session.states`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
+import msgspec
 import orjson
 
 from memdiag.contract import (
@@ -43,14 +43,14 @@ from memdiag.contract import (
 from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.deadletters import add_dead_letter
-from memdiag.schemas.decode import Decoder, Rejected, parse_ts
-from memdiag.schemas.models import SessionEvent, SessionOutcome, SessionScope, from_dict, to_dict
+from memdiag.schemas.decode import Decoder, Rejected
+from memdiag.schemas.models import SessionEvent, SessionOutcome, from_dict
 from memdiag.settings import Settings
-from memdiag.streams.session import Config, Session
-from memdiag.streams.sessions import SessionStates
+from memdiag.streams.session.session import Config, Session
+from memdiag.streams.session.states import SessionStates
 
 
-class Processor:
+class SessionStage:
     """The session stage's logic; one per worker process."""
 
     def __init__(
@@ -113,17 +113,18 @@ class Processor:
         for rejected in decoded.rejected:
             add_dead_letter(out, msg, rejected, self.settings)
         published_ms = msg.timestamp_ms or 0
-        rerouted: dict[str, list[dict[str, Any]]] = {}
+        rerouted: dict[str, list[Any]] = {}
         for acc in decoded.accepted:
             event: SessionEvent = acc.event  # type: ignore[assignment]
-            session_id = event.scope.session_id
+            session_id = event.session_id
             if self._partition_of(session_id) != msg.partition:
                 rerouted.setdefault(session_id, []).append(acc.reroutable())
                 continue
             session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
             if session is None:  # forgotten: the event is too late to be applied
                 out.count(LATE_EVENTS, reason=LATE_SESSION_FORGOTTEN)
-                late = _late(acc.index, acc.raw, event, session_id)
+                late = Rejected(acc.index, LATE_EVENT, _LATE_DETAIL.format(session_id=session_id),
+                                acc.payload)  # fmt: skip
                 # its identity is the event's: a rerouted event's message offset is new on
                 # every replay, its event_id is not
                 identity = ("event", event.event_id)
@@ -141,7 +142,7 @@ class Processor:
     def _span_events(
         self, msg: InMessage, store: StateStore, touched: dict[str, Session], out: Output
     ) -> None:
-        """What the trace stage says of one session (memdiag.streams.traces): searches and
+        """What the trace stage says of one session (memdiag.streams.stages.traces): searches and
         outcomes (events it has validated; an outcome may be a revision), span retrievals and
         span turns."""
         published_ms = msg.timestamp_ms or 0
@@ -157,15 +158,12 @@ class Processor:
                 continue
             touched[session_id] = session
             if rec["kind"] in ("span_retrieval", "span_turn"):
-                scope = SessionScope(session_id, rec.get("agent_id"), rec.get("org_id"),
-                                     rec.get("project_id"))  # fmt: skip
+                scope = (rec.get("agent_id"), rec.get("org_id"), rec.get("project_id"))
                 session.ingest_span(rec, scope, out)
                 ts_us = rec.get("end", rec["ts"])
-            else:
-                event = from_dict(rec, parse_ts(rec["ts"]) or 0)
-                if isinstance(event, SessionOutcome) and rec.get("revision"):
-                    event = replace(event, revision=rec["revision"])
-                session.ingest(event, published_ms, out)  # type: ignore[arg-type]
+            else:  # a search or an outcome the trace stage made and validated
+                event = _from_spans(rec)
+                session.ingest(event, published_ms, out, rec.get("revision", 0))
                 ts_us = event.ts_us
             session.last_seen_ms = max(
                 session.last_seen_ms, self.states.clocks.now.get(msg.partition, 0)
@@ -215,16 +213,10 @@ _LATE_DETAIL = (
 )
 
 
-def _late(index: int, raw: dict[str, Any], event: SessionEvent, session_id: str) -> Rejected:
-    return Rejected(
-        index, LATE_EVENT, _LATE_DETAIL.format(session_id=session_id), _payload(raw, event)
-    )
-
-
-def _payload(raw: dict[str, Any], event: SessionEvent) -> bytes:
-    """The event as it was sent, or its known fields when its unknown ones nest deeper than
-    orjson writes."""
-    try:
-        return orjson.dumps(raw)
-    except orjson.JSONEncodeError:
-        return orjson.dumps(to_dict(event))
+def _from_spans(rec: dict[str, Any]) -> SessionEvent:
+    """A search or an outcome the trace stage made (and validated). An outcome from spans
+    that name no file has no ``files_modified``: it cannot know its files."""
+    if rec["kind"] == "session_outcome" and "files_modified" not in rec:
+        outcome = cast(SessionOutcome, from_dict({**rec, "files_modified": []}))
+        return msgspec.structs.replace(outcome, files_modified=None)
+    return cast(SessionEvent, from_dict(rec))

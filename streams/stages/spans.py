@@ -2,8 +2,8 @@
 
 No Faust, no Kafka, no state. A record is one OTLP ``TracesData`` as the Collector's Kafka
 exporter writes it (``memdiag.schemas.otlp``); each of its spans becomes a span record
-(``memdiag.streams.spans``) and goes to the internal ``otlp-traces`` topic keyed by its
-trace id, where the trace stage (``memdiag.streams.traces``) keeps each trace. The
+(``memdiag.streams.rules.spans``) and goes to the internal ``otlp-traces`` topic keyed by its
+trace id, where the trace stage (``memdiag.streams.stages.traces``) keeps each trace. The
 Collector writes a trace's spans over many records, keyed by trace id or not at all; this
 stage puts each where its trace lives: one message to each partition of ``otlp-traces``
 with the records of the traces that live there.
@@ -30,7 +30,7 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Rejected
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
-from memdiag.streams.spans import read_span
+from memdiag.streams.rules.spans import read_span
 
 #: The span records of one trace in one message, at most (bytes of JSON, about): a record of
 #: the Collector's can hold a trace of any size.

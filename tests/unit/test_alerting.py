@@ -19,9 +19,9 @@ from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.schemas import load_schema
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
-from memdiag.streams.counters import MINUTE_US, Rollups, increments
 from memdiag.streams.metrics import Counters, views
-from memdiag.streams.processor import Processor
+from memdiag.streams.stages.counters import MINUTE_US, CounterStage, increments
+from memdiag.streams.stages.sessions import SessionStage
 
 CONTRACT_COUNTERS = {
     "agentmemory.smart_search.calls_total",
@@ -71,7 +71,7 @@ def test_a_followup_spike_shows_on_the_opentelemetry_exporter() -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader], views=views())
     counters = Counters(provider.get_meter("memdiag"))
-    p = Processor(Settings(), lambda _: 0)
+    p = SessionStage(Settings(), lambda _: 0)
     out = p.process(
         [InMessage("memdiag.events", 0, 0, b"s1", json.dumps(spike(10)).encode(), None)],
         DictStore(),
@@ -114,7 +114,7 @@ def test_increments_and_rollups_follow_their_schema() -> None:
     records = increments(
         {(FOLLOWUPS, ()): 3, (SEARCH_CALLS, (("source", "agent"),)): 5}, 1_795_000_000_000_000
     )
-    rollups = Rollups()
+    rollups = CounterStage()
     store = DictStore()
     for key, record in records:
         jsonschema.validate(record, schema)
@@ -128,7 +128,7 @@ def test_increments_and_rollups_follow_their_schema() -> None:
 
 
 def test_rollups_add_up_per_minute_of_event_time_and_ignore_their_own_output() -> None:
-    r = Rollups()
+    r = CounterStage()
     store = DictStore()
 
     def inc(value: int, ts: str) -> dict:

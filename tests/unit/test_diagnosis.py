@@ -7,13 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memdiag.contract import CATEGORIES
-from memdiag.streams.diagnosis import (
+from memdiag.streams.rules.diagnosis import (
     TEST_RUNNERS,
     ema_step,
     failure_category,
     is_misleading,
 )
-from memdiag.streams.ledger import Entry, Ledger
+from memdiag.streams.rules.ledger import Entry, Ledger
 
 EDITED = ["src/a.py"]
 

@@ -7,7 +7,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memdiag.streams.feedback import (
+from memdiag.streams.rules.feedback import (
     IGNORED,
     USED,
     judge_observation,

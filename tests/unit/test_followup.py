@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from memdiag.streams.followup import (
+from memdiag.streams.rules.followup import (
     Remembered,
     SearchHistory,
     is_evaluated,

@@ -20,7 +20,7 @@ from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.decode import Decoder
 from memdiag.settings import Settings
-from memdiag.streams.processor import Processor
+from memdiag.streams.stages.sessions import SessionStage
 from tests.compare import differences, from_records, from_reference
 from tests.hostile import encode, mixed
 from tests.inmemory import World, partition_for
@@ -179,7 +179,7 @@ def test_any_batch_is_accounted_element_by_element(batch: list[Any]) -> None:
     indexes = sorted([a.index for a in decoded.accepted] + [r.index for r in decoded.rejected])
     assert indexes == list(range(len(batch)))
     assert all(r.reason in INPUT_REASONS for r in decoded.rejected)
-    processor = Processor(SETTINGS, lambda sid: partition_for(sid, SETTINGS.events_partitions))
+    processor = SessionStage(SETTINGS, lambda sid: partition_for(sid, SETTINGS.events_partitions))
     out = processor.process(
         [InMessage("memdiag.events", 0, 0, None, raw, 1_800_000_000_000)],
         DictStore(),

@@ -21,7 +21,8 @@ from memdiag.contract import READER_FAILURES, RETRIEVAL_FAILURES
 from memdiag.contract.envelope import InMessage
 from memdiag.schemas import load_schema
 from memdiag.settings import Settings
-from memdiag.streams.judgements import JudgementProcessor, failure_mode
+from memdiag.streams.rules.diagnosis import failure_mode
+from memdiag.streams.stages.judgements import JudgementStage
 
 # -- the rule -----------------------------------------------------------------------------
 
@@ -84,7 +85,7 @@ def msg(value: object, key: bytes = b"run") -> InMessage:
 
 
 def test_the_contract_example_is_a_reader_failure() -> None:
-    out = JudgementProcessor(Settings()).process([msg(EXAMPLE)])
+    out = JudgementStage(Settings()).process([msg(EXAMPLE)])
     [record] = out.diagnostics["longmem-2026-11-21-full"]
     assert record["failure_mode"] == "reader_failure" and record["gold_retrieved"] == 1
     assert out.counts[(READER_FAILURES, (("run_id", "longmem-2026-11-21-full"),))] == 1
@@ -94,7 +95,7 @@ def test_defaults_and_bad_judgements() -> None:
     minimal = {k: v for k, v in EXAMPLE.items() if k not in ("condition", "repeat_index")}
     minimal["gold_evidence_ids"] = ["obs_1"]
     bad = {**EXAMPLE, "event_id": "bad", "judge_correct": "no"}
-    out = JudgementProcessor(Settings()).process([msg([minimal, bad])])
+    out = JudgementStage(Settings()).process([msg([minimal, bad])])
     [record] = out.diagnostics["longmem-2026-11-21-full"]
     assert (record["condition"], record["repeat_index"]) == ("", 0)
     assert record["failure_mode"] == "retrieval_failure"
@@ -104,7 +105,7 @@ def test_defaults_and_bad_judgements() -> None:
 
 
 def test_a_session_event_on_the_judgements_topic_is_dead_lettered() -> None:
-    out = JudgementProcessor(Settings()).process(
+    out = JudgementStage(Settings()).process(
         [
             msg(
                 {

@@ -35,11 +35,11 @@ from memdiag.contract import (
 from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.schemas import otlp
 from memdiag.settings import Settings
-from memdiag.streams import spans as sp
-from memdiag.streams.feedback import keywords
-from memdiag.streams.otlp import SpanStage
-from memdiag.streams.processor import Processor
-from memdiag.streams.traces import TraceStage
+from memdiag.streams.rules import spans as sp
+from memdiag.streams.rules.feedback import keywords
+from memdiag.streams.stages.sessions import SessionStage
+from memdiag.streams.stages.spans import SpanStage
+from memdiag.streams.stages.traces import TraceStage
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World
 from tests.otel_scenario import conversations, otlp_json, records
@@ -87,7 +87,7 @@ class Pipe:
         self.store = DictStore()
         self.spans = SpanStage(SETTINGS, lambda k: 0)
         self.traces = TraceStage(SETTINGS, lambda k: 0)
-        self.sessions = Processor(SETTINGS, lambda k: 0)
+        self.sessions = SessionStage(SETTINGS, lambda k: 0)
         self.deadletters: list[dict[str, Any]] = []
         self.records: list[dict[str, Any]] = []
         self.span_events: list[dict[str, Any]] = []
@@ -643,7 +643,7 @@ def test_searches_that_come_after_their_chat_extend_its_turn_without_a_rebuild(
     conversation and goes to its session at once, its searches wait for their agent span,
     which ends last. Each search only adds to a judged turn: the session never rebuilds,
     and the rows are those of the in-order events."""
-    from memdiag.streams import session as session_module
+    from memdiag.streams.session import session as session_module
 
     rebuilds = []
     real = session_module.Session._rebuild
@@ -723,7 +723,7 @@ def test_spans_released_together_go_to_their_session_in_the_order_they_started(
     """Only the agent span names the conversation (its chats do not): every span of a run
     waits for it and is released at once, in the order they started, so the session gets
     its turns in order and never rebuilds."""
-    from memdiag.streams import session as session_module
+    from memdiag.streams.session import session as session_module
 
     rebuilds = []
     real = session_module.Session._rebuild
@@ -751,7 +751,7 @@ def test_spans_released_together_go_to_their_session_in_the_order_they_started(
 def test_a_trace_log_chunk_stays_under_its_bytes() -> None:
     """Chunks close before a record that would take them over CHUNK_BYTES (a record alone
     may be larger: it is one span, at most MEMDIAG_MAX_EVENT_BYTES)."""
-    from memdiag.streams import traces
+    from memdiag.streams import trace as traces
 
     a = Agent()
     root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": "c1"})

@@ -28,8 +28,8 @@ from memdiag.contract import (
 )
 from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.settings import Settings
-from memdiag.streams.memory import MemoryStage
-from memdiag.streams.recall import break_since, ever_unindexed, probe_verdict, status
+from memdiag.streams.agent import break_since, ever_unindexed, probe_verdict, status
+from memdiag.streams.stages.recall import RecallStage
 from tests.inmemory import World
 from tests.recall_scenario import ambient, at, indexed, paper_agents, probe, written
 from tests.reference import parse, pipeline_reference
@@ -44,7 +44,7 @@ class Run:
     """The stage over a dict store; the records it sent, folded as the sink folds them."""
 
     def __init__(self, deadline_s: float = 600.0):
-        self.stage = MemoryStage(Settings(index_deadline_seconds=deadline_s), lambda a: 0)
+        self.stage = RecallStage(Settings(index_deadline_seconds=deadline_s), lambda a: 0)
         self.store = DictStore()
         self.memories: dict[tuple[str, str], dict[str, Any]] = {}
         self.probes: dict[str, dict[str, Any]] = {}
@@ -252,11 +252,12 @@ def test_bad_memory_events_are_dead_lettered_and_the_rest_applied() -> None:
 
 
 def test_an_event_on_another_agents_partition_is_rerouted() -> None:
-    stage = MemoryStage(Settings(), lambda agent: 1 if agent == "a2" else 0)
+    stage = RecallStage(Settings(), lambda agent: 1 if agent == "a2" else 0)
     store = DictStore()
     e = written("w1", 0, "m1", agent="a2")
     out = stage.process([InMessage(TOPIC, 0, 0, None, orjson.dumps([e]), PUBLISHED_MS)], store)
-    assert out.reroute_memory == [("a2", [e], PUBLISHED_MS)]
+    [(agent, raws, published)] = out.reroute_memory
+    assert (agent, orjson.loads(orjson.dumps(raws)), published) == ("a2", [e], PUBLISHED_MS)
     assert out.diagnostics == {} and store.data == {}
 
 
@@ -426,7 +427,7 @@ def test_a_new_deadline_sorts_the_backlog_again() -> None:
     are within the new one are pending again, their rows re-sent, the break gone."""
     r = Run().send([written("w1", 0, "m1"), written("w2", 900, "m2")])
     assert r.memories[("a1", "m1")]["status"] == UNINDEXED and r.agents["a1"]["broken_since"]
-    r.stage = MemoryStage(Settings(index_deadline_seconds=1200), lambda a: 0)
+    r.stage = RecallStage(Settings(index_deadline_seconds=1200), lambda a: 0)
     sent = len(r.records)
     r.send([written("w3", 950, "m3")])
     assert {x.get("memory_id") for x in r.records[sent:] if x["kind"] == "memory_pipeline"} == {

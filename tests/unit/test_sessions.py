@@ -29,8 +29,8 @@ from memdiag.contract import (
 )
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
-from memdiag.streams.session import CHUNK
-from memdiag.streams.sessions import HEAD, TOMBSTONE
+from memdiag.streams.session.session import CHUNK
+from memdiag.streams.session.states import HEAD, TOMBSTONE
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World, partition_for
 from tests.reference import reference

@@ -8,8 +8,13 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memdiag.streams.feedback import MIN_KEYWORD_LEN, judge_observation, keywords, normalise_words
-from memdiag.streams.turns import INJECTION, RESPONSE, Turn
+from memdiag.streams.rules.feedback import (
+    MIN_KEYWORD_LEN,
+    judge_observation,
+    keywords,
+    normalise_words,
+)
+from memdiag.streams.rules.turns import INJECTION, RESPONSE, Turn
 
 OBS = [
     ("obs_7", "Access tokens expire after 15 minutes; the refresh endpoint rotates them."),

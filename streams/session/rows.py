@@ -1,0 +1,137 @@
+"""The rows a session sends to the sink (``memdiag.diagnostics``, kind by kind): a search with
+its followup verdict, an observation's verdict in a turn (or its retraction), and the
+session diagnostic. Pure functions of the session's records and verdicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memdiag.contract import ACCEPTED
+from memdiag.schemas.models import format_ts
+from memdiag.streams.rules.diagnosis import failure_category
+from memdiag.streams.rules.followup import Verdict
+from memdiag.streams.rules.turns import Judged
+from memdiag.streams.session.records import OutcomeRec, SearchRec
+
+Scope = tuple[str | None, str | None, str | None]  # agent_id, org_id, project_id
+
+
+def search_row(
+    session_id: str, rec: SearchRec, verdict: Verdict | None, scope: Scope
+) -> dict[str, Any]:
+    agent_id, org_id, project_id = scope
+    ids = rec.result_ids
+    row: dict[str, Any] = {
+        "kind": "search",
+        "event_id": rec.event_id,
+        "session_id": session_id,
+        "ts": format_ts(rec.ts),
+        "source": rec.source,
+        "result_count": ids if isinstance(ids, int) else len(ids),
+        "evaluated": not isinstance(ids, int),
+        "is_followup": bool(verdict and verdict.is_followup),
+        "prev_event_id": verdict.prev_event_id if verdict else None,
+        "gap_seconds": verdict.gap_seconds if verdict else None,
+        "disjoint_new_query": bool(verdict and verdict.disjoint_new_query),
+        "agent_id": agent_id,
+        "org_id": org_id,
+        "project_id": project_id,
+        "published_at": format_ts(rec.published_ms * 1000),
+    }
+    if rec.query is not None:
+        row["query"] = rec.query
+    return row
+
+
+def feedback_row(
+    session_id: str, turn_id: str, obs_id: str, judged: Judged, scope: Scope, fallback: Scope
+) -> dict[str, Any]:
+    """A verdict, with the response's scope (each field falling back to the injection's)."""
+    fb = judged.feedback
+    agent_id, org_id, project_id = (
+        a if a is not None else b for a, b in zip(scope, fallback, strict=True)
+    )
+    return {
+        "kind": "retrieval_feedback",
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "observation_id": obs_id,
+        "signal": fb.signal,
+        "match_ratio": fb.match_ratio,
+        "keyword_count": fb.keyword_count,
+        "matched_count": fb.matched_count,
+        "ts": format_ts(judged.ts_us),
+        "agent_id": agent_id,
+        "org_id": org_id,
+        "project_id": project_id,
+    }
+
+
+def retracted_row(session_id: str, turn_id: str, obs_id: str) -> dict[str, Any]:
+    """An observation no longer in a turn (a late span moved it): the sink deletes its row."""
+    return {
+        "kind": "retrieval_feedback",
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "observation_id": obs_id,
+        "retracted": True,
+    }
+
+
+def category_of(rec: OutcomeRec) -> str:
+    return failure_category(
+        ((tool, success) for tool, _, success in rec.tool_calls),
+        [message for message, _, _ in rec.errors],
+        rec.files,
+    )
+
+
+def diagnostic_row(
+    session_id: str,
+    rec: OutcomeRec,
+    scope: Scope,
+    observations: list[str],
+    entities: list[str],
+    edges: list[tuple[str, str, str]],
+    misleading: list[str],
+    ignored: list[str],
+    search_count: int,
+    followup_count: int,
+) -> dict[str, Any]:
+    """The ``session_diagnostic`` of a closed session, with the fields of its last outcome:
+    the full record for a failed one, a light one for an accepted one."""
+    agent_id, org_id, project_id = scope
+    failed = rec.outcome != ACCEPTED
+    return {
+        "kind": "session_diagnostic",
+        "event_id": rec.event_id,
+        "session_id": session_id,
+        "outcome": rec.outcome,
+        "failure_category": category_of(rec) if failed else None,
+        "failure_context": rec.failure_context,
+        "injected_observation_ids": observations,
+        "injected_graph_entity_ids": entities,
+        "injected_graph_edge_keys": [
+            {"source_id": s, "target_id": t, "relationship": r} for s, t, r in edges
+        ],
+        "tool_call_summary": (
+            [{"tool": tool, "file": file, "success": ok} for tool, file, ok in rec.tool_calls]
+            if failed
+            else None
+        ),
+        "files_modified": list(rec.files) if failed and rec.files is not None else None,
+        "errors_encountered": (
+            [{"message": m, "tool": tool, "recoverable": r} for m, tool, r in rec.errors]
+            if failed
+            else None
+        ),
+        "helpful_observation_ids": list(rec.helpful),
+        "misleading_observation_ids": misleading if failed else [],
+        "ignored_observation_ids": ignored,
+        "search_count": search_count,
+        "followup_count": followup_count,
+        "ts": format_ts(rec.ts),
+        "agent_id": agent_id,
+        "org_id": org_id,
+        "project_id": project_id,
+    }
