@@ -18,6 +18,11 @@ MINUTE_US = 60 * 1_000_000
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
+def counter_key(name: str, **attributes: str) -> CounterKey:
+    """A counter increment's identity, as :meth:`Output.count` makes it."""
+    return (name, tuple(sorted(attributes.items())))
+
+
 @dataclass(frozen=True, slots=True)
 class InMessage:
     """What the worker needs to know of one Kafka message."""
@@ -80,12 +85,20 @@ class Output:
     def count(self, name: str, n: int = 1, at_us: int = 0, **attributes: str) -> None:
         """Add ``n`` to a counter; ``at_us``: the event time it belongs to, if known, so the
         counter topic's per-minute rollups put it in its own minute."""
-        key = (name, tuple(sorted(attributes.items())))
+        self.add((name, tuple(sorted(attributes.items()))), n, at_us)
+
+    def add(self, key: CounterKey, n: int = 1, at_us: int = 0) -> None:
+        """:meth:`count` with the key made once (:func:`counter_key`): for the hot paths."""
         self.counts[key] += n
         if at_us:
-            bucket = self.by_minute.setdefault((key, at_us - at_us % MINUTE_US), [0, 0])
-            bucket[0] += n
-            bucket[1] = max(bucket[1], at_us)
+            minute = (key, at_us - at_us % MINUTE_US)
+            bucket = self.by_minute.get(minute)
+            if bucket is None:
+                self.by_minute[minute] = [n, at_us]
+            else:
+                bucket[0] += n
+                if at_us > bucket[1]:
+                    bucket[1] = at_us
 
     def untimed_counts(self) -> Counter[CounterKey]:
         """The increments no event time was given for."""

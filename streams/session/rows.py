@@ -4,6 +4,7 @@ session diagnostic. Pure functions of the session's records and verdicts."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from memdiag.contract import ACCEPTED
@@ -14,6 +15,12 @@ from memdiag.streams.rules.turns import Judged
 from memdiag.streams.session.records import OutcomeRec, SearchRec
 
 Scope = tuple[str | None, str | None, str | None]  # agent_id, org_id, project_id
+
+
+@lru_cache(maxsize=1024)
+def _published_at(published_ms: int) -> str:
+    """A message's events share their publish time: formatted once."""
+    return format_ts(published_ms * 1000)
 
 
 def search_row(
@@ -36,7 +43,7 @@ def search_row(
         "agent_id": agent_id,
         "org_id": org_id,
         "project_id": project_id,
-        "published_at": format_ts(rec.published_ms * 1000),
+        "published_at": _published_at(rec.published_ms),
     }
     if rec.query is not None:
         row["query"] = rec.query

@@ -47,7 +47,7 @@ from memdiag.contract import (
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
 )
-from memdiag.contract.envelope import Output
+from memdiag.contract.envelope import CounterKey, Output, counter_key
 from memdiag.schemas.models import SessionEvent
 from memdiag.streams.rules.feedback import USED
 from memdiag.streams.rules.followup import Remembered, SearchHistory, Verdict
@@ -72,6 +72,12 @@ from memdiag.streams.session.rows import (
 from memdiag.streams.session.span_turns import SpanTurns
 
 log = logging.getLogger("memdiag.worker")
+
+#: The hot counters' keys, made once (a search's source is ``agent`` or ``viewer``)
+_SEARCH_KEYS: dict[str, CounterKey] = {
+    src: counter_key(SEARCH_CALLS, source=src) for src in ("agent", "viewer")
+}
+_FOLLOWUP_KEY = counter_key(FOLLOWUPS)
 
 #: Records per sealed chunk of a session's log: a write rewrites the open chunk (the head's
 #: tail), never the whole session, so a long session costs no more per event than a short
@@ -235,13 +241,17 @@ class Session(SpanTurns):
             self.empty_agent_searches += 1
         if out is None:
             return
-        out.count(SEARCH_CALLS, at_us=ts, source=rec.source)
+        key = _SEARCH_KEYS.get(rec.source)
+        if key is None:
+            out.count(SEARCH_CALLS, at_us=ts, source=rec.source)
+        else:
+            out.add(key, 1, ts)
         if late:
             out.count(LATE_EVENTS, at_us=ts, reason=LATE_BEYOND_RETENTION)
         out.diagnostic(self.session_id, self._search_row(rec, verdicts[0] if verdicts else None))
         for v in verdicts:
             if v.is_followup:
-                out.count(FOLLOWUPS, at_us=ts)
+                out.add(_FOLLOWUP_KEY, 1, ts)
         if len(verdicts) > 1:  # the successor's verdict changed: its row again, corrected
             successor = cast(SearchRec, self.records[self._seq_of[verdicts[1].event_id]])
             out.diagnostic(self.session_id, self._search_row(successor, verdicts[1]))

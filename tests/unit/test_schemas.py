@@ -34,6 +34,7 @@ from memdiag.schemas.models import (
     iso_to_us,
     to_dict,
     ts_to_us,
+    ts_us_of,
 )
 
 #: the contract's example events, as the project keeps them (tests/data)
@@ -262,4 +263,12 @@ def test_the_fast_time_parser_reads_what_pythons_reads(
     9999 in UTC: every string of the schemas' ts pattern, the same microsecond or refusal."""
     value = f"{y}-{mo}-{d}{t}{h}:{mi}:{se}{frac}{zone}"
     assume(re.fullmatch(TS_PATTERN, value))
-    assert iso_to_us(value) == reference_iso_to_us(value)
+    expected = reference_iso_to_us(value)
+    assert iso_to_us(value) == expected
+    # and the models' reading (Python's parser first, on what the pattern lets through)
+    ts_us_of.cache_clear()
+    if expected is None:
+        with pytest.raises(ValueError):
+            ts_us_of(value)
+    else:
+        assert ts_us_of(value) == expected
