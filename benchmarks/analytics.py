@@ -102,7 +102,10 @@ CREATE TABLE session_diagnostics (
     project_id text
 );
 """
-PG_INDEX = ("CREATE INDEX ON session_diagnostics (org_id, ts)", "VACUUM ANALYZE session_diagnostics")
+PG_INDEX = (
+    "CREATE INDEX ON session_diagnostics (org_id, ts)",
+    "VACUUM ANALYZE session_diagnostics",
+)
 PG_DISTRIBUTION = """
 WITH categories(failure_category, ord) AS (
     VALUES ('test_failure', 1), ('style', 2), ('regression', 3), ('incomplete', 4),
@@ -156,7 +159,9 @@ def build_duckdb(path: Path, rows: int, observations: int) -> dict[str, float]:
         init_schema(con)
         t0 = time.perf_counter()
         # 30 days of sessions whatever the row count
-        con.execute(FILL, {"rows": rows, "observations": observations, "spacing": 30 * 86400 / rows})
+        con.execute(
+            FILL, {"rows": rows, "observations": observations, "spacing": 30 * 86400 / rows}
+        )
         fill = time.perf_counter() - t0
         t0 = time.perf_counter()
         con.execute(sql("rebuild_observation_outcome_days"))
@@ -194,7 +199,9 @@ class Postgres:
         if self._as_postgres:
             shutil.chown(self.dir, "postgres", "postgres")
             os.chmod(self.dir.parent, 0o755)  # noqa: S103 - the postgres user must reach its dir
-        self._run(str(self.BIN / "initdb"), "-D", str(self.dir / "data"), "-U", "bench", "-A", "trust")
+        self._run(
+            str(self.BIN / "initdb"), "-D", str(self.dir / "data"), "-U", "bench", "-A", "trust"
+        )
         self._run(
             str(self.BIN / "pg_ctl"),
             "-D",
@@ -240,10 +247,13 @@ def load_postgres(pg: Postgres, duck_path: Path, workdir: Path) -> dict[str, flo
     with pg.connect() as con:
         con.execute(PG_SCHEMA)
         t0 = time.perf_counter()
-        with con.cursor().copy(
-            "COPY session_diagnostics (session_id, outcome, failure_category, "
-            "injected_observation_ids, ts, org_id, project_id) FROM STDIN WITH (FORMAT csv)"
-        ) as copy, csv.open("rb") as f:
+        with (
+            con.cursor().copy(
+                "COPY session_diagnostics (session_id, outcome, failure_category, "
+                "injected_observation_ids, ts, org_id, project_id) FROM STDIN WITH (FORMAT csv)"
+            ) as copy,
+            csv.open("rb") as f,
+        ):
             while chunk := f.read(8 << 20):
                 copy.write(chunk)
         load = time.perf_counter() - t0
@@ -337,7 +347,10 @@ def main() -> int:
         print("target (each macro < 1 s): " + ("met" if not slow else f"NOT met: {slow}"))
         if pg_times:
             behind = [n for n in duck if pg_times[n][0] <= duck[n][0]]
-            print("target (faster than PostgreSQL): " + ("met" if not behind else f"NOT met: {behind}"))
+            print(
+                "target (faster than PostgreSQL): "
+                + ("met" if not behind else f"NOT met: {behind}")
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

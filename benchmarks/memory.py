@@ -86,8 +86,10 @@ def memory_events(n: int, agents: int, seed: int = 7) -> list[dict[str, Any]]:
 def _iso(seconds: float) -> str:
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        datetime.fromtimestamp(seconds, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
     )
 
 
@@ -200,7 +202,7 @@ def measure_worker(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with EmbeddedBroker() as broker:
             for run in range(args.runs):
-                for is_memory in ((True, False) if run % 2 == 0 else (False, True)):
+                for is_memory in (True, False) if run % 2 == 0 else (False, True):
                     rate = worker_rate(broker, workdir, memory if is_memory else searches,
                                        is_memory)  # fmt: skip
                     (mem if is_memory else ses).append(rate)
@@ -224,7 +226,9 @@ def main() -> int:
     stages = measure_stages(args)
     print(f"{args.events:,} events; {args.agents} agents (memory) / {args.agents * 5} sessions "
           f"(search); median of {args.runs} runs")  # fmt: skip
-    print(f"\n{'stage alone':<14}{'memory µs/event':>17}{'search µs/event':>17}{'memory ÷ search':>17}")
+    print(
+        f"\n{'stage alone':<14}{'memory µs/event':>17}{'search µs/event':>17}{'memory ÷ search':>17}"
+    )
     for label, r in stages.items():
         print(f"{label:<14}{r['memory_us']:>17.1f}{r['search_us']:>17.1f}"
               f"{r['memory_us'] / r['search_us']:>17.2f}")  # fmt: skip

@@ -456,7 +456,9 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
                     if c in contenders:
                         got = outputs(settings, topic)
                         wrong = sum(got.get(k) != v for k, v in expected.items())
-                        assert wrong == 0, f"{c} ({mode}): {wrong} verdicts differ from the reference"
+                        assert wrong == 0, (
+                            f"{c} ({mode}): {wrong} verdicts differ from the reference"
+                        )
         results["modes"][mode] = {
             "messages": len(msgs),
             "contenders": {c: _summary(args.events, s, cpus[c]) for c, s in seconds.items()},

@@ -90,9 +90,9 @@ def main() -> int:
             )  # fmt: skip
             started = time.time()
             t = settings.topics
-            stages = [t.otlp_spans, t.otlp_traces, t.span_events] if args.mode == "spans" else [
-                t.events
-            ]
+            stages = (
+                [t.otlp_spans, t.otlp_traces, t.span_events] if args.mode == "spans" else [t.events]
+            )
             for topic in stages:
                 done = drained(settings, settings.app_id, topic)
             spy.send_signal(2)  # SIGINT: py-spy writes its file and exits

@@ -123,6 +123,8 @@ _ENV: dict[str, tuple[str, str]] = {
     "commit_interval_seconds": ("MEMDIAG_COMMIT_INTERVAL_SECONDS", "float"),
     "state_dir": ("MEMDIAG_STATE_DIR", "str"),
     "state_store": ("MEMDIAG_STATE_STORE", "str"),
+    "state_cache_mb": ("MEMDIAG_STATE_CACHE_MB", "int"),
+    "session_cache": ("MEMDIAG_SESSION_CACHE", "int"),
     "changelog_compaction_lag_hours": ("MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS", "float"),
     "fetch_max_wait_ms": ("MEMDIAG_FETCH_MAX_WAIT_MS", "int"),
     "sink_batch_rows": ("MEMDIAG_SINK_BATCH_ROWS", "int"),
@@ -222,6 +224,13 @@ class Settings:
     #: MEMDIAG_STATE_STORE: ``rocksdb`` (on disk: memory stays bounded) or ``memory`` (every
     #: start replays the whole changelog; state must fit in memory).
     state_store: str = "rocksdb"
+    #: MEMDIAG_STATE_CACHE_MB: the RocksDB block cache, one for all of a worker's partitions
+    #: (the databases' write buffers add up to 8 MB each on top).
+    state_cache_mb: int = 32
+    #: MEMDIAG_SESSION_CACHE: most sessions a worker keeps decoded in memory (the least
+    #: recently written go first; the store holds them all). The worker's memory grows with
+    #: it, about 4 KB a session, not with the sessions it keeps.
+    session_cache: int = 5_000
     #: MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS: ``min.compaction.lag.ms`` of the worker's
     #: changelogs. A worker that crashes leaves changelog records its commit never covered;
     #: the committed value behind each must outlive the crash until a worker restarts and
@@ -348,6 +357,10 @@ class Settings:
                 "MEMDIAG_DUCKDB_STORAGE_VERSION must be a DuckDB version like v1.4.0, or "
                 f"latest; got {self.duckdb_storage_version!r}"
             )
+        for name, value in (("MEMDIAG_STATE_CACHE_MB", self.state_cache_mb),
+                            ("MEMDIAG_SESSION_CACHE", self.session_cache)):  # fmt: skip
+            if value < 1:
+                raise ConfigError(f"{name} must be at least 1, got {value}")
         if self.state_store not in ("rocksdb", "memory"):
             raise ConfigError(f"MEMDIAG_STATE_STORE={self.state_store!r}: use rocksdb or memory")
         if not self.changelog_compaction_lag_hours >= 0:

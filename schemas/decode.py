@@ -252,6 +252,15 @@ class Decoder:
                     f"failure_context nests deeper than {MAX_DEPTH} levels; memdiag keeps it "
                     "as JSON and re-encodes it: flatten it",
                 )
+            if context is not None:
+                try:
+                    orjson.dumps(context)
+                except (TypeError, orjson.JSONEncodeError) as exc:
+                    return (
+                        BAD_VALUE,
+                        f"failure_context cannot be kept as JSON ({exc}); memdiag re-encodes "
+                        "it, and integers must fit in 64 bits: send larger ones as strings",
+                    )
         elif kind == "recall_probe":
             return _scores_problem(event.scores, event.result_ids)  # type: ignore[union-attr]
         return None

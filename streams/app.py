@@ -155,6 +155,7 @@ def create_app(settings: Settings) -> Wiring:
             kind=settings.state_store,
             path=state_path(settings) if settings.state_store == "rocksdb" else None,
             committed=committed,
+            cache_bytes=settings.state_cache_mb << 20,
         )
         return app.Table(
             name,

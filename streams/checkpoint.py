@@ -133,13 +133,10 @@ class Checkpoint:
         self.offsets[tp] = next_offset
 
     def empty(self) -> bool:
-        """Nothing to commit: no record processed, no write, no output, no repair due."""
-        return (
-            not self.offsets
-            and not self.writes
-            and not self.deliveries
-            and not any(any(t.repairs.values()) for t in self.tables.values())
-        )
+        """Nothing to commit: no record processed, no write, no output. (Repairs wait for a
+        checkpoint that processed records of their partition: only a commit that moves
+        its offsets can make a skipped record applicable, and they go with it.)"""
+        return not self.offsets and not self.writes and not self.deliveries
 
     def age(self) -> float:
         return time.monotonic() - self.started
@@ -152,7 +149,10 @@ class Checkpoint:
         out: list[ChangelogWrite] = []
         for name, table in self.tables.items():
             sources = set(table.sources)
-            repairs = {p: set(keys) for p, keys in table.repairs.items() if keys}
+            # repairs only where this checkpoint commits offsets: then every record it writes
+            # to that changelog partition names them (and the worker owns the partition)
+            moving = {p for (topic, p) in self.offsets if topic in sources}
+            repairs = {p: set(keys) for p, keys in table.repairs.items() if keys and p in moving}
             self.repaired[name] = repairs
             partitions = {p for (n, p) in self.writes if n == name} | set(repairs)
             for partition in sorted(partitions):

@@ -92,7 +92,8 @@ class Sender:
             headers: Any = None, partition: int | None = None,
         ) -> None:  # fmt: skip
             k = key.encode("utf-8") if isinstance(key, str) else key
-            futures.append(await send(topic, k, dumps(value), partition, timestamp, headers))
+            for data in _messages(value, dumps):
+                futures.append(await send(topic, k, data, partition, timestamp, headers))
 
         for key, records in out.diagnostics.items():
             await put(self.diagnostics, key, records)
@@ -137,3 +138,19 @@ class Sender:
             await send(self.counters, name.encode("utf-8"), orjson.dumps(record), None, None, None)
             for name, record in self.buffer.drain()
         ]
+
+
+#: The largest message memdiag sends of several records: under the 1 MiB a broker takes by
+#: default (``message.max.bytes``), with room for the record batch around it.
+MAX_MESSAGE_BYTES = 512 * 1024
+
+
+def _messages(value: Any, dumps: Any) -> list[bytes]:
+    """``value`` as one message, or a list of records as several, each under
+    :data:`MAX_MESSAGE_BYTES` (a record larger than that goes alone): a batch's outputs for
+    one key can be many, and a message the broker refuses would fail every checkpoint."""
+    data: bytes = dumps(value)
+    if len(data) <= MAX_MESSAGE_BYTES or not isinstance(value, list) or len(value) < 2:
+        return [data]
+    half = len(value) // 2
+    return _messages(value[:half], dumps) + _messages(value[half:], dumps)

@@ -27,8 +27,9 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from sortedcontainers import SortedDict
@@ -96,21 +97,30 @@ class MemoryBackend:
         pass
 
 
+@lru_cache(maxsize=4)
+def _shared_cache(size: int) -> Any:
+    """A RocksDB block cache of ``size`` bytes, shared by every database opened with it: the
+    worker's memory is bounded by one cache, however many partitions it owns."""
+    from rocksdict import Cache
+
+    return Cache(size)
+
+
 class RocksBackend:
     """A backend in a RocksDB database of its own (one directory per changelog partition):
     memory stays bounded by its caches, and a restart on the same machine replays only the
     changelog past the offset it keeps."""
 
     def __init__(self, path: Path, cache_bytes: int = 16 << 20):
-        from rocksdict import BlockBasedOptions, Cache, Options, Rdict
+        from rocksdict import BlockBasedOptions, Options, Rdict
 
         path.parent.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         table = BlockBasedOptions()
-        table.set_block_cache(Cache(cache_bytes))
+        table.set_block_cache(_shared_cache(cache_bytes))  # one for the process's databases
         options.set_block_based_table_factory(table)
-        options.set_write_buffer_size(8 << 20)
+        options.set_write_buffer_size(4 << 20)
         options.set_max_write_buffer_number(2)
         self.path = path
         self._db = Rdict(str(path), options)

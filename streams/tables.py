@@ -54,8 +54,8 @@ class StoreOptions:
     path: Path | None
     #: how the store learns the group's committed offsets (the skip rule's other half)
     committed: CommittedFn
-    #: each RocksDB database's block cache
-    cache_bytes: int = 16 << 20
+    #: the RocksDB block cache, one for the worker's databases
+    cache_bytes: int = 32 << 20
 
 
 class CheckpointStore(Store):

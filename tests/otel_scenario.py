@@ -162,10 +162,19 @@ def _conversation(toy: _Toy, c: int, prefix: str, files_known: bool) -> list[dic
                 **scope,
                 "agent_id": agent,
                 "outcome": outcome,
-                "tool_calls": [{"tool": t["tool"], "success": t["ok"],
-                                **({"file": t["file"]} if t["file"] else {})} for t in tools],  # fmt: skip
-                "errors": [{"message": m, "tool": t["tool"], "recoverable": False}
-                           for t in tools for m in t["errors"]],  # fmt: skip
+                "tool_calls": [
+                    {
+                        "tool": t["tool"],
+                        "success": t["ok"],
+                        **({"file": t["file"]} if t["file"] else {}),
+                    }
+                    for t in tools
+                ],  # fmt: skip
+                "errors": [
+                    {"message": m, "tool": t["tool"], "recoverable": False}
+                    for t in tools
+                    for m in t["errors"]
+                ],  # fmt: skip
             }
             if any(t["file"] for t in tools):
                 e["files_modified"] = list(dict.fromkeys(
@@ -205,10 +214,15 @@ def _search(toy: _Toy, tracer: Any, ctx: Any, clock: int, scope: dict[str, Any],
     parent = ctx
     middle = None
     if rng.random() < 0.3:  # under a tool call of the framework's: a link in between
-        middle = tracer.start_span("execute_tool search_memory", context=ctx,
-                                   start_time=_ns(clock), attributes={  # fmt: skip
-                                       "gen_ai.operation.name": "execute_tool",
-                                       "gen_ai.tool.name": "memory_search"})
+        middle = tracer.start_span(
+            "execute_tool search_memory",
+            context=ctx,
+            start_time=_ns(clock),
+            attributes={  # fmt: skip
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "memory_search",
+            },
+        )
         parent = trace_api.set_span_in_context(middle)
     span = tracer.start_span(style, context=parent, start_time=_ns(clock), attributes=attrs)
     span.end(end_time=_ns(clock + 200_000))
@@ -292,7 +306,8 @@ def _tool(toy: _Toy, tracer: Any, ctx: Any, clock: int, tools: list[dict[str, An
     errors = []
     if not ok:
         message = {"pytest": "3 tests failed", "eslint": "eslint: 2 problems"}.get(
-            name, f"{name} broke the build")
+            name, f"{name} broke the build"
+        )
         span.record_exception(RuntimeError(message), timestamp=_ns(clock + 100_000))
         span.set_status(Status(StatusCode.ERROR, message))
         errors.append(message)

@@ -55,11 +55,10 @@ class SessionStates:
     """The sessions of the partitions a worker owns: loaded from and written to the store,
     decoded sessions cached, idle ones forgotten."""
 
-    #: Most decoded sessions kept in memory (the store holds them all).
-    CACHE_SIZE = 50_000
-
-    def __init__(self, config: Config, keep_ms: int):
+    def __init__(self, config: Config, keep_ms: int, cache_size: int = 5_000):
         self._config = config
+        #: most decoded sessions kept in memory (the store holds them all)
+        self.cache_size = cache_size
         self._keep_ms = keep_ms
         self.clocks = Clocks(min(SWEEP_EVERY_MS, max(1, keep_ms // 4)))
         # session_id -> the session as last written: current until the runner resets the
@@ -126,7 +125,7 @@ class SessionStates:
         store.put(HEAD + session.session_id, _ENCODE.encode(head), partition)
         cache = self._cache
         cache.pop(session.session_id, None)  # least recently written first
-        if len(cache) >= self.CACHE_SIZE:
+        if len(cache) >= self.cache_size:
             cache.pop(next(iter(cache)))
         cache[session.session_id] = session
         self._expiry(session.partition, store)[session.session_id] = session.last_seen_ms

@@ -37,16 +37,44 @@ PREFIX = "o:"
 class ObservationStage:
     """The observation stage's logic."""
 
+    #: Most decoded ledgers kept between batches (the store holds them all). A ledger read
+    #: back is decoded and its steps computed again, so the busy ones stay here.
+    CACHE_SIZE = 1_000
+
     def __init__(self, settings: Settings):
         self._alpha_success = settings.alpha_success
         self._alpha_failure = settings.alpha_failure
+        # observation id -> its ledger as last written: current until the runner resets the
+        # stage (a checkpoint rolled back, partitions moved)
+        self._cache: dict[str, Ledger] = {}
 
     def reset(self) -> None:
-        pass  # nothing kept between batches
+        self._cache.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
+        try:
+            return self._process(msgs, store)
+        except BaseException:
+            self._cache.clear()  # a ledger may have changed and not been written
+            raise
+
+    def _load(self, obs_id: str, partition: int, store: StateStore) -> Ledger:
+        ledger = self._cache.get(obs_id)
+        if ledger is None:
+            raw = store.get(PREFIX + obs_id, partition)
+            ledger = Ledger.from_state(
+                orjson.loads(raw) if raw is not None else None,
+                self._alpha_success,
+                self._alpha_failure,
+            )
+        return ledger
+
+    def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
         ledgers: dict[str, tuple[Ledger, int, bool]] = {}  # id -> (ledger, partition, changed)
+        # the weight records of this batch, the newest per (observation, session): a step
+        # that changes twice in one batch is sent once, with its last values
+        weights: dict[str, dict[str, dict[str, Any]]] = {}
         for msg in msgs:
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
@@ -54,13 +82,7 @@ class ObservationStage:
                 obs_id = rec["observation_id"]
                 known = ledgers.get(obs_id)
                 if known is None:
-                    raw = store.get(PREFIX + obs_id, msg.partition)
-                    ledger = Ledger.from_state(
-                        orjson.loads(raw) if raw is not None else None,
-                        self._alpha_success,
-                        self._alpha_failure,
-                    )
-                    known = (ledger, msg.partition, False)
+                    known = (self._load(obs_id, msg.partition, store), msg.partition, False)
                 ledger = known[0]
                 entry = Entry(
                     rec["ts_us"],
@@ -73,8 +95,11 @@ class ObservationStage:
                 ledgers[obs_id] = (ledger, msg.partition, known[2] or change.fresh)
                 if change.late:
                     out.count(LATE_EVENTS, at_us=entry.ts_us, reason=LATE_OBSERVATION_WINDOW)
-                for step in change.steps:
-                    out.weight(obs_id, weight_record(obs_id, step, ledger))
+                if change.steps:
+                    sent = weights.setdefault(obs_id, {})
+                    for step in change.steps:
+                        sent.pop(step.session_id, None)  # the newest goes last
+                        sent[step.session_id] = weight_record(obs_id, step, ledger)
                 for step in change.verdicts:
                     out.verdict(
                         step.session_id,
@@ -89,9 +114,17 @@ class ObservationStage:
                 if change.became_misleading:
                     out.count(MISLEADING, at_us=entry.ts_us)
                 out.ts_us = max(out.ts_us, entry.ts_us)
+        for obs_id, sent in weights.items():
+            for record in sent.values():
+                out.weight(obs_id, record)
+        cache = self._cache
         for obs_id, (ledger, partition, changed) in ledgers.items():
             if changed:
                 store.put(PREFIX + obs_id, orjson.dumps(ledger.to_state()), partition)
+            cache.pop(obs_id, None)  # least recently used first
+            if len(cache) >= self.CACHE_SIZE:
+                cache.pop(next(iter(cache)))
+            cache[obs_id] = ledger
         return out
 
 

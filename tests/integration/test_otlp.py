@@ -81,10 +81,13 @@ def test_spans_give_the_rows_of_the_equivalent_events(pipeline: Pipeline, tmp_pa
         con.close()
     got = from_duckdb(pipeline.query)
     assert differences(expected, got) == []
-    assert pipeline.query(
-        "SELECT session_id, tool_call_summary, files_modified, errors_encountered "
-        "FROM session_diagnostics ORDER BY ALL"
-    ) == tool_summaries
+    assert (
+        pipeline.query(
+            "SELECT session_id, tool_call_summary, files_modified, errors_encountered "
+            "FROM session_diagnostics ORDER BY ALL"
+        )
+        == tool_summaries
+    )
     assert pipeline.query("SELECT count(*) FROM dead_letters") == [(0,)]
     outcomes = [e for e in events if e["kind"] == "session_outcome"]
     assert outcomes and all("files_modified" in e for e in outcomes)

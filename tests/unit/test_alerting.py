@@ -293,7 +293,11 @@ def test_pipeline_coverage_fires_while_memories_go_unindexed_and_resolves_after(
         parse_rule("followup_rate for 5m")  # only pipeline_coverage stands alone
     with pytest.raises(RuleError, match="write it alone"):
         parse_rule("pipeline_coverage < 0.9")  # a count, not a coverage: "<" would invert it
-    for always_or_never in ("pipeline_coverage >= 0", "pipeline_coverage > -1", "pipeline_coverage <= 3"):
+    for always_or_never in (
+        "pipeline_coverage >= 0",
+        "pipeline_coverage > -1",
+        "pipeline_coverage <= 3",
+    ):
         with pytest.raises(RuleError, match="write it alone"):
             parse_rule(always_or_never)
     assert parse_rule("pipeline_coverage >= 1").threshold == 1.0

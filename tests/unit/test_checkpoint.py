@@ -336,6 +336,7 @@ def test_a_source_partition_keeps_its_state_when_its_changelog_is_not_assigned(
     )
     options = StoreOptions(sources=("events", "steps"), kind="memory", path=None,
                            committed=committed)  # fmt: skip
+
     async def highwaters(*tps: TP) -> dict[TP, int]:
         return {tp: 8 for tp in tps}  # past the local offset: the local values are this log's
 

@@ -28,7 +28,8 @@ def test_a_missing_name_stops_the_worker_in_one_line_naming_the_version(
 
     module, _, cls_name = where.partition(":")
     cls = getattr(__import__(module, fromlist=[cls_name]), cls_name)
-    for owner in cls.__mro__:  # wherever it is defined, the class itself or a base
+    # wherever it is defined: the class itself or a base (or a module, for a function)
+    for owner in getattr(cls, "__mro__", (cls,)):
         if name in vars(owner):
             monkeypatch.delattr(owner, name)
     with pytest.raises(compat.IncompatibleFaust) as err:

@@ -70,8 +70,11 @@ def test_good_event_is_accepted_with_event_time_in_microseconds(decoder: Decoder
         ({k: v for k, v in GOOD.items() if k != "kind"}, "missing_field", "kind"),
         ({k: v for k, v in GOOD.items() if k != "query"}, "missing_field", "query"),
         # required of a published outcome (contract section 2); only span outcomes go without
-        ({k: v for k, v in OUTCOME.items() if k != "files_modified"}, "missing_field",
-         "files_modified"),  # fmt: skip
+        (
+            {k: v for k, v in OUTCOME.items() if k != "files_modified"},
+            "missing_field",
+            "files_modified",
+        ),  # fmt: skip
         ({**GOOD, "result_ids": "o1"}, "wrong_type", "result_ids"),
         ({**GOOD, "result_ids": [1]}, "wrong_type", "result_ids[0]"),
         ({**GOOD, "session_id": 7}, "wrong_type", "session_id"),

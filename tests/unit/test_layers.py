@@ -62,7 +62,11 @@ def test_the_installed_packages_keep_the_layers(tmp_path: Path) -> None:
         # the two stages side by side never import each other
         ("memdiag/streams/session/session.py", "import memdiag.analytics.db", "memdiag.analytics"),
         # a lower layer never imports a higher one
-        ("memdiag/schemas/models.py", "from memdiag.streams.rules import followup", "memdiag.streams"),
+        (
+            "memdiag/schemas/models.py",
+            "from memdiag.streams.rules import followup",
+            "memdiag.streams",
+        ),
         ("memdiag/contract/envelope.py", "import memdiag.settings", "memdiag.settings"),
         ("memdiag/runner.py", "from memdiag.cli import main", "memdiag.cli"),
     ],

@@ -230,7 +230,12 @@ def test_agents_tools_and_writes() -> None:
     rec, _ = read({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "pytest",
                    "memdiag.file": "t.py"}, error=True,
                   exceptions=[{"exception.type": "AssertionError", "exception.message": "2 failed"}])  # fmt: skip
-    assert (rec["tool"], rec["ok"], rec["file"], rec["err"]) == ("pytest", False, "t.py", ["2 failed"])
+    assert (rec["tool"], rec["ok"], rec["file"], rec["err"]) == (
+        "pytest",
+        False,
+        "t.py",
+        ["2 failed"],
+    )
     rec, _ = read({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "x"}, error=True)
     assert rec["ok"] is False and "err" not in rec  # failed, with no exception: no error
     rec, _ = read({"openinference.span.kind": "TOOL", "tool.name": "grep"})
@@ -416,7 +421,10 @@ def test_an_outcome_takes_its_tools_and_a_late_tool_amends_it() -> None:
     p.send(encode_spans([by["step"]]).SerializeToString())  # the link comes: the test joins
     outcomes = [r for r in p.span_events if r["kind"] == "session_outcome"]
     last = outcomes[-1]
-    assert last["revision"] == 2 and [t["tool"] for t in last["tool_calls"]] == ["edit_file", "pytest"]
+    assert last["revision"] == 2 and [t["tool"] for t in last["tool_calls"]] == [
+        "edit_file",
+        "pytest",
+    ]
     assert last["errors"] == [{"message": "2 tests failed", "tool": "pytest", "recoverable": False}]
     # counted once, with the category it had first; the diagnostic is the amended one
     assert p.counted(SESSION_OUTCOMES, outcome="rejected", failure_category="other") == 1
@@ -464,7 +472,8 @@ def conversation() -> tuple[Agent, dict[str, Any]]:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", **c}
         if text is not None:
             attrs["gen_ai.output.messages"] = json.dumps(
-                [{"role": "assistant", "parts": [{"type": "text", "content": text}]}])
+                [{"role": "assistant", "parts": [{"type": "text", "content": text}]}]
+            )
         return a.span("chat", t, t + 1, root, **attrs)
 
     spans = {
@@ -578,8 +587,9 @@ def test_spans_give_the_tables_of_the_equivalent_events(
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=4),  # fmt: skip
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),  # fmt: skip
     max_leaves=12,
 )
 attribute_names = st.sampled_from([
@@ -736,9 +746,18 @@ def test_spans_released_together_go_to_their_session_in_the_order_they_started(
         root = a.span("invoke_agent", base, None, **{"gen_ai.operation.name": "invoke_agent",
                                                       "gen_ai.conversation.id": "c1"})  # fmt: skip
         for k in range(3):
-            a.span("search_memory", base + 10 * k + 1, base + 10 * k + 2, root, **{
-                "gen_ai.operation.name": "search_memory",
-                "gen_ai.memory.records": json.dumps([{"id": f"m{run}{k}", "content": "vacuum x"}])})
+            a.span(
+                "search_memory",
+                base + 10 * k + 1,
+                base + 10 * k + 2,
+                root,
+                **{
+                    "gen_ai.operation.name": "search_memory",
+                    "gen_ai.memory.records": json.dumps(
+                        [{"id": f"m{run}{k}", "content": "vacuum x"}]
+                    ),
+                },
+            )
             a.span("chat", base + 10 * k + 3, base + 10 * k + 4, root, **{
                 "gen_ai.operation.name": "chat",
                 "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [

@@ -199,9 +199,13 @@ def test_the_models_accept_exactly_what_the_schemas_accept(event, how: str, data
         if nested:
             item = wire[data.draw(st.sampled_from(nested))][0]
             item[data.draw(st.sampled_from(sorted(item)))] = data.draw(edge_values)
+    try:
+        raw = json.dumps(wire, allow_nan=False).encode()
+    except ValueError:  # an infinity or NaN drawn: no JSON has one
+        assume(False)
     schema_says = jsonschema.Draft202012Validator(load_schema(event.kind)).is_valid(wire)
     try:
-        models_decoder([event.kind]).decode(json.dumps(wire).encode())
+        models_decoder([event.kind]).decode(raw)
         model_says = True
     except msgspec.ValidationError:
         model_says = False
@@ -272,3 +276,17 @@ def test_the_fast_time_parser_reads_what_pythons_reads(
             ts_us_of(value)
     else:
         assert ts_us_of(value) == expected
+
+
+def test_a_failure_context_json_cannot_carry_is_a_dead_letter_with_what_to_do() -> None:
+    """An integer past 64 bits is JSON msgspec reads but orjson cannot write again: kept, it
+    would stop the worker at every send of the session's diagnostic."""
+    outcome = (
+        b'{"kind":"session_outcome","event_id":"o1","ts":"2026-11-20T10:00:00Z",'
+        b'"session_id":"s1","outcome":"rejected","files_modified":[],"tool_calls":[],"errors":[],'
+        b'"failure_context":{"n":123456789012345678901234567890}}'
+    )
+    decoded = Decoder(["session_outcome"], "memdiag.events", 1 << 20).decode(outcome)
+    assert not decoded.accepted
+    [rejected] = decoded.rejected
+    assert rejected.reason == "bad_value" and "64 bits" in rejected.detail

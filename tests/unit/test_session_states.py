@@ -21,7 +21,12 @@ def test_the_written_session_is_the_one_loaded_until_the_stage_is_reset() -> Non
     assert states.load("s", 0, store) is session  # the cached one: no decoding
     states.clear()  # the runner rolled the state back, or partitions moved
     again = states.load("s", 0, store)
-    assert again is not session and again is not None and again.records == session.records and again.scopes == session.scopes
+    assert (
+        again is not session
+        and again is not None
+        and again.records == session.records
+        and again.scopes == session.scopes
+    )
 
 
 def test_forgetting_decoded_sessions_rebuilds_them_from_the_store() -> None:

@@ -36,8 +36,14 @@ class Producer:
 @pytest.fixture
 async def wiring(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Wiring, Producer]]:
     monkeypatch.setenv("MEMDIAG_TOPIC_PREFIX", "from-the-environment.")
-    w = create_app(Settings(broker="kafka://127.0.0.1:1", topic_prefix="t.", app_id="agents-test",
-                            state_store="memory"))
+    w = create_app(
+        Settings(
+            broker="kafka://127.0.0.1:1",
+            topic_prefix="t.",
+            app_id="agents-test",
+            state_store="memory",
+        )
+    )
     producer = Producer()
     w.app.producer = producer  # type: ignore[misc]  # no broker: what would be sent
     yield w, producer
@@ -147,3 +153,19 @@ async def test_a_bad_counter_message_does_not_stop_the_stage(
         ],
     )
     assert [orjson.loads(v)["value"] for t, _, v, _ in producer.sent if t == "t.counters"] == [1]
+
+
+def test_a_key_with_many_records_is_sent_in_messages_the_broker_takes() -> None:
+    """A batch's rows for one session can exceed the 1 MiB a broker takes by default: they go
+    in several messages, each under the limit, in order, and a lone large record alone."""
+    import orjson
+
+    from memdiag.streams.sender import MAX_MESSAGE_BYTES, _messages
+
+    rows = [{"kind": "search", "event_id": f"e{i}", "query": "q" * 300} for i in range(5000)]
+    parts = _messages(rows, orjson.dumps)
+    assert len(parts) > 1 and all(len(p) <= MAX_MESSAGE_BYTES for p in parts)
+    assert [r for p in parts for r in orjson.loads(p)] == rows
+    big = [{"text": "x" * (MAX_MESSAGE_BYTES + 1)}]
+    assert _messages(big, orjson.dumps) == [orjson.dumps(big)]
+    assert _messages({"one": 1}, orjson.dumps) == [b'{"one":1}']
