@@ -18,6 +18,7 @@ import orjson
 
 from memdiag.contract.envelope import Output, StateStore
 from memdiag.streams.clocks import SWEEP_EVERY_MS, Clocks, expiry_index
+from memdiag.streams.lru import remember
 from memdiag.streams.session.records import LogRecord, decode, encode
 from memdiag.streams.session.session import Config, OwnerVerdict, Session
 
@@ -123,11 +124,7 @@ class SessionStates:
             },
         )
         store.put(HEAD + session.session_id, _ENCODE.encode(head), partition)
-        cache = self._cache
-        cache.pop(session.session_id, None)  # least recently written first
-        if len(cache) >= self.cache_size:
-            cache.pop(next(iter(cache)))
-        cache[session.session_id] = session
+        remember(self._cache, session.session_id, session, self.cache_size)
         self._expiry(session.partition, store)[session.session_id] = session.last_seen_ms
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:

@@ -29,6 +29,7 @@ from memdiag.contract import LATE_EVENTS, LATE_OBSERVATION_WINDOW, MISLEADING
 from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
+from memdiag.streams.lru import remember
 from memdiag.streams.rules.ledger import Entry, Ledger, Step
 
 PREFIX = "o:"
@@ -117,14 +118,10 @@ class ObservationStage:
         for obs_id, sent in weights.items():
             for record in sent.values():
                 out.weight(obs_id, record)
-        cache = self._cache
         for obs_id, (ledger, partition, changed) in ledgers.items():
             if changed:
                 store.put(PREFIX + obs_id, orjson.dumps(ledger.to_state()), partition)
-            cache.pop(obs_id, None)  # least recently used first
-            if len(cache) >= self.CACHE_SIZE:
-                cache.pop(next(iter(cache)))
-            cache[obs_id] = ledger
+            remember(self._cache, obs_id, ledger, self.CACHE_SIZE)
         return out
 
 
