@@ -77,8 +77,8 @@ def main() -> int:
     joined = 0
     for obs, response in turns:
         t = Turn()
-        t.add_injection(1, 1, 0, [(f"o{j}", keywords(c)) for j, c in enumerate(obs)])
-        joined += len(t.add_response(2, 2, 0, response_words(response)))
+        t.add_injection(1, "i", 0, [(f"o{j}", keywords(c)) for j, c in enumerate(obs)])
+        joined += len(t.add_response(2, "r", 0, response_words(response)))
     join = time.perf_counter() - t0
     assert joined == pairs
 

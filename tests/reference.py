@@ -1,6 +1,7 @@
 """An independent, in-order reference of what memdiag computes (docs/rules.md).
 
-A plain loop over the events sorted by ``ts``: no state store, no partitions, no
+A plain loop over each session's events sorted by ``ts``, then ``event_id`` (byte order: the
+contract's tie-break, never the arrival order): no state store, no partitions, no
 corrections. It shares no code with ``streams`` beyond the text rule's definition, written
 out again here. Tests compare every way of feeding the worker against it; without it, every
 mode could be wrong in the same way.
@@ -67,9 +68,11 @@ def reference(
             continue  # the recall pipeline's: pipeline_reference
         unique.setdefault(e["event_id"], (i, e))  # the first copy of an event id counts
     window, retention = round(window_s * 1e6), round(retention_s * 1e6)
-    by_session: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
-    for i, e in unique.values():
-        by_session.setdefault(e["session_id"], []).append((parse(e["ts"]), i, e))
+    by_session: dict[str, list[tuple[int, bytes, dict[str, Any]]]] = {}
+    for _, e in unique.values():
+        by_session.setdefault(e["session_id"], []).append(
+            (parse(e["ts"]), e["event_id"].encode(), e)
+        )
 
     searches: dict[str, dict[str, Any]] = {}
     feedback: dict[tuple[str, str, str], dict[str, Any]] = {}

@@ -12,8 +12,12 @@ from event time on purpose:
 - observations are shared across sessions, and some stale ones make sessions fail, so
   misleading observations and weight steps happen, in an order the arrival scrambles.
 
-Every ``ts`` in a session is distinct, so the in-order result never depends on how ties
-arrive. Deterministic for a seed.
+Ties. A third of the sessions put many of their events on one instant: searches (a
+followup's predecessor), a turn's two responses, two injections of a turn sharing a memory
+(first-seen order), two outcomes (the last one). Their event ids count without padding,
+some from 95, so their byte order differs from the order they were made in (``-99`` after
+``-100``, ``-9`` after ``-10``): the contract takes equal ``ts`` in ``event_id`` byte order,
+and the arrival order here is the order they were made in. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -58,16 +62,29 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
         agent = f"agent-{s % 5}"
         t = T0 + timedelta(seconds=r.uniform(0, 4 * 3600))
         scope = {"session_id": sid, "agent_id": agent, "org_id": f"org_{s % 3}"}
-        n = 0
+        ties = r.random() < 0.33  # many events on one instant, ids in another byte order
+        n = r.choice([0, 95]) if ties else 0
 
         def add(
-            kind: str, at: datetime, sid: str = sid, scope: dict = scope, **fields: Any
+            kind: str,
+            at: datetime,
+            sid: str = sid,
+            scope: dict = scope,
+            ties: bool = ties,
+            **fields: Any,
         ) -> dict[str, Any]:
             nonlocal n
             n += 1
-            event = {"kind": kind, "event_id": f"{sid}-{n:02d}", "ts": _ts(at), **scope, **fields}
+            eid = f"{sid}-{n}" if ties else f"{sid}-{n:02d}"
+            event = {"kind": kind, "event_id": eid, "ts": _ts(at), **scope, **fields}
             events.append((at, event))
             return event
+
+        def step(seconds: float, ties: bool = ties) -> timedelta:
+            """The time to the next event: none at all, often, in a session of ties."""
+            if ties and r.random() < 0.4:
+                return timedelta(0)
+            return timedelta(seconds=seconds, microseconds=r.randint(1, 999))
 
         searches_on = r.random() > 0.1  # one session in ten never asks its memory
         used_stale = False
@@ -77,7 +94,7 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
                 t += timedelta(seconds=r.uniform(3700, 9000))  # a pause longer than the TTL
             if searches_on:
                 for _ in range(r.randint(1, 3)):
-                    t += timedelta(seconds=r.uniform(1, 50), microseconds=r.randint(1, 999))
+                    t += step(r.uniform(1, 50))
                     roll = r.random()
                     if roll > 0.2:
                         query = _sentence(r, 3)  # else a retry of the same query
@@ -89,7 +106,7 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
                         result_ids=ids,
                         source="viewer" if 0.88 < roll < 0.93 else "agent",
                     )
-            t += timedelta(seconds=r.uniform(1, 5), microseconds=r.randint(1, 999))
+            t += step(r.uniform(1, 5))
             injected = r.sample(pool, r.randint(1, 4))
             if r.random() < 0.3:
                 injected[0] = r.choice(pool[:6])
@@ -104,13 +121,21 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
                     {"source_id": "node_a", "target_id": f"node_{turn}", "relationship": "USES"}
                 ],
             )
-            t += timedelta(seconds=r.uniform(2, 60), microseconds=r.randint(1, 999))
+            if ties and r.random() < 0.3:  # a second injection at the same instant
+                more = r.sample(pool, 2) + injected[:1]  # one memory of the first again
+                add("injection", t, turn_id=f"t{turn}", observations=more,
+                    graph_entity_ids=[f"node_{r.randrange(20)}"])  # fmt: skip
+                injected = injected + more[:2]
+            t += step(r.uniform(2, 60))
             parts = [o["content"] for o in injected if r.random() < 0.5] + [_sentence(r, 6)]
             add("response", t, turn_id=f"t{turn}", text=" ".join(parts))
+            if ties and r.random() < 0.3:  # a second response at the same instant
+                parts = [o["content"] for o in injected if r.random() < 0.5] + [_sentence(r, 6)]
+                add("response", t, turn_id=f"t{turn}", text=" ".join(parts))
         if r.random() < 0.08:
             continue  # no outcome: the session stays open
-        for _ in range(2 if r.random() < 0.12 else 1):
-            t += timedelta(seconds=r.uniform(5, 600), microseconds=r.randint(1, 999))
+        for _ in range(2 if r.random() < (0.3 if ties else 0.12) else 1):
+            t += step(r.uniform(5, 600))
             failed = r.random() < (0.85 if used_stale else 0.25)
             result = r.choice(["rejected", "rework"]) if failed else "accepted"
             runner = r.choice(["pytest", "vitest", "edit"])

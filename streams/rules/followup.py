@@ -6,12 +6,14 @@ event time, if at most the retention earlier) iff ``ts - prev.ts <= window`` (in
 trimmed, lowercased queries differ (the same query again is a retry), and the two result
 sets share no id.
 
-Order. :class:`SearchHistory` keeps a session's evaluated searches sorted by ``(ts, seq)``:
-``seq`` is the session's arrival order, so equal timestamps keep their arrival order, as the
-contract says. A search that arrives late, between two others, gets its own verdict and
-changes its successor's: :meth:`SearchHistory.observe` returns both. Verdicts are a function
-of the history alone, so any arrival order converges to the in-order verdicts, and a
-redelivered search gets the same verdict again.
+Order. :class:`SearchHistory` keeps a session's evaluated searches sorted by ``(ts,
+event_id)``: searches with equal timestamps (the same microsecond) are taken in ``event_id``
+byte order, never in arrival order, as the contract says (an unkeyed or re-routed producer's
+events do not arrive in the order they were published in). A search that arrives late,
+between two others, gets its own verdict and changes its successor's:
+:meth:`SearchHistory.observe` returns both. Verdicts are a function of the history alone, so
+any arrival order converges to the in-order verdicts, and a redelivered search gets the same
+verdict again.
 
 Retention. Searches are remembered for the retention (24 h of the session's own event time
 by default). :meth:`SearchHistory.prune` forgets what no search within the retention of the
@@ -47,14 +49,13 @@ class Remembered:
     """What a session remembers of one evaluated search."""
 
     ts_us: int
-    seq: int  # arrival order within the session: the tie-break for equal timestamps
-    event_id: str
+    event_id: str  # the tie-break for equal timestamps (byte order: str order of its UTF-8)
     query_key: str
     result_ids: tuple[str, ...]
 
     @property
-    def order(self) -> tuple[int, int]:
-        return (self.ts_us, self.seq)
+    def order(self) -> tuple[int, str]:
+        return (self.ts_us, self.event_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ def judge(prev: Remembered | None, cur: Remembered, window_us: int, retention_us
 
 
 class SearchHistory:
-    """A session's evaluated searches in ``(ts, seq)`` order, and the verdicts they imply.
+    """A session's evaluated searches in ``(ts, event_id)`` order, and the verdicts they imply.
 
     ``evaluated`` and ``followups`` count every evaluated search ever observed (pruned ones
     included: a pruned search's verdict is final, because nothing can land before it any
@@ -98,7 +99,7 @@ class SearchHistory:
 
     def __init__(self, window_us: int, retention_us: int):
         self._entries: list[Remembered] = []
-        self._orders: list[tuple[int, int]] = []
+        self._orders: list[tuple[int, str]] = []
         self._index: dict[str, Remembered] = {}
         self.evaluated = 0
         self.followups = 0
@@ -155,7 +156,7 @@ class SearchHistory:
     def prune(self, cutoff_us: int) -> None:
         """Forget searches before ``cutoff_us`` except the newest of them (the predecessor a
         search at or after the cut-off may need)."""
-        keep_from = bisect_left(self._orders, (cutoff_us, -1)) - 1
+        keep_from = bisect_left(self._orders, (cutoff_us, "")) - 1
         if keep_from > 0:
             for gone in self._entries[:keep_from]:
                 del self._index[gone.event_id]

@@ -41,15 +41,16 @@ class Entry:
     session_id: str
     outcome_event_id: str
     outcome: str
-    seq: int  # the outcome's arrival order in its session: which of two outcomes is newer
 
     @property
     def order(self) -> tuple[int, str]:
         return (self.ts_us, self.session_id)
 
     @property
-    def revision(self) -> tuple[int, int]:
-        return (self.ts_us, self.seq)
+    def revision(self) -> tuple[int, str]:
+        """Which of two outcomes of one session is the newer: the later in event time,
+        equal ``ts`` by ``event_id`` (the session's own rule for its last outcome)."""
+        return (self.ts_us, self.outcome_event_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +238,7 @@ class Ledger:
         return [
             self.version,
             [cp.failed, cp.accepted, cp.weight, cp.position, cp.boundary],
-            [[e.ts_us, e.session_id, e.outcome_event_id, e.outcome, e.seq] for e in self.entries],
+            [[e.ts_us, e.session_id, e.outcome_event_id, e.outcome] for e in self.entries],
         ]
 
     @classmethod
@@ -252,6 +253,6 @@ class Ledger:
             alpha_success,
             alpha_failure,
             Checkpoint(cp[0], cp[1], cp[2], cp[3], boundary),
-            [Entry(*e) for e in entries],
+            [Entry(*e[:4]) for e in entries],  # (a fifth field, an arrival seq, is old)
             version,
         )

@@ -4,9 +4,10 @@ An ``injection`` and the ``response`` of one ``(session_id, turn_id)`` meet here
 order, and the verdicts are a function of the turn's events alone, never of their arrival
 order:
 
-- The turn's response is its first ``response`` in event time (``(ts, seq)``, ``seq`` being
-  the session's arrival order). A later second response is ignored; an earlier one that
-  arrives late replaces it, and every verdict of the turn is judged again.
+- The turn's response is its first ``response`` in event time (``(ts, event_id)``: equal
+  timestamps are taken in ``event_id`` byte order, never in arrival order). A later second
+  response is ignored; an earlier one that arrives late replaces it, and every verdict of
+  the turn is judged again.
 - Every ``injection`` of the turn counts, before or after the response. An observation
   injected twice keeps the content of its first injection in event time.
 - Each distinct observation gets one verdict against the response's words, stamped with
@@ -37,13 +38,13 @@ class Half:
     """One half of a turn, as the join keeps it."""
 
     ts_us: int
-    seq: int
+    event_id: str  # the tie-break for equal timestamps
     scope: int  # index in the session's scope table
     words: frozenset[str]  # an injection's observation keywords, or the response's long words
 
     @property
-    def order(self) -> tuple[int, int]:
-        return (self.ts_us, self.seq)
+    def order(self) -> tuple[int, str]:
+        return (self.ts_us, self.event_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +78,17 @@ class Turn:
         self.unjudged = False
 
     def add_injection(
-        self, ts_us: int, seq: int, scope: int, observations: list[tuple[str, frozenset[str]]]
+        self,
+        ts_us: int,
+        event_id: str,
+        scope: int,
+        observations: list[tuple[str, frozenset[str]]],
     ) -> list[Change]:
         """Add an injection's (id, keywords) pairs; the verdicts that changed."""
         self._saw(ts_us)
         changed: list[Change] = []
         for obs_id, kws in observations:
-            half = Half(ts_us, seq, scope, kws)
+            half = Half(ts_us, event_id, scope, kws)
             known = self.contents.get(obs_id)
             if known is not None and known.order <= half.order:
                 continue
@@ -92,11 +97,13 @@ class Turn:
                 self._judge(obs_id, changed)
         return changed
 
-    def add_response(self, ts_us: int, seq: int, scope: int, words: frozenset[str]) -> list[Change]:
+    def add_response(
+        self, ts_us: int, event_id: str, scope: int, words: frozenset[str]
+    ) -> list[Change]:
         """Add a response (its words of at least 5 characters); the verdicts that changed
         (any of them may, when this becomes the turn's response)."""
         self._saw(ts_us)
-        half = Half(ts_us, seq, scope, words)
+        half = Half(ts_us, event_id, scope, words)
         if self.response is not None and self.response.order <= half.order:
             return []
         self.response = half

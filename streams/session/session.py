@@ -13,7 +13,7 @@ Event time. Every rule here is a function of the session's events, not of their 
 order (docs/rules.md):
 
 - followups: :class:`memdiag.streams.rules.followup.SearchHistory` keeps searches in
-  ``(ts, seq)`` order and corrects a successor when a search lands before it;
+  ``(ts, event_id)`` order and corrects a successor when a search lands before it;
 - turns: :class:`memdiag.streams.rules.turns.Turn` judges every injection against the turn's
   first response in event time; turns from spans are :mod:`memdiag.streams.session.
   span_turns`;
@@ -21,6 +21,11 @@ order (docs/rules.md):
   the outcome, with the fields of its **last outcome in event time**. An event that arrives
   after the outcome corrects it, and the corrected diagnostic is sent again;
 - injected ids (and graph ids) are in first-seen order *in event time*.
+
+Ties. Events of the session with equal ``ts`` (the same microsecond) are taken in
+``event_id`` order (byte order), never in arrival order: the followup predecessor, a turn's
+first response, the first-seen order of ids and the last outcome all break ties so. An
+unkeyed or re-routed producer's events do not arrive in the order they were published in.
 
 The session's own clock is its newest ``ts``: it alone runs the turn TTL (counting unmatched
 halves) and the search retention. Other sessions' timestamps never touch it.
@@ -79,6 +84,9 @@ _SEARCH_KEYS: dict[str, CounterKey] = {
 }
 _FOLLOWUP_KEY = counter_key(FOLLOWUPS)
 
+#: Where an id was first seen: (ts, event id, its position in that event)
+FirstSeen = tuple[int, str, int]
+
 #: Records per sealed chunk of a session's log: a write rewrites the open chunk (the head's
 #: tail), never the whole session, so a long session costs no more per event than a short
 #: one. A session keeps the chunk size it was first written with (``cs`` in its head).
@@ -133,10 +141,10 @@ class Session(SpanTurns):
         self.empty_agent_searches = 0
         self.turns: dict[str, Turn] = {}
         self._pending_turns: set[str] = set()
-        # first appearance in event time: id -> (ts, seq, position in its event)
-        self._observations: dict[str, tuple[int, int, int]] = {}
-        self._entities: dict[str, tuple[int, int, int]] = {}
-        self._edges: dict[tuple[str, str, str], tuple[int, int, int]] = {}
+        # first appearance in event time: id -> (ts, event id, position in its event)
+        self._observations: dict[str, FirstSeen] = {}
+        self._entities: dict[str, FirstSeen] = {}
+        self._edges: dict[tuple[str, str, str], FirstSeen] = {}
         self._obs_turns: dict[str, list[int]] = {}  # id -> [evaluated turns, used turns]
         self.outcome_seq: int | None = None  # the last outcome in event time
         self._emitted: dict[str, Any] | None = None  # the diagnostic last sent
@@ -215,18 +223,18 @@ class Session(SpanTurns):
             self.clock = ts
             self.history.prune(ts - self.config.retention_us)
         if isinstance(rec, SearchRec):
-            self._search(rec, seq, out)
+            self._search(rec, out)
         elif isinstance(rec, InjectionRec):
-            self._injection(rec, seq, out)
+            self._injection(rec, out)
         elif isinstance(rec, ResponseRec):
-            self._response(rec, seq, out)
+            self._response(rec, out)
         elif isinstance(rec, OutcomeRec):
             self._outcome(rec, seq, out)
         else:
             self._span(rec, seq, out)
         self._count_unmatched(out)
 
-    def _search(self, rec: SearchRec, seq: int, out: Output | None) -> None:
+    def _search(self, rec: SearchRec, out: Output | None) -> None:
         ts = rec.ts
         verdicts: list[Verdict] = []
         late = False
@@ -235,7 +243,7 @@ class Session(SpanTurns):
                 late = True  # its predecessor may be forgotten: written, not judged
                 self.history.evaluated += 1
             else:
-                remembered = Remembered(ts, seq, rec.event_id, rec.query_key, rec.result_ids)
+                remembered = Remembered(ts, rec.event_id, rec.query_key, rec.result_ids)
                 verdicts = self.history.observe(remembered)
         elif rec.source == "agent":
             self.empty_agent_searches += 1
@@ -257,31 +265,31 @@ class Session(SpanTurns):
             out.diagnostic(self.session_id, self._search_row(successor, verdicts[1]))
         self._send_diagnostic(out)
 
-    def _injection(self, rec: InjectionRec, seq: int, out: Output | None) -> None:
-        ts = rec.ts
+    def _injection(self, rec: InjectionRec, out: Output | None) -> None:
+        ts, eid = rec.ts, rec.event_id
         turn = self._turn(rec.turn_id)
         changes = turn.add_injection(
-            ts, seq, rec.scope, [(o, frozenset(k)) for o, k in rec.observations]
+            ts, eid, rec.scope, [(o, frozenset(k)) for o, k in rec.observations]
         )
         new_obs = []
         for pos, (obs_id, _) in enumerate(rec.observations):
             first = self._observations.get(obs_id)
             if first is None:
                 new_obs.append(obs_id)
-            if first is None or (ts, seq, pos) < first:
-                self._observations[obs_id] = (ts, seq, pos)
+            if first is None or (ts, eid, pos) < first:
+                self._observations[obs_id] = (ts, eid, pos)
         for pos, entity in enumerate(rec.entity_ids):
-            _first_seen(self._entities, entity, (ts, seq, pos))
+            _first_seen(self._entities, entity, (ts, eid, pos))
         for pos, edge in enumerate(rec.edges):
-            _first_seen(self._edges, tuple(edge), (ts, seq, pos))
+            _first_seen(self._edges, tuple(edge), (ts, eid, pos))
         self._turn_changed(rec.turn_id, turn, changes, out)
         if out is not None and self.outcome_seq is not None and new_obs:
             self._send_steps(new_obs, out)
         self._send_diagnostic(out)
 
-    def _response(self, rec: ResponseRec, seq: int, out: Output | None) -> None:
+    def _response(self, rec: ResponseRec, out: Output | None) -> None:
         turn = self._turn(rec.turn_id)
-        changes = turn.add_response(rec.ts, seq, rec.scope, frozenset(rec.words))
+        changes = turn.add_response(rec.ts, rec.event_id, rec.scope, frozenset(rec.words))
         self._turn_changed(rec.turn_id, turn, changes, out)
         self._send_diagnostic(out)
 
@@ -294,7 +302,7 @@ class Session(SpanTurns):
                 self._send_diagnostic(out)
             return
         current = self.outcome_seq
-        if current is not None and self.records[current].ts > rec.ts:
+        if current is not None and _order(self.records[current]) > _order(rec):
             # an earlier outcome, arriving late: the last one in event time stands
             if out is not None:
                 self._count_outcome(rec, out)
@@ -434,9 +442,9 @@ class Session(SpanTurns):
 
     def _send_steps(self, obs_ids: list[str], out: Output) -> None:
         """One step per observation for its owner: this session, with its last outcome
-        (``seq``: its first record's, the same for every revision of it)."""
+        (its ``ts`` and ``event_id`` say which of two outcomes is the newer; a revision of
+        an outcome from spans is the same outcome)."""
         rec = self._last_outcome()
-        seq = self._first_seq[rec.event_id]
         for obs_id in obs_ids:
             out.step(
                 obs_id,
@@ -446,7 +454,6 @@ class Session(SpanTurns):
                     "outcome_event_id": rec.event_id,
                     "outcome": rec.outcome,
                     "ts_us": rec.ts,
-                    "seq": seq,
                 },
             )
 
@@ -461,11 +468,16 @@ class Session(SpanTurns):
                             scopes[judged.fallback_scope])  # fmt: skip
 
 
-def _first_seen(index: dict[Any, tuple[int, int, int]], key: Any, at: tuple[int, int, int]) -> None:
+def _order(rec: LogRecord) -> tuple[int, str]:
+    """An event's place in its session's event time: ``ts``, then ``event_id``."""
+    return (rec.ts, rec.event_id)
+
+
+def _first_seen(index: dict[Any, FirstSeen], key: Any, at: FirstSeen) -> None:
     first = index.get(key)
     if first is None or at < first:
         index[key] = at
 
 
-def _in_first_seen_order(index: dict[Any, tuple[int, int, int]]) -> list[Any]:
+def _in_first_seen_order(index: dict[Any, FirstSeen]) -> list[Any]:
     return sorted(index, key=index.__getitem__)

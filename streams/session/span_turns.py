@@ -54,12 +54,12 @@ class SpanTurns:
         outcome_seq: int | None
         _emitted: dict[str, Any] | None
         _seq_of: dict[str, int]
-        _observations: dict[str, tuple[int, int, int]]
+        _observations: dict[str, tuple[int, str, int]]
 
         def _reset(self) -> None: ...
         def _apply(self, rec: LogRecord, seq: int, out: Output | None) -> None: ...
-        def _injection(self, rec: InjectionRec, seq: int, out: Output | None) -> None: ...
-        def _response(self, rec: ResponseRec, seq: int, out: Output | None) -> None: ...
+        def _injection(self, rec: InjectionRec, out: Output | None) -> None: ...
+        def _response(self, rec: ResponseRec, out: Output | None) -> None: ...
         def _turn_changed(self, turn_id: str, turn: Turn, changes: list[Change],
                           out: Output | None) -> None: ...  # fmt: skip
         def _send_steps(self, obs_ids: list[str], out: Output) -> None: ...
@@ -85,7 +85,7 @@ class SpanTurns:
     def _span(self, rec: SpanRetrievalRec | SpanTurnRec, seq: int, out: Output | None) -> None:
         if self._spans_known:  # a replay: the lists are complete
             if isinstance(rec, SpanTurnRec):
-                self._apply_turn(rec, seq, out)
+                self._apply_turn(rec, out)
             return
         self._know_span(rec, seq)
         at = (rec.ts, rec.event_id)
@@ -100,8 +100,8 @@ class SpanTurns:
             if applied == injected:
                 return  # nothing new for it (its memories were all there)
             if not applied:
-                self._apply_turn(turn_rec, turn_seq, out)
-            elif not self._extend_turn(turn_rec, turn_seq, applied, injected, out):
+                self._apply_turn(turn_rec, out)
+            elif not self._extend_turn(turn_rec, applied, injected, out):
                 self._rebuild(out)  # an injection already judged changes otherwise
             return
         if i + 1 < len(self._span_turns):
@@ -109,7 +109,7 @@ class SpanTurns:
             if self._span_applied.get(after[1]) != self._injection_of(i + 1):
                 self._rebuild(out)  # the turn after loses what came before this one
                 return
-        self._apply_turn(rec, seq, out)
+        self._apply_turn(rec, out)
 
     def _injection_of(self, i: int) -> list[Judgeable]:
         """The injection of the ``i``-th span turn: the results of the retrievals since the
@@ -131,7 +131,6 @@ class SpanTurns:
     def _extend_turn(
         self,
         rec: SpanTurnRec,
-        seq: int,
         applied: list[Judgeable],
         injected: list[Judgeable],
         out: Output | None,
@@ -148,14 +147,14 @@ class SpanTurns:
         key, ts = rec.event_id, rec.ts
         added = [(o, frozenset(k)) for o, k in injected if o not in before]
         turn = self.turns[key]
-        changes = turn.add_injection(ts, seq, rec.scope, added)
+        changes = turn.add_injection(ts, key, rec.scope, added)
         new_obs = []
         for pos, (obs_id, _) in enumerate(injected):
             first = self._observations.get(obs_id)
             if first is None:
                 new_obs.append(obs_id)
-            if first is None or (ts, seq, pos) < first or first[:2] == (ts, seq):
-                self._observations[obs_id] = (ts, seq, pos)  # its place in this turn now
+            if first is None or (ts, key, pos) < first or first[:2] == (ts, key):
+                self._observations[obs_id] = (ts, key, pos)  # its place in this turn now
         self._span_applied[key] = injected
         self._turn_changed(key, turn, changes, out)
         if out is not None and self.outcome_seq is not None and new_obs:
@@ -163,7 +162,7 @@ class SpanTurns:
         self._send_diagnostic(out)
         return True
 
-    def _apply_turn(self, rec: SpanTurnRec, seq: int, out: Output | None) -> None:
+    def _apply_turn(self, rec: SpanTurnRec, out: Output | None) -> None:
         """Apply a span turn with its injection as the lists have it now (only ever once
         per log replay, or for a turn whose injection was empty)."""
         key = rec.event_id
@@ -172,10 +171,9 @@ class SpanTurns:
         self._span_applied[key] = injected
         if not injected:
             return
-        self._injection(InjectionRec(key, rec.ts, key, tuple(injected), (), (), rec.scope), seq,
-                        out)  # fmt: skip
+        self._injection(InjectionRec(key, rec.ts, key, tuple(injected), (), (), rec.scope), out)
         if rec.words is not None:
-            self._response(ResponseRec(key, rec.end, key, rec.words, rec.scope), seq, out)
+            self._response(ResponseRec(key, rec.end, key, rec.words, rec.scope), out)
         else:
             self.turns[key].unjudged = True  # no response will come: never unmatched
             if out is not None:

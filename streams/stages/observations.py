@@ -90,7 +90,6 @@ class ObservationStage:
                     rec["session_id"],
                     rec["outcome_event_id"],
                     rec["outcome"],
-                    rec["seq"],
                 )
                 change = ledger.apply(entry)
                 ledgers[obs_id] = (ledger, msg.partition, known[2] or change.fresh)

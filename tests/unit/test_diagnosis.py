@@ -92,7 +92,7 @@ def test_ema_steps() -> None:
 
 
 def entry(i: int, outcome: str = "rejected", ts: int | None = None, seq: int = 0) -> Entry:
-    return Entry(i if ts is None else ts, f"s{i}", f"o{i}-{seq}", outcome, seq)
+    return Entry(i if ts is None else ts, f"s{i}", f"o{i}-{seq}", outcome)
 
 
 def test_the_ledger_goes_aggressive_when_the_observation_becomes_misleading() -> None:
@@ -146,10 +146,10 @@ def test_a_sessions_newer_outcome_moves_its_step_and_an_older_one_is_ignored() -
     ledger = Ledger(0.1, 0.2)
     ledger.apply(entry(1, ts=10))
     ledger.apply(entry(2, ts=20))
-    moved = ledger.apply(Entry(30, "s1", "o1-later", "accepted", 5))  # s1's last outcome
+    moved = ledger.apply(Entry(30, "s1", "o1-later", "accepted"))  # s1's last outcome
     assert [(s.session_id, s.position) for s in moved.steps] == [("s2", 1), ("s1", 2)]
     assert ledger.current is not None and ledger.current.outcome == "accepted"
-    stale = ledger.apply(Entry(10, "s1", "o1-0", "rejected", 0))
+    stale = ledger.apply(Entry(10, "s1", "o1-0", "rejected"))
     assert not stale.fresh and ledger.current.session_id == "s1"
 
 
@@ -192,13 +192,14 @@ def fold(entries: list[Entry]) -> list[tuple]:
     st.randoms(use_true_random=False),
 )
 def test_any_order_of_outcomes_and_redeliveries_gives_the_in_order_steps(raw: list, rnd) -> None:
-    """Each session's last outcome (by ts, then arrival) stands, in any arrival order."""
-    arrivals = [
-        Entry(ts, f"s{sid}", f"e{n}", outcome, n) for n, (sid, ts, outcome) in enumerate(raw)
-    ]
+    """Each session's last outcome (by ts, then event_id in byte order: ``e10`` before
+    ``e9``) stands, in any arrival order."""
+    arrivals = [Entry(ts, f"s{sid}", f"e{n}", outcome) for n, (sid, ts, outcome) in enumerate(raw)]
     last: dict[str, Entry] = {}
     for e in arrivals:
-        if e.session_id not in last or e.revision > last[e.session_id].revision:
+        key = (e.ts_us, e.outcome_event_id.encode())
+        known = last.get(e.session_id)
+        if known is None or key > (known.ts_us, known.outcome_event_id.encode()):
             last[e.session_id] = e
     shuffled = arrivals + rnd.sample(arrivals, len(arrivals) // 2)  # with redeliveries
     rnd.shuffle(shuffled)

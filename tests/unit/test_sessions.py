@@ -356,9 +356,10 @@ def test_an_injection_after_the_outcome_corrects_the_diagnostic_and_takes_its_st
         {"id": "m", "content": "memory m about deployment pipelines"}]}  # fmt: skip
     w.publish(events)
     assert w.diagnostics()[sids[2]]["misleading_observation_ids"] == []
-    w.publish([late])  # arrives after the outcome, with an earlier ts
+    w.publish([late])  # arrives after the outcome, at the same ts as the session's injection
     d = w.diagnostics()[sids[2]]
-    assert d["injected_observation_ids"] == ["own", "m"]
+    assert events[0]["ts"] == late["ts"] and late["event_id"] < events[0]["event_id"]
+    assert d["injected_observation_ids"] == ["m", "own"]  # equal ts: event_id order
     assert d["misleading_observation_ids"] == ["m"]  # m's third failed session
     assert [x["failed_sessions"] for x in w.weights if x["observation_id"] == "m"] == [1, 2, 3]
 

@@ -40,9 +40,9 @@ def signals(turn: Turn) -> dict[str, str]:
 
 def test_injection_then_response() -> None:
     t = Turn()
-    assert t.add_injection(10, 0, 0, kws(OBS)) == []
+    assert t.add_injection(10, "e0", 0, kws(OBS)) == []
     assert t.pending_half() == INJECTION
-    changes = t.add_response(20, 1, 0, words(TEXT))
+    changes = t.add_response(20, "e1", 0, words(TEXT))
     assert [(o, before) for o, before, _ in changes] == [("obs_7", None), ("obs_9", None)]
     assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
     assert all(j.ts_us == 20 for j in t.judged.values()) and t.pending_half() is None
@@ -50,18 +50,18 @@ def test_injection_then_response() -> None:
 
 def test_response_then_injection_gives_the_same_verdicts() -> None:
     a, b = Turn(), Turn()
-    a.add_injection(10, 0, 0, kws(OBS))
-    a.add_response(20, 1, 0, words(TEXT))
-    b.add_response(20, 1, 0, words(TEXT))
+    a.add_injection(10, "e0", 0, kws(OBS))
+    a.add_response(20, "e1", 0, words(TEXT))
+    b.add_response(20, "e1", 0, words(TEXT))
     assert b.pending_half() == RESPONSE
-    b.add_injection(10, 0, 0, kws(OBS))
+    b.add_injection(10, "e0", 0, kws(OBS))
     assert a.judged == b.judged  # the later half's time either way
 
 
 def test_the_verdict_equals_the_rule_on_the_texts() -> None:
     t = Turn()
-    t.add_injection(10, 0, 0, kws(OBS))
-    t.add_response(20, 1, 0, words(TEXT))
+    t.add_injection(10, "e0", 0, kws(OBS))
+    t.add_response(20, "e1", 0, words(TEXT))
     for obs_id, content in OBS:
         assert t.judged[obs_id].feedback == judge_observation(
             content, frozenset(normalise_words(TEXT))
@@ -70,38 +70,37 @@ def test_the_verdict_equals_the_rule_on_the_texts() -> None:
 
 def test_duplicate_observations_get_one_verdict_with_the_first_content_in_event_time() -> None:
     t = Turn()
-    t.add_injection(12, 1, 0, [(OBS[0][0], keywords("other text entirely unrelated"))])
-    t.add_injection(10, 0, 0, kws([OBS[0], OBS[0], OBS[1]]))  # earlier: its content wins
-    t.add_response(20, 2, 0, words(TEXT))
+    t.add_injection(12, "e1", 0, [(OBS[0][0], keywords("other text entirely unrelated"))])
+    t.add_injection(10, "e0", 0, kws([OBS[0], OBS[0], OBS[1]]))  # earlier: its content wins
+    t.add_response(20, "e2", 0, words(TEXT))
     assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
 
 
 def test_an_injection_after_the_response_is_judged_against_it() -> None:
     t = Turn()
-    t.add_response(20, 0, 0, words(TEXT))
-    t.add_injection(30, 1, 0, kws(OBS[:1]))
-    t.add_injection(40, 2, 0, kws(OBS[1:]))
+    t.add_response(20, "e0", 0, words(TEXT))
+    t.add_injection(30, "e1", 0, kws(OBS[:1]))
+    t.add_injection(40, "e2", 0, kws(OBS[1:]))
     assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
     assert t.judged["obs_9"].ts_us == 40
 
 
 def test_an_earlier_response_arriving_late_replaces_the_turns_response() -> None:
     t = Turn()
-    t.add_injection(10, 0, 0, kws(OBS))
-    t.add_response(30, 1, 0, words("nothing relevant at all"))
+    t.add_injection(10, "e0", 0, kws(OBS))
+    t.add_response(30, "e1", 0, words("nothing relevant at all"))
     assert signals(t) == {"obs_7": "ignored", "obs_9": "ignored"}
-    changes = t.add_response(20, 2, 0, words(TEXT))  # earlier in event time
+    changes = t.add_response(20, "e2", 0, words(TEXT))  # earlier in event time
     assert [o for o, _, _ in changes] == ["obs_7", "obs_9"]  # obs_9: same signal, new ts
     assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
     assert t.judged["obs_9"].ts_us == 20
-    assert t.add_response(40, 3, 0, words(TEXT)) == []  # a later second response is ignored
+    assert t.add_response(40, "e3", 0, words(TEXT)) == []  # a later second response is ignored
 
 
-turn_events = st.lists(
-    st.tuples(st.booleans(), st.integers(0, 100), st.sampled_from(range(len(OBS) + 2))),
+turn_events = st.lists(  # few distinct times: halves share them, their event ids decide
+    st.tuples(st.booleans(), st.integers(0, 6), st.sampled_from(range(len(OBS) + 2))),
     min_size=1,
-    max_size=7,
-    unique_by=lambda e: e[1],
+    max_size=9,
 )
 
 
@@ -111,13 +110,23 @@ def test_any_arrival_order_gives_the_same_verdicts(events: list, rnd: random.Ran
 
     def build(order: list) -> dict:
         t = Turn()
-        for seq, (is_response, ts, i) in enumerate(order):
+        for eid, (is_response, ts, i) in order:
             if is_response:
-                t.add_response(ts, seq, 0, words(texts[i % len(texts)]))
+                t.add_response(ts, eid, 0, words(texts[i % len(texts)]))
             else:
-                t.add_injection(ts, seq, 0, kws([OBS[i % 2]]))
+                t.add_injection(ts, eid, 0, kws([OBS[i % 2]]))
         return t.judged
 
-    shuffled = list(events)
+    named = [(f"e-{n}", e) for n, e in enumerate(events)]  # e-10 before e-9
+    shuffled = list(named)
     rnd.shuffle(shuffled)
-    assert build(shuffled) == build(sorted(events, key=lambda e: e[1]))
+    assert build(shuffled) == build(sorted(named, key=lambda n: (n[1][1], n[0].encode())))
+
+
+def test_of_two_responses_at_one_instant_the_smaller_event_id_is_the_turns() -> None:
+    for first, second in (("e-100", "e-99"), ("e-99", "e-100")):
+        t = Turn()
+        t.add_injection(10, "e-1", 0, kws(OBS))
+        t.add_response(20, first, 0, words(TEXT if first == "e-100" else "nothing at all"))
+        t.add_response(20, second, 0, words(TEXT if second == "e-100" else "nothing at all"))
+        assert signals(t) == {"obs_7": "used", "obs_9": "ignored"}
