@@ -10,13 +10,16 @@ names, and its *role* with what the role needs:
 - ``search``: a ``search_memory`` or ``retrieval`` operation, or an OpenInference
   ``RETRIEVER``: the query, the result ids, and the results that carry content (what an
   injection is made of), each with its keywords (what the used/ignored rule reads), never
-  its text;
+  its text; ``memdiag.source`` = ``viewer`` (on the span or its resource) marks a human's
+  search;
 - ``turn``: a ``chat`` (``generate_content``, ``text_completion``) operation, or an
   OpenInference ``LLM``: the words of its output messages' text (as the rule reads a
   response), or why there is none;
 - ``agent``: ``invoke_agent`` (OpenInference ``AGENT``), with ``memdiag.outcome`` if set;
 - ``tool``: ``execute_tool`` (OpenInference ``TOOL``): the tool's name, ``memdiag.file``,
-  success from the span status, and its exceptions' messages;
+  success from the span status, and its errors: its exceptions' messages, else (a span in
+  ``ERROR`` without one, as ``opentelemetry-util-genai`` records a failed tool call) its
+  status description, else its ``error.type``;
 - ``write``: ``create_memory`` or ``upsert_memory``: the memories written.
 
 Every other span is a link in its trace (``role`` None): a span between a tool and its agent,
@@ -56,6 +59,8 @@ PROJECT = "memdiag.project_id"
 OUTCOME = "memdiag.outcome"
 FILE = "memdiag.file"
 RECOVERABLE = "memdiag.recoverable"
+SOURCE = "memdiag.source"
+ERROR_TYPE = "error.type"
 TOOL_NAME = "gen_ai.tool.name"
 MEMORY_QUERY = "gen_ai.memory.query.text"
 MEMORY_RECORDS = "gen_ai.memory.records"
@@ -67,13 +72,16 @@ OUTPUT_MESSAGES = "gen_ai.output.messages"
 OI_KIND = "openinference.span.kind"
 OI_INPUT = "input.value"
 OI_TOOL_NAME = "tool.name"
+OI_DOCUMENT_METADATA = "metadata"  # retrieval.documents.N.document.metadata
 
 SEARCH_OPERATIONS = {"search_memory", "retrieval"}
 TURN_OPERATIONS = {"chat", "generate_content", "text_completion"}
 WRITE_OPERATIONS = {"create_memory", "upsert_memory"}
 OI_ROLES = {"RETRIEVER": SEARCH, "LLM": TURN, "AGENT": AGENT, "TOOL": TOOL}
 
-_OI_DOCUMENT = re.compile(r"^retrieval\.documents\.(\d+)\.document\.(id|content)$")
+_OI_DOCUMENT = re.compile(r"^retrieval\.documents\.(\d+)\.document\.(id|content|metadata)$")
+#: the values of ``memdiag.source`` (a search's ``source`` in the events)
+SOURCES = ("agent", "viewer")
 _OI_MESSAGE = re.compile(
     r"^llm\.output_messages\.(\d+)\.message\."
     r"(?:content|contents\.(\d+)\.message_content\.(text|type))$"
@@ -155,12 +163,37 @@ def _results(
 
 
 def _openinference_documents(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The documents of an OpenInference retriever span, in their index order. A document
+    without ``document.id`` takes the ``id`` of its ``document.metadata`` (a JSON object,
+    as OpenInference's LangChain instrumentation writes a LangChain ``Document``'s metadata);
+    metadata that is no JSON object, or has no usable ``id``, gives none."""
     docs: dict[int, dict[str, Any]] = {}
     for key, v in attrs.items():
         m = _OI_DOCUMENT.match(key)
         if m:
             docs.setdefault(int(m.group(1)), {})[m.group(2)] = v
-    return [docs[i] for i in sorted(docs)]
+    out = []
+    for i in sorted(docs):
+        doc = docs[i]
+        metadata = doc.pop(OI_DOCUMENT_METADATA, None)
+        if _ident(doc.get("id")) is None and metadata is not None:
+            found = _metadata_id(metadata)
+            if found is not None:
+                doc["id"] = found
+        out.append(doc)
+    return out
+
+
+def _metadata_id(metadata: Any) -> str | None:
+    """The ``id`` of a document's metadata (a JSON string, or structured), if any."""
+    if isinstance(metadata, str):
+        try:
+            metadata = orjson.loads(metadata)
+        except orjson.JSONDecodeError:
+            return None  # metadata is the application's own: not memdiag's to refuse
+    if not isinstance(metadata, dict):
+        return None
+    return _ident(metadata.get("id"))
 
 
 def output_text(messages: list[dict[str, Any]]) -> str | None:
@@ -231,9 +264,11 @@ def read_span(
     resource: Mapping[str, Any],
     error: bool,
     exceptions: Sequence[Mapping[str, Any]],
+    status_message: str = "",
 ) -> tuple[dict[str, Any], Unreadable | None]:
     """The span record of one span, and what makes its role unreadable (the record is then
-    a plain link: it still joins its trace)."""
+    a plain link: it still joins its trace). ``error``: the span's status is ``ERROR``, with
+    ``status_message`` its description."""
     rec: dict[str, Any] = {"t": trace_id, "s": span_id, "b": start_us, "e": end_us}
     if parent_id:  # in this service or another (a remote parent): its trace has it, or will
         rec["p"] = parent_id
@@ -250,7 +285,9 @@ def read_span(
     role, op = role_of(attrs)
     if role is None:
         return rec, None
-    problem = _role(rec, role, op, attrs, error, exceptions)
+    problem = _role(rec, role, op, attrs, error, exceptions, status_message)
+    if problem is None and role == SEARCH:
+        problem = _source(rec, attrs, resource)
     if problem is not None:
         for key in [k for k in rec if k not in _LINK_KEYS]:
             del rec[key]
@@ -267,6 +304,7 @@ def _role(
     attrs: Mapping[str, Any],
     error: bool,
     exceptions: Sequence[Mapping[str, Any]],
+    status_message: str,
 ) -> Unreadable | None:
     if role == SEARCH:
         if op == "search_memory":
@@ -318,9 +356,15 @@ def _role(
         file = _text(attrs, FILE)
         if file is not None:
             rec["file"] = file
-        # its errors are its exceptions (contract section 8): a failed tool span without one
+        # its errors are its exceptions (contract section 8); a failed tool span without one
+        # has one error, its status description, else its error.type (as
+        # opentelemetry-util-genai records a failed tool call); a failed span with neither
         # is a failed call with no error, as a published tool call with success false is
         errors = [m for e in exceptions if (m := _exception_message(e)) is not None]
+        if not errors and error:
+            message = status_message or _text(attrs, ERROR_TYPE)
+            if message:
+                errors = [message]
         if errors:
             rec["err"] = errors
         if attrs.get(RECOVERABLE) is True:
@@ -349,6 +393,22 @@ def _role(
     if store is not None:
         rec["store"] = store
     return None
+
+
+def _source(
+    rec: dict[str, Any], attrs: Mapping[str, Any], resource: Mapping[str, Any]
+) -> Unreadable | None:
+    """``memdiag.source`` of a search span (else of its resource): ``viewer`` marks a human's
+    search, which is counted and never judged, as a published one."""
+    source = attrs.get(SOURCE, resource.get(SOURCE))
+    if source is None or source == "agent":
+        return None
+    if source == "viewer":
+        rec["src"] = "viewer"
+        return None
+    return Unreadable(
+        BAD_VALUE, f"{SOURCE} is {str(source)[:40]!r}; expected one of {list(SOURCES)}"
+    )
 
 
 def _exception_message(event: Mapping[str, Any]) -> str | None:

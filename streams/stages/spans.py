@@ -115,6 +115,7 @@ class SpanStage:
             item.resource,
             span.status.code == otlp.STATUS_ERROR,
             exceptions,
+            span.status.message,
         )
         if problem is not None:
             reject(problem.reason, problem.detail)

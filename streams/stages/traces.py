@@ -201,8 +201,9 @@ class TraceStage:
         if role == SEARCH:
             search = {"kind": "search", "event_id": f"{key}:search", "ts": format_ts(rec["b"]),
                       **scope, "query": rec.get("q", ""), "result_ids": rec.get("ids", []),
-                      "source": "agent"}  # fmt: skip
-            docs = rec.get("docs")
+                      "source": rec.get("src", "agent")}  # fmt: skip
+            # a human's search is not in the agent's context: it injects nothing
+            docs = rec.get("docs") if search["source"] == "agent" else None
             # as an injection of them would be checked (an id too long, say): refused whole
             check = {"kind": "injection", "event_id": f"{key}:injection", "ts": search["ts"],
                      **scope, "turn_id": key,

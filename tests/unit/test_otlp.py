@@ -28,6 +28,7 @@ from memdiag.contract import (
     FEEDBACK,
     MISSING_FIELD,
     NOT_OTLP,
+    SEARCH_CALLS,
     SESSION_OUTCOMES,
     TOO_LARGE,
     UNJUDGED_TURNS,
@@ -176,9 +177,10 @@ def test_a_record_that_is_no_otlp_says_why(raw: bytes, says: str) -> None:
 
 
 def read(attrs: dict[str, Any], resource: dict[str, Any] | None = None, error: bool = False,
-         exceptions: list[dict[str, Any]] | None = None, parent: str = "") -> tuple[Any, Any]:  # fmt: skip
+         exceptions: list[dict[str, Any]] | None = None, parent: str = "",
+         status_message: str = "") -> tuple[Any, Any]:  # fmt: skip
     return sp.read_span("t" * 32, "s" * 16, parent, 10, 20, attrs, resource or {},
-                        error, exceptions or [])  # fmt: skip
+                        error, exceptions or [], status_message)  # fmt: skip
 
 
 def test_searches_by_each_convention() -> None:
@@ -201,6 +203,42 @@ def test_searches_by_each_convention() -> None:
                    "retrieval.documents.1.document.content": "stripe refund webhook",
                    "retrieval.documents.0.document.id": "a"})  # fmt: skip
     assert rec["ids"] == ["a", "7"] and rec["docs"] == [["7", ["refund", "stripe", "webhook"]]]
+
+
+def test_an_openinference_document_without_an_id_takes_the_id_of_its_metadata() -> None:
+    """OpenInference's LangChain instrumentation writes a Document's metadata as a JSON
+    string and never ``document.id``."""
+    rec, problem = read({"openinference.span.kind": "RETRIEVER", "input.value": "deploys",
+        "retrieval.documents.0.document.content": "canary deploys need approval",
+        "retrieval.documents.0.document.metadata": '{"id": "m1", "source": "memories"}',
+        "retrieval.documents.1.document.content": "rollback the release",
+        "retrieval.documents.1.document.metadata": {"id": 42},  # structured, an integer
+        "retrieval.documents.2.document.id": "own",  # its own id wins over metadata
+        "retrieval.documents.2.document.metadata": '{"id": "other"}',
+        "retrieval.documents.3.document.content": "index rebuild",
+        "retrieval.documents.3.document.metadata": "not json {",  # the app's: not refused
+        "retrieval.documents.4.document.content": "cache eviction",
+        "retrieval.documents.4.document.metadata": '["id", "x"]',  # no object: no id
+    })  # fmt: skip
+    assert problem is None
+    assert rec["ids"] == ["m1", "42", "own", sp.content_id("index rebuild"),
+                          sp.content_id("cache eviction")]  # fmt: skip
+    assert [d[0] for d in rec["docs"]] == ["m1", "42", rec["ids"][3], rec["ids"][4]]
+
+
+def test_memdiag_source_viewer_marks_a_humans_search() -> None:
+    search = {"gen_ai.operation.name": "search_memory", "gen_ai.memory.query.text": "q"}
+    rec, problem = read({**search, "memdiag.source": "viewer"})
+    assert problem is None and rec["src"] == "viewer"
+    rec, _ = read(search, resource={"memdiag.source": "viewer"})  # on its resource
+    assert rec["src"] == "viewer"
+    rec, _ = read({**search, "memdiag.source": "agent"}, resource={"memdiag.source": "viewer"})
+    assert "src" not in rec  # the span's own wins
+    rec, problem = read({**search, "memdiag.source": "human"})
+    assert problem is not None and problem.reason == BAD_VALUE and "memdiag.source" in problem.detail
+    assert "role" not in rec  # a link
+    rec, _ = read({"gen_ai.operation.name": "chat", "memdiag.source": "viewer"})
+    assert "src" not in rec  # only searches have a source
 
 
 def test_turns_read_the_text_parts_or_say_why_not() -> None:
@@ -237,7 +275,19 @@ def test_agents_tools_and_writes() -> None:
         ["2 failed"],
     )
     rec, _ = read({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "x"}, error=True)
-    assert rec["ok"] is False and "err" not in rec  # failed, with no exception: no error
+    assert rec["ok"] is False and "err" not in rec  # failed, with nothing said: no error
+    # opentelemetry-util-genai: status ERROR with its description and error.type, no event
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "eslint",
+            "error.type": "LintError"}  # fmt: skip
+    rec, _ = read(tool, error=True, status_message="eslint: 3 lint errors")
+    assert (rec["ok"], rec["err"]) == (False, ["eslint: 3 lint errors"])
+    rec, _ = read(tool, error=True)
+    assert rec["err"] == ["LintError"]  # no description: the error's type
+    rec, _ = read(tool, error=True, status_message="x",
+                  exceptions=[{"exception.message": "from the event"}])  # fmt: skip
+    assert rec["err"] == ["from the event"]  # an exception event says it best
+    rec, _ = read(tool, status_message="not an error")
+    assert rec["ok"] is True and "err" not in rec  # error.type on a span not in ERROR
     rec, _ = read({"openinference.span.kind": "TOOL", "tool.name": "grep"})
     assert (rec["tool"], rec["ok"]) == ("grep", True)
     rec, _ = read({"gen_ai.operation.name": "create_memory", "gen_ai.memory.record.id": "m9",
@@ -497,6 +547,23 @@ def feedback(p: Pipe) -> dict[tuple[str, str], str]:
         else:
             rows[k] = r["signal"]
     return rows
+
+
+def test_a_viewer_search_from_spans_is_counted_never_judged_and_injects_nothing() -> None:
+    a, s = conversation()
+    root = s["root"]
+    # a human's search just before c2, in the same conversation, returning m3 with content
+    a.span("search_memory", 4.5, 4.6, root, **{
+        "gen_ai.operation.name": "search_memory", "gen_ai.memory.query.text": "who did this",
+        "memdiag.source": "viewer",
+        "gen_ai.memory.records": json.dumps([{"id": "m3", "content": "refund stripe webhook"}])})  # fmt: skip
+    p = Pipe().send(encode_spans(a.spans).SerializeToString())
+    searches = [r for r in p.span_events if r.get("kind") == "search"]
+    assert sorted(r["source"] for r in searches) == ["agent", "agent", "viewer"]
+    assert p.counted(SEARCH_CALLS, source="viewer") == 1
+    assert (key(s["c2"]), "m3") not in feedback(p)  # not in the agent's context
+    d = p.of("session_diagnostic")[-1]
+    assert "m3" not in d["injected_observation_ids"] and d["search_count"] == 2
 
 
 def test_a_turn_injects_the_retrievals_since_the_turn_before() -> None:
