@@ -11,8 +11,11 @@ A rule reads ``EXPR OP NUMBER [for DURATION]``:
 ``rate(S)`` (per second over the window) or ``ratio(S1, S2)`` (sum of S1 over sum of S2; no
 value while S2 is 0). A series ``S`` is a counter name (``agentmemory.`` and
 ``agentmemory.smart_search.`` may be left out) with optional ``{attr=value, ...}``
-filters; without filters it sums every attribute set. ``for DURATION`` is the window
-(``5m`` by default), in event time: it ends at the newest minute any rollup has reached.
+filters; without filters it sums every attribute set. ``S - T - ...`` subtracts other
+series from it: a counter net of what was taken back, as ``ignored_share`` is
+(``retrieval_feedback_total`` less ``retrieval_feedback_retracted_total``). ``for DURATION``
+is the window (``5m`` by default), in event time: it ends at the newest minute any rollup
+has reached.
 A rule fires when the condition starts to hold and resolves when it stops.
 """
 
@@ -26,6 +29,7 @@ from memdiag.contract import (
     COUNTER_HELP,
     DEAD_LETTERS,
     FEEDBACK,
+    FEEDBACK_RETRACTED,
     FOLLOWUPS,
     MISLEADING,
     READER_FAILURES,
@@ -46,7 +50,11 @@ OPS = {
 }
 ALIASES = {
     "followup_rate": f"ratio({FOLLOWUPS}, {SEARCH_CALLS}{{source=agent}})",
-    "ignored_share": f"ratio({FEEDBACK}{{signal=ignored}}, {FEEDBACK})",
+    # the verdicts that stand: those taken back since are booked in their own minute
+    "ignored_share": (
+        f"ratio({FEEDBACK}{{signal=ignored}} - {FEEDBACK_RETRACTED}{{signal=ignored}}, "
+        f"{FEEDBACK} - {FEEDBACK_RETRACTED})"
+    ),
     "reader_failures": f"count({READER_FAILURES})",
     "retrieval_failures": f"count({RETRIEVAL_FAILURES})",
     "misleading": f"count({MISLEADING})",
@@ -73,11 +81,32 @@ class RuleError(ValueError):
 
 @dataclass(frozen=True)
 class Series:
+    """A counter with filters, less the series in ``minus`` (``S - T``)."""
+
     name: str
     filters: tuple[tuple[str, str], ...] = ()
+    minus: tuple[Series, ...] = ()
 
     def matches(self, name: str, attributes: dict[str, str]) -> bool:
         return name == self.name and all(attributes.get(k) == v for k, v in self.filters)
+
+
+def _net(text: str) -> Series:
+    """``S`` or ``S - T - ...``: split on the minus signs outside the filters' braces."""
+    terms, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == "-" and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur)
+    head, *rest = (_series(t) for t in terms)
+    return Series(head.name, head.filters, tuple(rest))
 
 
 @dataclass(frozen=True)
@@ -163,7 +192,7 @@ def parse_rule(text: str, label: str = "") -> Rule:
     return Rule(
         text.strip(),
         fn,
-        tuple(_series(a) for a in args),
+        tuple(_net(a) for a in args),
         m.group("op"),
         float(m.group("num")),
         window,
@@ -241,20 +270,23 @@ class Evaluator:
 
     def value(self, rule: Rule) -> float | None:
         start = self.now_us - rule.window_us  # minutes in (start, now]
-        sums = []
-        for series in rule.series:
-            sums.append(
-                sum(
-                    v
-                    for (name, attrs, minute), v in self.totals.items()
-                    if start < minute <= self.now_us and series.matches(name, dict(attrs))
-                )
-            )
+        sums = [
+            self._sum(series, start) - sum(self._sum(m, start) for m in series.minus)
+            for series in rule.series
+        ]
         if rule.fn == "count":
             return float(sums[0])
         if rule.fn == "rate":
             return sums[0] / (rule.window_us / 1_000_000)
         return sums[0] / sums[1] if sums[1] else None
+
+    def _sum(self, series: Series, start: int) -> int:
+        """The series' increments in the minutes of ``(start, now]``."""
+        return sum(
+            v
+            for (name, attrs, minute), v in self.totals.items()
+            if start < minute <= self.now_us and series.matches(name, dict(attrs))
+        )
 
     def evaluate(self, forget: bool = True) -> list[Alert]:
         alerts = []

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from memdiag.contract import FEEDBACK, FEEDBACK_RETRACTED
+from memdiag.contract.envelope import MINUTE_US
 from memdiag.schemas.decode import parse_ts
 
 Snapshot = dict[str, dict[Any, tuple[Any, ...]]]
@@ -242,4 +244,27 @@ def differences(a: Snapshot, b: Snapshot, limit: int = 5) -> list[str]:
             out.append(f"{table}: {len(diff)} rows differ")
             for k in sorted(diff, key=repr)[:limit]:
                 out.append(f"  {k!r}: {left.get(k)!r} != {right.get(k)!r}")
+    return out
+
+
+def net_feedback(by_minute: Any) -> dict[tuple[str, int], int]:
+    """The verdicts that stand by (signal, minute of event time), from the counters:
+    ``retrieval_feedback_total`` less ``retrieval_feedback_retracted_total``. ``by_minute``
+    maps ((counter, attributes), minute in µs) to its increments."""
+    net: dict[tuple[str, int], int] = {}
+    for ((name, attrs), minute), n in by_minute.items():
+        sign = {FEEDBACK: 1, FEEDBACK_RETRACTED: -1}.get(name)
+        if sign is None:
+            continue
+        key = (dict(attrs)["signal"], minute)
+        net[key] = net.get(key, 0) + sign * n
+    return {k: v for k, v in net.items() if v}
+
+
+def feedback_by_minute(snapshot: Snapshot) -> dict[tuple[str, int], int]:
+    """The ``retrieval_feedback`` rows of a snapshot by (signal, minute of their ``ts``)."""
+    out: dict[tuple[str, int], int] = {}
+    for signal, _, _, _, ts_us in snapshot["retrieval_feedback"].values():
+        key = (signal, ts_us - ts_us % MINUTE_US)
+        out[key] = out.get(key, 0) + 1
     return out

@@ -202,6 +202,8 @@ class WorldSender:
                 w.tables.add(record)
                 w.weights.append(record)
         w.counts.update(out.counts)
+        for (key, minute), (n, _) in out.by_minute.items():
+            w.by_minute[(key, minute)] += n
         for key, records in out.steps.items():
             w.append(w.steps, key, records, out.timestamp_ms)
         for key, records in out.verdicts.items():
@@ -253,6 +255,8 @@ class World:
         self.records: list[dict[str, Any]] = []
         self.weights: list[dict[str, Any]] = []
         self.counts: Counter[CounterKey] = Counter()
+        #: the increments by (counter, minute of event time), as the rollups add them up
+        self.by_minute: Counter[tuple[CounterKey, int]] = Counter()
         #: memory_written events the trace stage sent to ``memory``
         self.memory_events: list[dict[str, Any]] = []
         self.crashes = 0

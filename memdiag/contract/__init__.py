@@ -13,6 +13,7 @@ from __future__ import annotations
 SEARCH_CALLS = "agentmemory.smart_search.calls_total"
 FOLLOWUPS = "agentmemory.smart_search.followup_within_window_total"
 FEEDBACK = "agentmemory.retrieval_feedback_total"
+FEEDBACK_RETRACTED = "agentmemory.retrieval_feedback_retracted_total"
 SESSION_OUTCOMES = "agentmemory.session_outcome_total"
 MISLEADING = "agentmemory.misleading_observation_total"
 READER_FAILURES = "agentmemory.reader_failure_with_evidence_total"
@@ -44,6 +45,15 @@ COUNTER_HELP: dict[str, str] = {
         "overcounts 'used' when the agent repeats words without relying on the memory, "
         "undercounts it when the agent paraphrases; short observations without keywords "
         "always count as ignored."
+    ),
+    FEEDBACK_RETRACTED: (
+        "Verdicts counted in retrieval_feedback_total and taken back since, by the signal "
+        "taken back: a late response earlier in event time that changes a verdict, a late "
+        "span that moves a memory out of a turn. Each is booked in the minute of event time "
+        "of the verdict it takes back, so retrieval_feedback_total minus this counter, over "
+        "any window, is the verdicts that stand (what DuckDB's retrieval_feedback holds); "
+        "ignored_share is computed so. A verdict that changes counts the new one in "
+        "retrieval_feedback_total."
     ),
     UNMATCHED_TURNS: (
         "Turns whose injection or response (by half) was still without its partner when the "
@@ -108,6 +118,7 @@ COUNTER_ATTRIBUTES: dict[str, frozenset[str]] = {
     SEARCH_CALLS: frozenset({"source"}),
     FOLLOWUPS: frozenset(),
     FEEDBACK: frozenset({"signal"}),
+    FEEDBACK_RETRACTED: frozenset({"signal"}),
     UNMATCHED_TURNS: frozenset({"half"}),
     LATE_EVENTS: frozenset({"reason"}),
     SESSION_OUTCOMES: frozenset({"outcome", "failure_category"}),

@@ -1,13 +1,15 @@
 """The rows a session sends to the sink (``memdiag.diagnostics``, kind by kind): a search with
 its followup verdict, an observation's verdict in a turn (or its retraction), and the
-session diagnostic. Pure functions of the session's records and verdicts."""
+session diagnostic; and the counts of a verdict. Pure functions of the session's records and
+verdicts."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
 
-from memdiag.contract import ACCEPTED
+from memdiag.contract import ACCEPTED, FEEDBACK, FEEDBACK_RETRACTED
+from memdiag.contract.envelope import MINUTE_US, Output
 from memdiag.schemas.models import format_ts
 from memdiag.streams.rules.diagnosis import failure_category
 from memdiag.streams.rules.followup import Verdict
@@ -83,6 +85,23 @@ def retracted_row(session_id: str, turn_id: str, obs_id: str) -> dict[str, Any]:
         "observation_id": obs_id,
         "retracted": True,
     }
+
+
+def count_verdict(out: Output, before: Judged | None, now: Judged | None) -> None:
+    """Count a verdict that replaces ``before`` (``None``: the first) with ``now`` (``None``:
+    taken back). The counters only go up: a verdict taken back is counted in
+    ``retrieval_feedback_retracted_total`` in the minute of event time it was counted in, so
+    the two counters' difference, over any window, is the verdicts that stand. A verdict that
+    keeps its signal and its minute counts nothing again."""
+    if before is not None and now is not None:
+        if before.feedback.signal == now.feedback.signal and (
+            before.ts_us // MINUTE_US == now.ts_us // MINUTE_US
+        ):
+            return
+    if before is not None:
+        out.count(FEEDBACK_RETRACTED, at_us=before.ts_us, signal=before.feedback.signal)
+    if now is not None:
+        out.count(FEEDBACK, at_us=now.ts_us, signal=now.feedback.signal)
 
 
 def category_of(rec: OutcomeRec) -> str:

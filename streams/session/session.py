@@ -44,7 +44,6 @@ from typing import Any, cast
 
 from memdiag.contract import (
     ACCEPTED,
-    FEEDBACK,
     FOLLOWUPS,
     LATE_BEYOND_RETENTION,
     LATE_EVENTS,
@@ -70,6 +69,7 @@ from memdiag.streams.session.records import (
 from memdiag.streams.session.rows import (
     Scope,
     category_of,
+    count_verdict,
     diagnostic_row,
     feedback_row,
     search_row,
@@ -342,8 +342,7 @@ class Session(SpanTurns):
             counts[1] += now.feedback.signal == USED
             if out is not None:
                 out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
-                if before is None:
-                    out.count(FEEDBACK, at_us=now.ts_us, signal=now.feedback.signal)
+                count_verdict(out, before, now)
 
     def _count_unmatched(self, out: Output | None) -> None:
         """Count (once) each half whose partner has not come within the turn TTL of the

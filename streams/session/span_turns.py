@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Any, cast
 
-from memdiag.contract import FEEDBACK, UNJUDGED_TURNS, UNMATCHED_TURNS
+from memdiag.contract import UNJUDGED_TURNS, UNMATCHED_TURNS
 from memdiag.contract.envelope import Output
 from memdiag.streams.session.records import (
     InjectionRec,
@@ -29,7 +29,7 @@ from memdiag.streams.session.records import (
     SpanRetrievalRec,
     SpanTurnRec,
 )
-from memdiag.streams.session.rows import retracted_row
+from memdiag.streams.session.rows import count_verdict, retracted_row
 
 if TYPE_CHECKING:
     from memdiag.streams.rules.turns import Change, Turn
@@ -203,8 +203,7 @@ class SpanTurns:
                 before = judged.pop((turn_id, obs_id), None)
                 if before != now:
                     out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
-                    if before is None:
-                        out.count(FEEDBACK, at_us=now.ts_us, signal=now.feedback.signal)
+                    count_verdict(out, before, now)
             if turn.unjudged and turn_id not in unjudged:
                 turn_rec: Any = self.records[self._seq_of[turn_id]]
                 out.count(UNJUDGED_TURNS, at_us=turn_rec.end,
@@ -213,8 +212,9 @@ class SpanTurns:
             if turn.counted and turn_id not in unmatched and half is not None:
                 # the replay marked it (sending nothing): count it, once, as _apply would
                 out.count(UNMATCHED_TURNS, at_us=self.clock, half=half)
-        for turn_id, obs_id in judged:  # judged before, no longer in its turn
+        for (turn_id, obs_id), before in judged.items():  # judged before, no longer in its turn
             out.diagnostic(self.session_id, retracted_row(self.session_id, turn_id, obs_id))
+            count_verdict(out, before, None)
         if self.outcome_seq is not None:
             self._send_steps([o for o in self._observations if o not in observations], out)
         self._send_diagnostic(out, force=True)

@@ -28,8 +28,12 @@ from memdiag.contract.envelope import MINUTE_US, CounterKey, InMessage, Output, 
 from memdiag.schemas.decode import parse_ts
 from memdiag.schemas.models import format_ts
 
-#: Minutes of event time a rollup is kept open for late increments.
-KEEP_MINUTES = 60
+#: Hours of event time, behind a counter's newest minute, that its minutes stay open for
+#: late increments: a verdict taken back is booked in the minute it was counted in, and a
+#: late event in its own. An increment for a minute older than that is not rolled up (its
+#: rollup would restart from nothing and say less than was counted); it stays on the topic.
+KEEP_HOURS = 48
+KEEP_US = KEEP_HOURS * 3_600_000_000
 
 log = logging.getLogger("memdiag.worker")
 
@@ -66,7 +70,9 @@ class CounterStage:
 
     def __init__(self) -> None:
         self.skipped = 0
+        self.too_old = 0
         self._warned_at: float | None = None
+        self._old_warned_at: float | None = None
 
     def reset(self) -> None:
         pass  # nothing kept between batches
@@ -81,6 +87,18 @@ class CounterStage:
                 "counters: skipped a malformed increment at %s/%d/%d (%d so far): not memdiag's, "
                 "see schemas/counter.schema.json", msg.topic, msg.partition, msg.offset,
                 self.skipped,
+            )  # fmt: skip
+
+    def _too_old(self, name: str, minute: int) -> None:
+        """An increment for a minute already closed: said once a minute at most."""
+        self.too_old += 1
+        now = time.monotonic()
+        if self._old_warned_at is None or now - self._old_warned_at >= self.WARN_EVERY_SECONDS:
+            self._old_warned_at = now
+            log.warning(
+                "counters: an increment of %s for %s, more than %d h of event time before the "
+                "counter's newest minute, is not in the rollups (%d so far)", name,
+                format_ts(minute), KEEP_HOURS, self.too_old,
             )  # fmt: skip
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
@@ -116,14 +134,11 @@ class CounterStage:
             self._skip(msg)
             return
         key = name + "\0" + orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
-        raw = store.get(key, msg.partition)
-        minutes: dict[str, int] = orjson.loads(raw) if raw is not None else {}
         minute = minute_of(ts_us)
-        total = minutes.get(str(minute), 0) + value
-        minutes[str(minute)] = total
-        newest = max(int(m) for m in minutes)
-        minutes = {m: v for m, v in minutes.items() if int(m) > newest - KEEP_MINUTES * MINUTE_US}
-        store.put(key, orjson.dumps(minutes), msg.partition)
+        total = _add(store, key, minute, value, msg.partition)
+        if total is None:
+            self._too_old(name, minute)
+            return
         out.counter_messages.append(
             (
                 name,
@@ -137,3 +152,36 @@ class CounterStage:
                 },
             )
         )
+
+
+def _add(store: StateStore, key: str, minute: int, value: int, partition: int) -> int | None:
+    """Add ``value`` to the total of ``key`` (a counter and attribute set) in ``minute``; the
+    new total, or None for a minute more than :data:`KEEP_HOURS` behind the newest one.
+
+    State: ``key`` holds the minutes kept, sorted; ``key \\0 minute`` each one's total. An
+    increment reads and writes its minute's total, and the list only when a minute is new
+    (then the minutes that fell out of the window are deleted with it)."""
+    raw = store.get(key, partition)
+    kept: list[int] = []
+    if raw is not None:
+        found = orjson.loads(raw)
+        if isinstance(found, dict):  # before 2026-11: every minute's total in one value
+            kept = sorted(int(m) for m in found)
+            for m, total in found.items():
+                store.put(f"{key}\0{m}", orjson.dumps(total), partition)
+            store.put(key, orjson.dumps(kept), partition)
+        else:
+            kept = found
+    if kept and minute <= kept[-1] - KEEP_US:
+        return None
+    at = f"{key}\0{minute}"
+    before = store.get(at, partition) if kept else None
+    total = (orjson.loads(before) if before is not None else 0) + value
+    store.put(at, orjson.dumps(total), partition)
+    if before is None:  # a new minute
+        kept = sorted({*kept, minute})
+        horizon = kept[-1] - KEEP_US
+        while kept[0] <= horizon:
+            store.delete(f"{key}\0{kept.pop(0)}", partition)
+        store.put(key, orjson.dumps(kept), partition)
+    return total

@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from memdiag.alert import Evaluator, RuleError, parse_rule, parse_rules_file
 from memdiag.contract import COUNTER_ATTRIBUTES as ATTRIBUTES
 from memdiag.contract import COUNTER_HELP as HELP
-from memdiag.contract import FOLLOWUPS, SEARCH_CALLS
+from memdiag.contract import FEEDBACK, FEEDBACK_RETRACTED, FOLLOWUPS, SEARCH_CALLS
 from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.schemas import load_schema
 from memdiag.schemas.decode import parse_ts
@@ -145,6 +145,30 @@ def test_rollups_add_up_per_minute_of_event_time_and_ignore_their_own_output() -
     assert inc(4, "2026-11-21T09:30:30Z")["value"] == 9  # a late increment for an open minute
     rollup_msg = orjson.dumps({**later, "type": "rollup"})
     assert r.process([InMessage("c", 0, 0, b"k", rollup_msg, 0)], store).counter_messages == []
+    # hours later in event time, a verdict taken back in 09:30 still lands on its total
+    assert inc(1, "2026-11-22T08:00:00Z")["value"] == 1
+    assert inc(1, "2026-11-21T09:30:01Z")["value"] == 10
+    # past the window (48 h behind the newest minute): not rolled up, never a smaller total
+    assert inc(1, "2026-11-23T10:00:00Z")["value"] == 1
+    rec = {"type": "increment", "name": FOLLOWUPS, "value": 1, "attributes": {},
+           "ts": "2026-11-21T09:30:02Z"}  # fmt: skip
+    assert r.process([InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store).counter_messages == []
+    assert r.too_old == 1
+    assert not any(k.endswith(str(parse_ts("2026-11-21T09:30:00Z"))) for k in store.data)
+
+
+def test_rollups_kept_in_the_old_shape_carry_on() -> None:
+    """A state written before the minutes had a key each: one value of every minute."""
+    r = CounterStage()
+    store = DictStore()
+    key = FOLLOWUPS + "\0{}"
+    m = parse_ts("2026-11-21T09:30:00Z")
+    store.put(key, orjson.dumps({str(m): 7, str(m + MINUTE_US): 2}))
+    rec = {"type": "increment", "name": FOLLOWUPS, "value": 1, "attributes": {},
+           "ts": "2026-11-21T09:30:40Z"}  # fmt: skip
+    [(_, rollup)] = r.process([InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store).counter_messages
+    assert rollup["value"] == 8
+    assert orjson.loads(store.get(key)) == [m, m + MINUTE_US]
 
 
 def test_rule_parsing() -> None:
@@ -204,6 +228,26 @@ def test_ratio_without_denominator_does_not_fire() -> None:
     ev.add(*rollup(FOLLOWUPS, 0, 5))
     assert ev.evaluate() == []
     assert ev.value(ev.rules[0]) is None
+
+
+def test_ignored_share_is_net_of_the_verdicts_taken_back() -> None:
+    """A late response turned 3 ignored verdicts of minute 0 into used ones of minute 1: the
+    retractions are booked in minute 0, so the share is that of the verdicts that stand."""
+    ev = Evaluator([parse_rule("ignored_share > 0.5 for 5m")])
+    fb, back = FEEDBACK, FEEDBACK_RETRACTED
+    ev.add(*rollup(fb, 0, 4, signal="ignored"))
+    ev.add(*rollup(fb, 0, 1, signal="used"))
+    assert ev.value(ev.rules[0]) == pytest.approx(4 / 5)
+    ev.add(*rollup(back, 0, 3, signal="ignored"))
+    ev.add(*rollup(fb, 1, 3, signal="used"))
+    assert ev.value(ev.rules[0]) == pytest.approx(1 / 5)  # 1 ignored, 4 used stand
+    assert [a.state for a in ev.evaluate()] == []
+    # any series may be net of others; a filter's value may hold a minus sign
+    r = parse_rule("count(dead_letter_total{reason=bad-ts} - dead_letter_total) > 1")
+    (net,) = r.series
+    assert net.filters == (("reason", "bad-ts"),) and [m.name for m in net.minus] == [
+        "memdiag.dead_letter_total"
+    ]
 
 
 def test_count_and_rate() -> None:
