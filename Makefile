@@ -74,7 +74,19 @@ docs: $(STAMP) ## Regenerate the reference pages that follow from the code (docs
 sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
 	$(BIN)/python scripts/make_sample.py memdiag/data/sample.jsonl
 
+CAPTURE_VENV := .build/capture-venv
+
+$(CAPTURE_VENV)/.installed: tests/real_libraries/requirements.txt
+	rm -rf $(CAPTURE_VENV)
+	python3.11 -m venv $(CAPTURE_VENV)
+	$(CAPTURE_VENV)/bin/pip install -q --upgrade pip
+	$(CAPTURE_VENV)/bin/pip install -q -r tests/real_libraries/requirements.txt
+	touch $@
+
+capture-spans: $(CAPTURE_VENV)/.installed ## Re-capture tests/data/real_spans/ from real instrumentation libraries (own venv: .build/capture-venv).
+	$(CAPTURE_VENV)/bin/python tests/real_libraries/capture.py
+
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .build .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install demo test chaos browser unit lint docs bench profile sample clean
+.PHONY: help install demo test chaos browser unit lint docs bench profile sample clean capture-spans
