@@ -134,7 +134,9 @@ async def test_increments_become_running_minute_rollups(wiring: tuple[Wiring, Pr
     ]
     assert all(r["type"] == "rollup" and r["attributes"] == {"source": "agent"} for r in rollups)
     changelog = [(k, p) for t, k, _, p in producer.sent if t == "agents-test-rollups-v2-changelog"]
-    assert len(changelog) == 3 and {p for _, p in changelog} == {0}  # partition named
+    assert {p for _, p in changelog} == {0}  # partition named
+    # each minute's total under a key of its own, and the counter's list of minutes
+    assert len({k for k, _ in changelog}) == 3 and len(changelog) == 5
     assert w.runner.kafka.committed == {("t.counters", 0): 1}
 
 
