@@ -78,7 +78,7 @@ CAPTURE_VENV := .build/capture-venv
 
 $(CAPTURE_VENV)/.installed: tests/real_libraries/requirements.txt
 	rm -rf $(CAPTURE_VENV)
-	python3.11 -m venv $(CAPTURE_VENV)
+	$(PYTHON) -m venv $(CAPTURE_VENV)
 	$(CAPTURE_VENV)/bin/pip install -q --upgrade pip
 	$(CAPTURE_VENV)/bin/pip install -q -r tests/real_libraries/requirements.txt
 	touch $@

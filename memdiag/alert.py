@@ -270,8 +270,10 @@ class Evaluator:
 
     def value(self, rule: Rule) -> float | None:
         start = self.now_us - rule.window_us  # minutes in (start, now]
+        # a net series is never below 0 (a take-back whose count was lost: a restarted
+        # minute, an older version's state), and a ratio needs a positive denominator
         sums = [
-            self._sum(series, start) - sum(self._sum(m, start) for m in series.minus)
+            max(0, self._sum(series, start) - sum(self._sum(m, start) for m in series.minus))
             for series in rule.series
         ]
         if rule.fn == "count":

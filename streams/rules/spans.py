@@ -399,12 +399,19 @@ def _source(
     rec: dict[str, Any], attrs: Mapping[str, Any], resource: Mapping[str, Any]
 ) -> Unreadable | None:
     """``memdiag.source`` of a search span (else of its resource): ``viewer`` marks a human's
-    search, which is counted and never judged, as a published one."""
-    source = attrs.get(SOURCE, resource.get(SOURCE))
+    search, which is counted and never judged, as a published one (and injects nothing: its
+    results' keywords are not kept). Another value on the span is a ``bad_value``; on the
+    resource, which says it of every span of a service, it is not memdiag's and ignored."""
+    source = attrs.get(SOURCE)
+    if source is None:
+        source = resource.get(SOURCE)
+        if source not in SOURCES:
+            source = None
     if source is None or source == "agent":
         return None
     if source == "viewer":
         rec["src"] = "viewer"
+        rec.pop("docs", None)
         return None
     return Unreadable(
         BAD_VALUE, f"{SOURCE} is {str(source)[:40]!r}; expected one of {list(SOURCES)}"

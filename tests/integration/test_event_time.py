@@ -50,7 +50,8 @@ AGENTS = 6
 LIVE_RATE = 200.0
 #: events a second while processes are killed: publishing spans the ten restarts
 KILL_RATE = 25.0
-#: the verdicts one checkpoint can count, at most, while a killed worker catches up
+#: the verdicts one checkpoint counts, at most, at KILL_RATE (13 events a 0.5 s commit) or
+#: while a restarted worker catches up on what came while it was down
 MAX_VERDICTS_PER_CHECKPOINT = 60
 
 
@@ -247,12 +248,13 @@ def test_scaled_out_under_kills(pipeline: Pipeline, scenario: list, expected: Sn
     assert sum(k.startswith("kill") for k in kills) >= 8
     pipeline.drain(timeout=300)
     check(pipeline, expected, counters=False)
-    # a kill sends the increments since the last commit again (the counter topic is at least
-    # once): the alert's share stays within them of the table's
+    # a killed worker's increments since its last commit may be sent again (the counter topic
+    # is at least once): the net verdicts stay within one checkpoint's a kill of the table's
     net, table = net_feedback(rollups(pipeline)), feedback_by_minute(tables(pipeline))
-    extra = sum(net.values()) - sum(table.values())
-    print(f"verdicts counted again after the kills: {extra} of {sum(table.values())}")
-    assert 0 <= extra <= 8 * MAX_VERDICTS_PER_CHECKPOINT
+    off = sum(abs(net.get(k, 0) - table.get(k, 0)) for k in net.keys() | table.keys())
+    worker_kills = sum(k.startswith("kill worker") for k in kills)
+    print(f"verdicts off after {worker_kills} worker kills: {off} of {sum(table.values())}")
+    assert off <= worker_kills * MAX_VERDICTS_PER_CHECKPOINT
     assert abs(ignored_share(net) - ignored_share(table)) < 0.02
     assert dead_letters(pipeline) == []
     # partitions really moved between the two workers

@@ -242,6 +242,13 @@ def test_ignored_share_is_net_of_the_verdicts_taken_back() -> None:
     ev.add(*rollup(fb, 1, 3, signal="used"))
     assert ev.value(ev.rules[0]) == pytest.approx(1 / 5)  # 1 ignored, 4 used stand
     assert [a.state for a in ev.evaluate()] == []
+    # a take-back whose count was lost (a minute restarted): never a negative share
+    low = Evaluator([parse_rule("ignored_share < 0.1")])
+    low.add(*rollup(back, 0, 1, signal="ignored"))
+    low.add(*rollup(fb, 0, 2, signal="used"))
+    assert low.value(low.rules[0]) == 0.0  # not -1 / 1
+    low.add(*rollup(back, 0, 3, signal="used"))
+    assert low.value(low.rules[0]) is None  # nothing stands: no share at all
     # any series may be net of others; a filter's value may hold a minus sign
     r = parse_rule("count(dead_letter_total{reason=bad-ts} - dead_letter_total) > 1")
     (net,) = r.series

@@ -234,6 +234,11 @@ def test_memdiag_source_viewer_marks_a_humans_search() -> None:
     assert rec["src"] == "viewer"
     rec, _ = read({**search, "memdiag.source": "agent"}, resource={"memdiag.source": "viewer"})
     assert "src" not in rec  # the span's own wins
+    rec, problem = read(search, resource={"memdiag.source": "backend"})
+    assert problem is None and "src" not in rec  # a resource's own word for it: not memdiag's
+    records = json.dumps([{"id": "m1", "content": "billing retries backoff"}])
+    rec, _ = read({**search, "memdiag.source": "viewer", "gen_ai.memory.records": records})
+    assert rec["ids"] == ["m1"] and "docs" not in rec  # injects nothing: nothing kept for it
     rec, problem = read({**search, "memdiag.source": "human"})
     assert problem is not None and problem.reason == BAD_VALUE and "memdiag.source" in problem.detail
     assert "role" not in rec  # a link
