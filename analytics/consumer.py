@@ -139,7 +139,7 @@ class SinkRunner:
             fetch_max_wait_ms=s.fetch_max_wait_ms,
         )
         self.consumer.subscribe(
-            [s.topics.diagnostics, s.topics.weights, s.topics.deadletter],
+            [s.topics.diagnostics, s.topics.weights, s.topics.graph_weights, s.topics.deadletter],
             listener=_FlushOnRevoke(self),
         )
         await self.consumer.start()
@@ -199,9 +199,12 @@ class SinkRunner:
     def _rejected(self, record: dict[str, Any], error: str) -> dict[str, Any]:
         """The dead letter of a record DuckDB refused (the source offset is not known)."""
         topics = self.settings.topics
-        topic = {"dead_letter": topics.deadletter, "observation_weight": topics.weights}.get(
-            str(record.get("kind")), topics.diagnostics
-        )
+        topic = {
+            "dead_letter": topics.deadletter,
+            "observation_weight": topics.weights,
+            "strength": topics.weights,
+            "graph_weight": topics.graph_weights,
+        }.get(str(record.get("kind")), topics.diagnostics)
         try:
             payload = orjson.dumps(record, default=str)
         except orjson.JSONEncodeError:  # nested deeper than orjson writes: a note instead

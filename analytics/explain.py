@@ -85,6 +85,8 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
                     "match_ratio",
                     "matched_count",
                     "keyword_count",
+                    "previous_strength",
+                    "strength",
                 )
             }
         )

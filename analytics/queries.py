@@ -92,6 +92,17 @@ def observation_history(
     return rows(con, "observation_history", observation_id=observation_id, limit=limit)
 
 
+def unused_memories(
+    con: duckdb.DuckDBPyConnection,
+    min_injections: int = 5,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Memories judged in at least ``min_injections`` turns and used in none (contract
+    section 10): the candidates to prune or demote, with their strength."""
+    return rows(con, "unused_memories", min_injections=min_injections, since=since, limit=limit)
+
+
 def failure_distribution(
     con: duckdb.DuckDBPyConnection,
     org: str | None = None,
@@ -108,6 +119,17 @@ def misleading(
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     return rows(con, "misleading", org_id=org, since=since, limit=limit)
+
+
+def misleading_graph(
+    con: duckdb.DuckDBPyConnection,
+    org: str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Graph entities and edges in >= 3 failed sessions and no accepted one, with their
+    weight now (``misleading_graph_entities`` / ``misleading_graph_edges``)."""
+    return rows(con, "misleading_graph", org_id=org, since=since, limit=limit)
 
 
 def pipeline_health(

@@ -299,6 +299,27 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
             "",
         ),
         (
+            "Dead weight: memories never used",
+            _table(
+                st["unused_memories"]["top"],
+                [
+                    ("observation_id", "observation"),
+                    ("judged_turns", "judged turns"),
+                    ("sessions", "sessions"),
+                    ("strength", "strength"),
+                    ("weight", "weight"),
+                    ("last_injected_at", "last judged"),
+                ],
+            )
+            if st["unused_memories"]["top"]
+            else f"<p>None: every memory judged in {st['unused_memories']['min_injections']} "
+            "or more turns was used in at least one.</p>",
+            f"<p class=note>Judged in {st['unused_memories']['min_injections']} or more turns "
+            "and used in none: candidates to prune or demote (<code>memdiag query "
+            "unused-memories</code>). Strength is the EMA of the verdicts; "
+            f"{html.escape(fb['caveat'])}.</p>",
+        ),
+        (
             "Recall pipeline: written, indexed, recalled",
             _pipeline_section(con, st["pipeline"]),
             "<p class=note>Coverage (PC): indexed over written memories. Recall (SRR): probed "

@@ -26,6 +26,11 @@ _FRESHNESS_MEMORY = """
 """
 
 
+#: the judged turns a memory needs before it counts as dead weight (as ``query
+#: unused-memories`` by default)
+UNUSED_MIN_INJECTIONS = 5
+
+
 def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[str, Any]:
     followup = rows(con, "status_followup")[0]
     feedback = rows(con, "status_feedback")[0]
@@ -35,6 +40,8 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
     misleading = rows(con, "misleading", org_id=None, since=None, limit=top)
     recent_runs = rows(con, "status_runs", limit=runs)
     dead = rows(con, "status_dead_letters")
+    unused = rows(con, "unused_memories", min_injections=UNUSED_MIN_INJECTIONS, since=None,
+                  limit=top)  # fmt: skip
     pipeline = pipeline_summary(con)
     memory = _FRESHNESS_MEMORY if pipeline is not None else ""
     fresh = con.execute(_FRESHNESS.format(memory=memory)).fetchone() or (None, None)
@@ -51,6 +58,9 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
             "count": rows(con, "status_misleading_count")[0]["observations"],
             "top": misleading,
         },
+        # dead weight: judged in UNUSED_MIN_INJECTIONS+ turns, used in none (query
+        # unused-memories); the most judged first
+        "unused_memories": {"min_injections": UNUSED_MIN_INJECTIONS, "top": unused},
         "runs": recent_runs,
         "pipeline": pipeline,
         "dead_letters": dead,

@@ -194,6 +194,7 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
         t.memory: settings.events_partitions,
         t.diagnostics: settings.diagnostics_partitions,
         t.weights: settings.aux_partitions,
+        t.graph_weights: settings.aux_partitions,
         t.counters: settings.aux_partitions,
         t.deadletter: settings.aux_partitions,
         # any width: the span stage keeps no state (as wide as `events`, to scale with it)

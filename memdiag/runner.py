@@ -90,7 +90,8 @@ async def _end_of_input(settings: Settings) -> None:
 
 
 def sink_inputs(settings: Settings) -> list[str]:
-    return [settings.topics.diagnostics, settings.topics.weights, settings.topics.deadletter]
+    t = settings.topics
+    return [t.diagnostics, t.weights, t.graph_weights, t.deadletter]
 
 
 @dataclass

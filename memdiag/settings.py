@@ -40,6 +40,12 @@ class Topics:
         return f"{self.prefix}weights"
 
     @property
+    def graph_weights(self) -> str:
+        """Graph entity and edge weights, keyed ``entity:ID`` or
+        ``edge:SOURCE|TARGET|RELATIONSHIP``, for a graph-backed memory system to apply."""
+        return f"{self.prefix}graph_weights"
+
+    @property
     def counters(self) -> str:
         return f"{self.prefix}counters"
 
@@ -89,6 +95,7 @@ class Topics:
             self.otlp_spans,
             self.diagnostics,
             self.weights,
+            self.graph_weights,
             self.counters,
             self.deadletter,
         )
@@ -110,6 +117,8 @@ _ENV: dict[str, tuple[str, str]] = {
     "max_clock_skew_seconds": ("MEMDIAG_MAX_CLOCK_SKEW_SECONDS", "float"),
     "alpha_success": ("MEMDIAG_ALPHA_SUCCESS", "float"),
     "alpha_failure": ("MEMDIAG_ALPHA_FAILURE", "float"),
+    "alpha_used": ("MEMDIAG_ALPHA_USED", "float"),
+    "alpha_ignored": ("MEMDIAG_ALPHA_IGNORED", "float"),
     "max_event_bytes": ("MEMDIAG_MAX_EVENT_BYTES", "int"),
     "deadletter_payload_bytes": ("MEMDIAG_DEADLETTER_PAYLOAD_BYTES", "int"),
     "store_text": ("MEMDIAG_STORE_TEXT", "bool"),
@@ -192,6 +201,12 @@ class Settings:
     #: MEMDIAG_ALPHA_FAILURE: EMA step towards 0 per failed session; doubled (at most 1) once
     #: the observation is misleading.
     alpha_failure: float = 0.2
+    #: MEMDIAG_ALPHA_USED: EMA step of an observation's strength towards 1 per turn whose
+    #: response used it (strong evidence: docs/rules.md, "Strength").
+    alpha_used: float = 0.2
+    #: MEMDIAG_ALPHA_IGNORED: EMA step of an observation's strength towards 0 per turn that
+    #: ignored it (weak evidence: a paraphrase reads as ignored): 14 in a row halve it.
+    alpha_ignored: float = 0.05
     #: MEMDIAG_MAX_EVENT_BYTES: an event larger than this is dead-lettered (``too_large``).
     max_event_bytes: int = 1024 * 1024
     #: MEMDIAG_DEADLETTER_PAYLOAD_BYTES: how much of a bad payload a dead letter keeps.
@@ -204,7 +219,8 @@ class Settings:
     judgements_partitions: int = 2
     #: MEMDIAG_DIAGNOSTICS_PARTITIONS: partitions of ``diagnostics``.
     diagnostics_partitions: int = 4
-    #: MEMDIAG_AUX_PARTITIONS: partitions of ``weights``, ``counters`` and ``deadletter``.
+    #: MEMDIAG_AUX_PARTITIONS: partitions of ``weights``, ``graph_weights``, ``counters`` and
+    #: ``deadletter``.
     aux_partitions: int = 1
     #: MEMDIAG_REPLICATION_FACTOR: replication of the topics memdiag creates.
     replication_factor: int = 1
@@ -334,7 +350,7 @@ class Settings:
             raise ConfigError(
                 f"MEMDIAG_MAX_CLOCK_SKEW_SECONDS must be >= 0, got {self.max_clock_skew_seconds:g}"
             )
-        for name in ("alpha_success", "alpha_failure"):
+        for name in ("alpha_success", "alpha_failure", "alpha_used", "alpha_ignored"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"{_ENV[name][0]} must be in (0, 1], got {getattr(self, name)}")
         for name in (

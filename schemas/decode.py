@@ -40,6 +40,7 @@ from memdiag.contract import (
 )
 from memdiag.schemas import EVENT_KINDS, load_schema
 from memdiag.schemas.models import (
+    EDGE_FIELD_PATTERN,
     MODELS,
     AnyEvent,
     format_ts,
@@ -371,10 +372,24 @@ def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any])
             WRONG_TYPE,
             f"{path} must be {_expected(exc.rule_definition)}, got {_json_type(exc.value)}",
         )
+    if rule == "anyOf" and (names := _spellings(exc.rule_definition)):  # an edge field, unsent
+        where = "" if path == "(event)" else f" in {path}"
+        return (
+            MISSING_FIELD,
+            f"missing required field {names[0]!r}{where} (also accepted as "
+            + " or ".join(repr(n) for n in names[1:])
+            + ")",
+        )
     if rule == "pattern" and path == "ts":
         return (
             BAD_TS,
             f"ts {_show(exc.value)} is not RFC 3339 with an offset (e.g. 2026-11-21T09:30:00.250Z)",
+        )
+    if rule == "pattern" and exc.rule_definition == EDGE_FIELD_PATTERN:
+        return (
+            BAD_VALUE,
+            f"{path} {_show(exc.value)} contains '|', which separates the parts of an edge key "
+            "(source|target|relationship): send it without one",
         )
     if rule == "maxLength":
         label = ID_TOO_LONG if path.endswith("id") else BAD_VALUE
@@ -388,6 +403,20 @@ def _explain(exc: fastjsonschema.JsonSchemaValueException, item: dict[str, Any])
         allowed = exc.rule_definition if rule == "enum" else [exc.rule_definition]
         return BAD_VALUE, f"{path} is {_show(exc.value)}, expected one of {allowed}"
     return BAD_VALUE, f"{path}: {exc.message}"
+
+
+def _spellings(alternatives: Any) -> list[str]:
+    """The names of an ``anyOf`` of single ``required`` names (one field's spellings, as in
+    an edge key's), else nothing."""
+    if not isinstance(alternatives, list) or len(alternatives) < 2:
+        return []
+    names = []
+    for alternative in alternatives:
+        required = alternative.get("required") if isinstance(alternative, dict) else None
+        if not isinstance(required, list) or len(required) != 1 or len(alternative) != 1:
+            return []
+        names.append(str(required[0]))
+    return names
 
 
 def _missing(required: Any, value: Any) -> str:

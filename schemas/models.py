@@ -169,10 +169,116 @@ class Observation(Struct, frozen=True, kw_only=True, omit_defaults=True):
     content: str
 
 
-class EdgeKey(Struct, frozen=True, kw_only=True, omit_defaults=True):
-    source_id: str
-    target_id: str
-    relationship: str
+#: Each edge field's spellings on the wire, the canonical one first (contract section 10:
+#: ``source_id`` or ``sourceId``, ``target_id`` or ``targetId``, ``relationship`` or
+#: ``relationshipName`` or ``relationship_name``).
+EDGE_FIELD_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "source_id": ("source_id", "sourceId"),
+    "target_id": ("target_id", "targetId"),
+    "relationship": ("relationship", "relationshipName", "relationship_name"),
+}
+
+#: The pattern of every edge field in the schema: no ``|``, which separates the parts of an
+#: edge key (``source|target|relationship``).
+EDGE_FIELD_PATTERN = "^[^|]*$"
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 80 else value[:79] + "…")
+
+
+def _spelled(name: str) -> Any:
+    """An optional field read (and written) as ``name`` on the wire."""
+    return msgspec.field(default=None, name=name)
+
+
+class EdgeKey(
+    Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_defaults=True, gc=False
+):
+    """A knowledge-graph edge, always read as ``source_id``, ``target_id``,
+    ``relationship``. On the wire each field may come in any of its spellings
+    (:data:`EDGE_FIELD_SPELLINGS`); decoding folds them into the canonical fields, so the
+    other spellings' attributes are always ``None`` on a decoded key (and never encoded).
+    Refused (a ``ValueError``, a ``msgspec.ValidationError`` when decoding): a field given
+    in no spelling, two spellings of one field that disagree, a ``|`` in a field.
+    (``gc=False``: it holds strings only, it can be in no reference cycle.)"""
+
+    # None only while decoding (absent): a decoded key has all three (the schema says string).
+    source_id: str = None  # type: ignore[assignment]
+    target_id: str = None  # type: ignore[assignment]
+    relationship: str = None  # type: ignore[assignment]
+    # The other spellings (GraphFeedbackService writes camelCase); None once decoded.
+    source_id_camel: str = _spelled("sourceId")
+    target_id_camel: str = _spelled("targetId")
+    relationship_camel: str = _spelled("relationshipName")
+    relationship_snake: str = _spelled("relationship_name")
+
+    def __post_init__(self) -> None:
+        # The hot path (today's spelling, no '|'): as few steps as it can be, once per edge.
+        if (
+            self.source_id_camel is self.target_id_camel is self.relationship_camel
+            is self.relationship_snake is None
+        ):  # fmt: skip
+            try:
+                if (
+                    "|" not in self.source_id
+                    and "|" not in self.target_id
+                    and "|" not in self.relationship
+                ):
+                    return
+            except TypeError:  # a canonical field absent (None): another spelling, or none
+                pass
+        self._fold()
+
+    def _fold(self) -> None:
+        """Each field from whichever of its spellings were given, or why not."""
+        source = _agreed("source", "source_id", self.source_id, "sourceId", self.source_id_camel)
+        target = _agreed("target", "target_id", self.target_id, "targetId", self.target_id_camel)
+        relationship = _agreed("relationship", "relationship", self.relationship,
+                               "relationshipName", self.relationship_camel)  # fmt: skip
+        relationship = _agreed(
+            "relationship",
+            "relationship" if self.relationship is not None else "relationshipName",
+            relationship,
+            "relationship_name",
+            self.relationship_snake,
+        )
+        for name, value in (("source_id", source), ("target_id", target),
+                            ("relationship", relationship)):  # fmt: skip
+            if value is None:
+                raise ValueError(
+                    f"edge field {name} is missing (spelled "
+                    + " or ".join(EDGE_FIELD_SPELLINGS[name])
+                    + ")"
+                )
+            if "|" in value:
+                raise ValueError(
+                    f"edge field {name} {_shown(value)} contains '|', which separates the "
+                    "parts of an edge key (source|target|relationship): send it without one"
+                )
+        put = msgspec.structs.force_setattr
+        put(self, "source_id", source)
+        put(self, "target_id", target)
+        put(self, "relationship", relationship)
+        put(self, "source_id_camel", None)
+        put(self, "target_id_camel", None)
+        put(self, "relationship_camel", None)
+        put(self, "relationship_snake", None)
+
+
+def _agreed(
+    field: str, name: str, value: str | None, other_name: str, other: str | None
+) -> str | None:
+    """One field from two of its spellings (either may be absent); two that differ are
+    refused, named and shown."""
+    if other is None:
+        return value
+    if value is None or value == other:
+        return other
+    raise ValueError(
+        f"the edge's {field} is given twice and the two disagree: {name} is {_shown(value)}, "
+        f"{other_name} is {_shown(other)}; send one spelling, or the same value in each"
+    )
 
 
 class Injection(SessionEventBase, frozen=True, kw_only=True, tag="injection"):

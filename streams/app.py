@@ -49,6 +49,8 @@ class Wiring:
     deadletter: TopicT
     counters: TopicT
     weights: TopicT
+    #: graph entity and edge weights, keyed entity:ID or edge:SOURCE|TARGET|RELATIONSHIP
+    graph_weights: TopicT
     #: internal: a session's step per observation, keyed by observation_id
     steps: TopicT
     #: internal: observations' verdicts on a failed session, keyed by session_id
@@ -180,6 +182,7 @@ def create_app(settings: Settings) -> Wiring:
         deadletter=raw_topic(topics.deadletter, settings.aux_partitions),
         counters=raw_topic(topics.counters, settings.aux_partitions),
         weights=raw_topic(topics.weights, settings.aux_partitions),
+        graph_weights=raw_topic(topics.graph_weights, settings.aux_partitions),
         steps=raw_topic(topics.observation_steps, settings.events_partitions),
         verdicts=raw_topic(topics.session_verdicts, settings.events_partitions),
         otlp_spans=raw_topic(topics.otlp_spans, settings.events_partitions),

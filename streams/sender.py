@@ -69,6 +69,7 @@ class Sender:
         span_events: TopicT,
         buffer: CounterBuffer,
         metrics: Counters,
+        graph_weights: TopicT,
     ):
         self.app = app
         self.diagnostics, self.deadletter, self.weights = (
@@ -77,6 +78,7 @@ class Sender:
         self.events, self.steps = events.get_topic_name(), steps.get_topic_name()
         self.verdicts, self.counters = verdicts.get_topic_name(), counters.get_topic_name()
         self.memory = memory.get_topic_name()
+        self.graph_weights = graph_weights.get_topic_name()
         self.otlp_traces = otlp_traces.get_topic_name()
         self.span_events = span_events.get_topic_name()
         self.buffer, self.metrics = buffer, metrics
@@ -110,6 +112,9 @@ class Sender:
         for obs_id, records in out.weights.items():
             for record in records:  # one message per update: the memory system applies each
                 await put(self.weights, obs_id, record)
+        for graph_key, records in out.graph_weights.items():
+            for record in records:  # keyed entity:ID or edge:SOURCE|TARGET|RELATIONSHIP
+                await put(self.graph_weights, graph_key, record)
         for dl_key, record in out.deadletters:
             await put(self.deadletter, dl_key, record)
         for topic, reroute in ((self.events, out.reroute), (self.memory, out.reroute_memory)):

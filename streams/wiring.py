@@ -64,6 +64,7 @@ def register(w: Wiring) -> Runner:
     sender = Sender(
         app, w.diagnostics, w.deadletter, w.weights, w.events, w.steps, w.verdicts,
         w.counters, w.memory, w.otlp_traces, w.span_events, CounterBuffer(), Counters(),
+        w.graph_weights,
     )  # fmt: skip
 
     def on_failure(msg: InMessage, exc: BaseException) -> Output:

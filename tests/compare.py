@@ -65,6 +65,22 @@ def from_reference(ref: dict[str, Any]) -> Snapshot:
             for k, r in ref["observation_weight_history"].items()
         },
         "observation_weights": {k: (_r(w),) for k, w in ref["observation_weights"].items()},
+        "observation_strength": {k: (_r(v),) for k, v in ref["observation_strength"].items()},
+        "graph_weights": {k: (_r(w),) for k, w in ref["graph_weights"].items()},
+        "graph_weight_history": {
+            k: (
+                r["outcome"],
+                _r(r["alpha"]),
+                _r(r["previous_weight"]),
+                _r(r["new_weight"]),
+                r["aggressive"],
+            )  # fmt: skip
+            for k, r in ref["graph_weight_history"].items()
+        },
+        "observation_strength_history": {
+            k: (r["signal"], _r(r["alpha"]), _r(r["previous_strength"]), _r(r["strength"]))
+            for k, r in ref["observation_strength_history"].items()
+        },
         **(_pipeline_from_reference(ref) if "memory_pipeline" in ref else {}),
     }
 
@@ -154,6 +170,24 @@ def from_records(tables: Any) -> Snapshot:
             for k, r in tables.history.items()
         },
         "observation_weights": {k: (_r(r["current_weight"]),) for k, r in tables.weights.items()},
+        "observation_strength": {
+            k: (_r(r["current_strength"]),) for k, r in tables.strengths.items()
+        },
+        "graph_weights": {k: (_r(r["current_weight"]),) for k, r in tables.graph.items()},
+        "graph_weight_history": {
+            k: (
+                r["outcome"],
+                _r(r["alpha"]),
+                _r(r["previous_weight"]),
+                _r(r["weight"]),
+                r["aggressive"],
+            )  # fmt: skip
+            for k, r in tables.graph_history.items()
+        },
+        "observation_strength_history": {
+            k: (r["signal"], _r(r["alpha"]), _r(r["previous_strength"]), _r(r["strength"]))
+            for k, r in tables.strength_history.items()
+        },
     }
 
 
@@ -209,6 +243,25 @@ def from_duckdb(query: Any) -> Snapshot:
         "observation_weights": {
             r[0]: (_r(r[1]),)
             for r in query("SELECT observation_id, weight FROM observation_weights")
+        },
+        "observation_strength": {
+            r[0]: (_r(r[1]),)
+            for r in query("SELECT observation_id, strength FROM observation_strength")
+        },
+        "graph_weights": {r[0]: (_r(r[1]),) for r in query("SELECT id, weight FROM graph_weights")},
+        "graph_weight_history": {
+            (r[0], r[1]): (r[2], _r(r[3]), _r(r[4]), _r(r[5]), r[6])
+            for r in query(
+                "SELECT id, session_id, outcome, alpha, previous_weight, new_weight, aggressive "
+                "FROM graph_weight_history"
+            )
+        },
+        "observation_strength_history": {
+            (r[0], r[1], r[2]): (r[3], _r(r[4]), _r(r[5]), _r(r[6]))
+            for r in query(
+                "SELECT observation_id, session_id, turn_id, signal, alpha, previous_strength, "
+                "strength FROM observation_strength_history"
+            )
         },
         "memory_pipeline": {
             (r[0], r[1]): (r[2], r[3], r[4], r[5])

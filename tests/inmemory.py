@@ -84,6 +84,10 @@ class Tables:
         self.sessions: dict[str, dict[str, Any]] = {}
         self.history: dict[tuple[str, str], dict[str, Any]] = {}
         self.weights: dict[str, dict[str, Any]] = {}
+        self.strength_history: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.strengths: dict[str, dict[str, Any]] = {}
+        self.graph_history: dict[tuple[str, str], dict[str, Any]] = {}
+        self.graph: dict[str, dict[str, Any]] = {}
         self.dead_letters: list[dict[str, Any]] = []
         self._dead_letter_ids: set[str] = set()
         #: the recall pipeline's records, last per key (its rows are functions of the state)
@@ -108,6 +112,22 @@ class Tables:
             known = self.weights.get(record["observation_id"])
             if known is None or record["version"] > known["version"]:
                 self.weights[record["observation_id"]] = record
+        elif kind == "strength":
+            key3 = (record["observation_id"], record["session_id"], record["turn_id"])
+            if record.get("retracted"):
+                self.strength_history.pop(key3, None)
+            else:
+                self.strength_history[key3] = record
+            known = self.strengths.get(record["observation_id"])
+            if known is None or record["version"] > known["version"]:
+                self.strengths[record["observation_id"]] = record
+            if record["current_step"] == 0:  # no verdict stands: no row
+                self.strengths.pop(record["observation_id"], None)
+        elif kind == "graph_weight":
+            self.graph_history[(record["id"], record["session_id"])] = record
+            known = self.graph.get(record["id"])
+            if known is None or record["version"] > known["version"]:
+                self.graph[record["id"]] = record
         elif kind == "memory_pipeline":
             self.recall[(kind, record["agent_id"], record["memory_id"])] = record
         elif kind in ("pipeline_agent", "recall_probe"):
@@ -200,7 +220,11 @@ class WorldSender:
         for records in out.weights.values():
             for record in records:
                 w.tables.add(record)
-                w.weights.append(record)
+                (w.strengths if record["kind"] == "strength" else w.weights).append(record)
+        for records in out.graph_weights.values():
+            for record in records:
+                w.tables.add(record)
+                w.graph_weights.append(record)
         w.counts.update(out.counts)
         for (key, minute), (n, _) in out.by_minute.items():
             w.by_minute[(key, minute)] += n
@@ -254,6 +278,8 @@ class World:
         #: everything sent, in order: diagnostics and weight records, counter increments
         self.records: list[dict[str, Any]] = []
         self.weights: list[dict[str, Any]] = []
+        self.strengths: list[dict[str, Any]] = []  # weights of kind strength
+        self.graph_weights: list[dict[str, Any]] = []
         self.counts: Counter[CounterKey] = Counter()
         #: the increments by (counter, minute of event time), as the rollups add them up
         self.by_minute: Counter[tuple[CounterKey, int]] = Counter()

@@ -22,6 +22,7 @@ MEMORY_KINDS = ("memory_written", "memory_indexed", "recall_probe", "ambient_con
 WINDOW_S = 30.0
 RETENTION_S = 24 * 3600.0
 ALPHA_SUCCESS, ALPHA_FAILURE = 0.1, 0.2
+ALPHA_USED, ALPHA_IGNORED = 0.2, 0.05
 RUNNERS = set(
     "jest vitest pytest go_test mocha jasmine karma ava cargo_test rspec minitest phpunit "
     "junit unittest nose2 playwright_test cypress".split()
@@ -86,7 +87,7 @@ def reference(
         entities: dict[str, None] = {}
         edges: dict[str, None] = {}
         outcome = None
-        for ts, _, e in evs:
+        for ts, eid, e in evs:
             kind = e["kind"]
             if kind == "search":
                 source = e.get("source", "agent")
@@ -123,25 +124,30 @@ def reference(
             elif kind == "injection":
                 turn = turns.setdefault(e["turn_id"], {"response": None, "obs": {}})
                 for o in e["observations"]:
-                    turn["obs"].setdefault(o["id"], (ts, o["content"]))
+                    turn["obs"].setdefault(o["id"], (ts, eid, o["content"]))
                     first_seen.setdefault(o["id"])
                 for x in e.get("graph_entity_ids") or []:
                     entities.setdefault(x)
                 for g in e.get("graph_edge_keys") or []:
-                    edges.setdefault(f"{g['source_id']}|{g['target_id']}|{g['relationship']}")
+                    source = g.get("source_id", g.get("sourceId"))
+                    target = g.get("target_id", g.get("targetId"))
+                    rel = g.get(
+                        "relationship", g.get("relationshipName", g.get("relationship_name"))
+                    )
+                    edges.setdefault(f"{source}|{target}|{rel}")
             elif kind == "response":
                 turn = turns.setdefault(e["turn_id"], {"response": None, "obs": {}})
                 if turn["response"] is None:
-                    turn["response"] = (ts, e["text"])
+                    turn["response"] = (ts, eid, e["text"])
             else:
                 outcome = e  # the last in event time stands
         used_in: dict[str, list[bool]] = {}
         for turn_id, turn in turns.items():
             if turn["response"] is None:
                 continue
-            r_ts, text = turn["response"]
+            r_ts, r_eid, text = turn["response"]
             r_words = set(words(text))
-            for obs_id, (i_ts, content) in turn["obs"].items():
+            for obs_id, (i_ts, i_eid, content) in turn["obs"].items():
                 kws = {w for w in words(content) if len(w) > 4}
                 matched = len(kws & r_words)
                 ratio = matched / len(kws) if kws else 0.0
@@ -152,6 +158,8 @@ def reference(
                     "keyword_count": len(kws),
                     "matched_count": matched,
                     "ts": max(r_ts, i_ts),
+                    # the turn's place among the observation's verdicts: the later half
+                    "tie": max((r_ts, r_eid), (i_ts, i_eid))[1].decode(),
                 }
                 used_in.setdefault(obs_id, []).append(used)
         if outcome is None:
@@ -173,51 +181,55 @@ def reference(
             "misleading_observation_ids": [],
         }
 
-    # observations: sessions in outcome order, one step each
+    # observations (and graph entities and edges): sessions in outcome order, one step each
     per_obs: dict[str, list[tuple[int, str]]] = {}
+    per_graph: dict[str, list[tuple[int, str]]] = {}
     for sid, s in sessions.items():
         for obs_id in s["injected_observation_ids"]:
             per_obs.setdefault(obs_id, []).append((s["ts"], sid))
-    history: dict[tuple[str, str], dict[str, Any]] = {}
-    weights: dict[str, float] = {}
-    misleading_after: dict[tuple[str, str], bool] = {}
-    for obs_id, order in per_obs.items():
-        order.sort()
-        failed_n = accepted_n = 0
-        w = 1.0
-        for _, sid in order:
-            accepted = sessions[sid]["outcome"] == "accepted"
-            if accepted:
-                accepted_n += 1
-            else:
-                failed_n += 1
-            misleading = failed_n >= 3 and accepted_n == 0
-            if accepted:
-                alpha, target = ALPHA_SUCCESS, 1.0
-            else:
-                alpha, target = (min(1.0, 2 * ALPHA_FAILURE) if misleading else ALPHA_FAILURE), 0.0
-            new = w + alpha * (target - w)
-            history[(obs_id, sid)] = {
-                "outcome": sessions[sid]["outcome"],
-                "alpha": alpha,
-                "previous_weight": w,
-                "new_weight": new,
-                "aggressive": (not accepted) and misleading,
-            }
-            misleading_after[(obs_id, sid)] = misleading
-            w = new
-        weights[obs_id] = w
+        for entity in s["injected_graph_entity_ids"]:
+            per_graph.setdefault(f"entity:{entity}", []).append((s["ts"], sid))
+        for edge in s["injected_graph_edge_keys"]:
+            per_graph.setdefault(f"edge:{edge}", []).append((s["ts"], sid))
+    history, weights, misleading_after = _ledgers(per_obs, sessions)
+    graph_history, graph_weights, _ = _ledgers(per_graph, sessions)
     for sid, s in sessions.items():
         if s["outcome"] != "accepted":
             s["misleading_observation_ids"] = [
                 o for o in s["injected_observation_ids"] if misleading_after[(o, sid)]
             ]
+    # strength: every standing verdict of an observation, in turn order, one step each
+    verdicts: dict[str, list[tuple[int, str, str, str, bool]]] = {}
+    for (sid, turn_id, obs_id), row in feedback.items():
+        verdicts.setdefault(obs_id, []).append(
+            (row["ts"], row["tie"], sid, turn_id, row["signal"] == "used")
+        )
+    strength_history: dict[tuple[str, str, str], dict[str, Any]] = {}
+    strengths: dict[str, float] = {}
+    for obs_id, order in verdicts.items():
+        order.sort(key=lambda v: (v[0], v[1].encode(), v[2].encode(), v[3].encode()))
+        st = 1.0
+        for _, _, sid, turn_id, used in order:
+            alpha = ALPHA_USED if used else ALPHA_IGNORED
+            new = st + alpha * ((1.0 if used else 0.0) - st)
+            strength_history[(obs_id, sid, turn_id)] = {
+                "signal": "used" if used else "ignored",
+                "alpha": alpha,
+                "previous_strength": st,
+                "strength": new,
+            }
+            st = new
+        strengths[obs_id] = st
     tables = {
         "searches": searches,
         "retrieval_feedback": feedback,
         "session_diagnostics": sessions,
         "observation_weights": weights,
         "observation_weight_history": history,
+        "observation_strength": strengths,
+        "graph_weights": graph_weights,
+        "graph_weight_history": graph_history,
+        "observation_strength_history": strength_history,
     }
     if any(e["kind"] in MEMORY_KINDS for e in events):
         tables.update(pipeline_reference(events))
@@ -306,3 +318,40 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             "broken_since": oldest if broken else None,
         }
     return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health}
+
+
+def _ledgers(
+    per_key: dict[str, list[tuple[int, str]]], sessions: dict[str, dict[str, Any]]
+) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, float], dict[tuple[str, str], bool]]:
+    """Each key's steps: its sessions in outcome order (ties by session id), the weight EMA
+    doubled once misleading (>= 3 failed, none accepted)."""
+    history: dict[tuple[str, str], dict[str, Any]] = {}
+    weights: dict[str, float] = {}
+    misleading_after: dict[tuple[str, str], bool] = {}
+    for obs_id, order in per_key.items():
+        order.sort()
+        failed_n = accepted_n = 0
+        w = 1.0
+        for _, sid in order:
+            accepted = sessions[sid]["outcome"] == "accepted"
+            if accepted:
+                accepted_n += 1
+            else:
+                failed_n += 1
+            misleading = failed_n >= 3 and accepted_n == 0
+            if accepted:
+                alpha, target = ALPHA_SUCCESS, 1.0
+            else:
+                alpha, target = (min(1.0, 2 * ALPHA_FAILURE) if misleading else ALPHA_FAILURE), 0.0
+            new = w + alpha * (target - w)
+            history[(obs_id, sid)] = {
+                "outcome": sessions[sid]["outcome"],
+                "alpha": alpha,
+                "previous_weight": w,
+                "new_weight": new,
+                "aggressive": (not accepted) and misleading,
+            }
+            misleading_after[(obs_id, sid)] = misleading
+            w = new
+        weights[obs_id] = w
+    return history, weights, misleading_after

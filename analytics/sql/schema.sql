@@ -122,6 +122,33 @@ CREATE TABLE IF NOT EXISTS observation_weights (
 );
 ALTER TABLE observation_weights ADD COLUMN IF NOT EXISTS version BIGINT DEFAULT 0;
 
+-- The current strength of each observation: an EMA of its used/ignored verdicts, one step
+-- per judged turn in turn order (the memory system gets the same on `weights`, kind
+-- `strength`). Not the outcome weight: see docs/rules.md, "Strength".
+CREATE TABLE IF NOT EXISTS observation_strength (
+    observation_id VARCHAR PRIMARY KEY,
+    strength       DOUBLE NOT NULL,
+    updated_at     TIMESTAMPTZ,          -- the newest step's turn time (NULL: none kept)
+    step           BIGINT NOT NULL,      -- verdicts counted (judged turns)
+    used_turns     BIGINT NOT NULL,      -- of which used
+    version        BIGINT NOT NULL       -- the owner's version: a row only moves forward
+);
+
+-- Every strength step: one per (observation, session, turn). A late or corrected verdict
+-- takes the steps after it again: their rows are rewritten in place; one taken back goes.
+CREATE TABLE IF NOT EXISTS observation_strength_history (
+    observation_id    VARCHAR NOT NULL,
+    session_id        VARCHAR NOT NULL,
+    turn_id           VARCHAR NOT NULL,
+    signal            VARCHAR NOT NULL,     -- used | ignored
+    alpha             DOUBLE NOT NULL,      -- MEMDIAG_ALPHA_USED or MEMDIAG_ALPHA_IGNORED
+    previous_strength DOUBLE NOT NULL,
+    strength          DOUBLE NOT NULL,
+    step              BIGINT NOT NULL,      -- its place in the observation's turn order
+    ts                TIMESTAMPTZ NOT NULL, -- the turn's time (the later of its two halves)
+    PRIMARY KEY (observation_id, session_id, turn_id)
+);
+
 -- Every EMA step: one per (observation, session), from the session's last outcome. A late
 -- session recomputes the steps after it: their rows are rewritten in place.
 CREATE TABLE IF NOT EXISTS observation_weight_history (
@@ -166,6 +193,69 @@ counted AS (SELECT failure_category, count(*) AS sessions FROM failed GROUP BY A
 SELECT c.failure_category, coalesce(n.sessions, 0)::BIGINT AS sessions
 FROM categories c LEFT JOIN counted n USING (failure_category)
 ORDER BY c.ord;
+
+-- Graph feedback: every injected graph entity and edge takes the outcome step an observation
+-- takes (the memory system gets the same on `graph_weights`). `id` is the topic's key:
+-- `entity:ID` or `edge:SOURCE|TARGET|RELATIONSHIP`; `graph_id` the part after the kind.
+CREATE TABLE IF NOT EXISTS graph_weights (
+    id                VARCHAR PRIMARY KEY,
+    kind              VARCHAR NOT NULL,     -- entity | edge
+    graph_id          VARCHAR NOT NULL,     -- the entity id, or SOURCE|TARGET|RELATIONSHIP
+    weight            DOUBLE NOT NULL,
+    updated_at        TIMESTAMPTZ NOT NULL,
+    step              BIGINT NOT NULL,
+    failed_sessions   INTEGER NOT NULL,
+    accepted_sessions INTEGER NOT NULL,
+    misleading        BOOLEAN NOT NULL,
+    version           BIGINT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS graph_weight_history (
+    id               VARCHAR NOT NULL,
+    kind             VARCHAR NOT NULL,
+    graph_id         VARCHAR NOT NULL,
+    session_id       VARCHAR NOT NULL,
+    outcome          VARCHAR NOT NULL,
+    alpha            DOUBLE NOT NULL,
+    previous_weight  DOUBLE NOT NULL,
+    new_weight       DOUBLE NOT NULL,
+    aggressive       BOOLEAN NOT NULL,
+    ts               TIMESTAMPTZ NOT NULL,
+    outcome_event_id VARCHAR NOT NULL,
+    step             BIGINT NOT NULL,
+    misleading       BOOLEAN NOT NULL,
+    PRIMARY KEY (id, session_id)
+);
+
+-- Graph entities (edges) seen in >= 3 failed sessions and no accepted one, over the sessions
+-- selected, as misleading_observations. One column `id`: the entity id, or the edge as
+-- SOURCE|TARGET|RELATIONSHIP. Unnests session_diagnostics (no daily rollup: graph ids are few
+-- per session; on 10 million sessions, expect seconds, not tenths).
+CREATE OR REPLACE MACRO misleading_graph_entities(org_id := NULL, since := NULL) AS TABLE
+SELECT id
+FROM (
+    SELECT unnest(d.injected_graph_entity_ids) AS id, d.outcome
+    FROM session_diagnostics d
+    WHERE (org_id IS NULL OR d.org_id = org_id)
+      AND (since IS NULL OR d.ts >= CAST(since AS TIMESTAMPTZ))
+)
+GROUP BY id
+HAVING count(*) FILTER (WHERE outcome <> 'accepted') >= 3
+   AND count(*) FILTER (WHERE outcome = 'accepted') = 0
+ORDER BY count(*) DESC, id;
+
+CREATE OR REPLACE MACRO misleading_graph_edges(org_id := NULL, since := NULL) AS TABLE
+SELECT id
+FROM (
+    SELECT unnest(d.injected_graph_edge_keys) AS id, d.outcome
+    FROM session_diagnostics d
+    WHERE (org_id IS NULL OR d.org_id = org_id)
+      AND (since IS NULL OR d.ts >= CAST(since AS TIMESTAMPTZ))
+)
+GROUP BY id
+HAVING count(*) FILTER (WHERE outcome <> 'accepted') >= 3
+   AND count(*) FILTER (WHERE outcome = 'accepted') = 0
+ORDER BY count(*) DESC, id;
 
 -- Per (org, UTC day, observation): sessions that injected it, failed and accepted. Kept
 -- by the sink in the same transaction as session_diagnostics (see

@@ -143,7 +143,25 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--org", help="only sessions of this org_id")
     q.add_argument("--since", help="only sessions whose outcome is at or after this time")
     q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
-    q = question("observation-stats", "how often one observation was used and ignored")
+    q.add_argument(
+        "--graph",
+        action="store_true",
+        help="the knowledge graph's misleading entities and edges (SOURCE|TARGET|RELATIONSHIP) "
+        "instead of observations",
+    )
+    q = question(
+        "unused-memories",
+        "dead weight: memories judged in at least N turns and used in none, with their "
+        "strength and last injection (what a consolidation job would prune or demote)",
+    )
+    q.add_argument("--min-injections", type=int, default=5, metavar="N",
+                   help="judged (session, turn) pairs at least (default 5)")  # fmt: skip
+    q.add_argument("--since", help="only turns at or after this time")
+    q.add_argument("--limit", type=int, default=100, help="most rows (default 100)")
+    q = question(
+        "observation-stats",
+        "how often one observation was used and ignored, its weight and its strength",
+    )
     q.add_argument("observation_id", metavar="OBS_ID")
     q = question("observation-history", "one observation's verdicts, most recent first")
     q.add_argument("observation_id", metavar="OBS_ID")

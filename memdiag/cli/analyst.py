@@ -32,6 +32,10 @@ def _filters(args: argparse.Namespace) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def _since(args: argparse.Namespace) -> str:
+    return f" since {args.since}" if args.since else ""
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from memdiag.analytics import queries
 
@@ -52,6 +56,13 @@ def cmd_query(args: argparse.Namespace) -> int:
             result = queries.failure_distribution(con, args.org, args.project, since)
         elif args.question == "pipeline-health":
             result = queries.pipeline_health(con, args.agent)
+        elif args.question == "unused-memories":
+            if args.min_injections < 1:
+                err.print("[red]error:[/red] --min-injections must be at least 1")
+                return 2
+            result = queries.unused_memories(con, args.min_injections, since, args.limit)
+        elif args.graph:
+            result = queries.misleading_graph(con, args.org, since, args.limit)
         else:
             result = queries.misleading(con, args.org, since, args.limit)
     finally:
@@ -82,6 +93,26 @@ def cmd_query(args: argparse.Namespace) -> int:
                     ],
                 )
             )
+    elif args.question == "unused-memories":
+        if not result:
+            err.print(f"no memory judged in {args.min_injections}+ turns{_since(args)} went "
+                      "unused in all of them")  # fmt: skip
+        else:
+            out.print(
+                rich_table(
+                    f"memories judged in {args.min_injections}+ turns{_since(args)}, used in "
+                    f"none: {len(result)}",
+                    result,
+                    [
+                        "observation_id",
+                        "judged_turns",
+                        "sessions",
+                        "strength",
+                        "weight",
+                        "last_injected_at",
+                    ],  # fmt: skip
+                )
+            )
     elif args.question == "failure-distribution":
         total = sum(r["sessions"] for r in result)
         for r in result:
@@ -93,6 +124,18 @@ def cmd_query(args: argparse.Namespace) -> int:
                 ["failure_category", "sessions", "share"],
             )
         )
+    elif args.graph:
+        if not result:
+            out.print(f"no misleading graph entities or edges{_filters(args)}")
+        else:
+            out.print(
+                rich_table(
+                    f"misleading graph entities and edges{_filters(args)}: "
+                    "in >= 3 failed sessions, no accepted one",
+                    result,
+                    ["kind", "id", "failed_sessions", "accepted_sessions", "weight"],
+                )
+            )
     else:
         if not result:
             out.print(f"no misleading observations{_filters(args)}")

@@ -101,7 +101,7 @@ def print_explanation(ex: dict[str, Any]) -> None:
                     "",
                     f"  {escape(m['observation_id'])}",
                     f"[{colour}]{m['signal']}[/{colour}] {m['match_ratio']:.2f} "
-                    f"({m['matched_count']} of {m['keyword_count']} keywords)",
+                    f"({m['matched_count']} of {m['keyword_count']} keywords)" + _strength_step(m),
                 )
         else:
             oc = item["outcome"]
@@ -142,7 +142,8 @@ def print_explanation(ex: dict[str, Any]) -> None:
             title_justify="left",
             show_edge=False,
         )
-        for col in ("memory", "misleading", "weight before", "after", "alpha", "now"):
+        for col in ("memory", "misleading", "weight before", "after", "alpha", "now",
+                    "strength now"):  # fmt: skip
             w.add_column(col, justify="left" if col in ("memory", "misleading") else "right")
         for r in ex["weights"]:
             mis = "[red bold]yes[/red bold]" if r["misleading"] else "no"
@@ -155,5 +156,13 @@ def print_explanation(ex: dict[str, Any]) -> None:
                 f"{r['new_weight']:.3f}",
                 f"{r['alpha']:g}" + (" (doubled)" if r["aggressive"] else ""),
                 "—" if r["weight_now"] is None else f"{r['weight_now']:.3f}",
+                "—" if r.get("strength_now") is None else f"{r['strength_now']:.3f}",
             )
         out.print(w)
+
+
+def _strength_step(m: dict[str, Any]) -> str:
+    """A verdict's strength step, when the owner's has reached DuckDB."""
+    if m.get("strength") is None:
+        return ""
+    return f" [dim]strength {m['previous_strength']:.3f} → {m['strength']:.3f}[/dim]"

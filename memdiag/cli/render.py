@@ -114,6 +114,10 @@ def print_observation_stats(r: dict[str, Any]) -> None:
             "sessions failed / accepted", f"{r['failed_sessions']} / {r['accepted_sessions']}"
         )
         table.add_row("misleading", "yes" if r["misleading"] else "no")
+    if r.get("strength") is not None:
+        table.add_row(
+            "strength", f"{r['strength']:.3f} (after {r['strength_steps']:,} judged turns)"
+        )
     out.print(table)
     if not judged:
         err.print(

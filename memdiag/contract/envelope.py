@@ -57,6 +57,8 @@ class Output:
     verdicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: keyed by observation id: weight updates for the memory system (``weights`` topic)
     weights: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: keyed ``entity:ID`` or ``edge:S|T|R``: graph weight updates (``graph_weights`` topic)
+    graph_weights: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: internal, (partition, span records) for the trace stage: the records of the traces
     #: that live on that partition, one message each (or several, to keep them small)
     traces: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
@@ -81,6 +83,9 @@ class Output:
 
     def weight(self, key: str, record: dict[str, Any]) -> None:
         self.weights.setdefault(key, []).append(record)
+
+    def graph_weight(self, key: str, record: dict[str, Any]) -> None:
+        self.graph_weights.setdefault(key, []).append(record)
 
     def count(self, name: str, n: int = 1, at_us: int = 0, **attributes: str) -> None:
         """Add ``n`` to a counter; ``at_us``: the event time it belongs to, if known, so the

@@ -55,6 +55,9 @@ class Judged:
     ts_us: int  # the later of the two halves
     scope: int  # the response's scope (its fields fall back to the injection's)
     fallback_scope: int
+    #: the event id of the later half (equal ts: the larger id): the turn's place among the
+    #: observation's verdicts (its strength, memdiag.streams.rules.strength)
+    tie: str = ""
 
 
 #: (observation id, its verdict before (None: first one), its verdict now)
@@ -117,11 +120,13 @@ class Turn:
         content = self.contents[obs_id]
         if response is None:
             return
+        later = max(response.order, content.order)
         judged = Judged(
             judge_keywords(content.words, response.words),
-            max(response.ts_us, content.ts_us),
+            later[0],
             response.scope,
             content.scope,
+            later[1],
         )
         before = self.judged.get(obs_id)
         if before != judged:

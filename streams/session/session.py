@@ -72,6 +72,7 @@ from memdiag.streams.session.rows import (
     count_verdict,
     diagnostic_row,
     feedback_row,
+    retracted_row,
     search_row,
 )
 from memdiag.streams.session.span_turns import SpanTurns
@@ -278,13 +279,18 @@ class Session(SpanTurns):
                 new_obs.append(obs_id)
             if first is None or (ts, eid, pos) < first:
                 self._observations[obs_id] = (ts, eid, pos)
+        new_graph = []
         for pos, entity in enumerate(rec.entity_ids):
-            _first_seen(self._entities, entity, (ts, eid, pos))
+            if _first_seen(self._entities, entity, (ts, eid, pos)):
+                new_graph.append(entity_key(entity))
         for pos, edge in enumerate(rec.edges):
-            _first_seen(self._edges, tuple(edge), (ts, eid, pos))
+            if _first_seen(self._edges, tuple(edge), (ts, eid, pos)):
+                new_graph.append(edge_key(*edge))
         self._turn_changed(rec.turn_id, turn, changes, out)
         if out is not None and self.outcome_seq is not None and new_obs:
             self._send_steps(new_obs, out)
+        if out is not None and self.outcome_seq is not None and new_graph:
+            self._send_steps(new_graph, out, graph=True)
         self._send_diagnostic(out)
 
     def _response(self, rec: ResponseRec, out: Output | None) -> None:
@@ -313,6 +319,7 @@ class Session(SpanTurns):
             return
         self._count_outcome(rec, out)
         self._send_steps(list(self._observations), out)
+        self._send_steps(self._graph_keys(), out, graph=True)
         self._send_diagnostic(out)
 
     def _count_outcome(self, rec: OutcomeRec, out: Output) -> None:
@@ -341,8 +348,7 @@ class Session(SpanTurns):
             counts[0] += 1
             counts[1] += now.feedback.signal == USED
             if out is not None:
-                out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
-                count_verdict(out, before, now)
+                self._verdict_changed(turn_id, obs_id, before, now, out)
 
     def _count_unmatched(self, out: Output | None) -> None:
         """Count (once) each half whose partner has not come within the turn TTL of the
@@ -439,15 +445,20 @@ class Session(SpanTurns):
         out.diagnostic(self.session_id, self.diagnostic())
         return True
 
-    def _send_steps(self, obs_ids: list[str], out: Output) -> None:
-        """One step per observation for its owner: this session, with its last outcome
-        (its ``ts`` and ``event_id`` say which of two outcomes is the newer; a revision of
-        an outcome from spans is the same outcome)."""
+    def _graph_keys(self) -> list[str]:
+        """The graph entities and edges injected in the session, as their owners know them."""
+        return [entity_key(e) for e in self._entities] + [edge_key(*e) for e in self._edges]
+
+    def _send_steps(self, obs_ids: list[str], out: Output, graph: bool = False) -> None:
+        """One step per observation (``graph``: per graph entity or edge key) for its owner:
+        this session, with its last outcome (its ``ts`` and ``event_id`` say which of two
+        outcomes is the newer; a revision of an outcome from spans is the same outcome)."""
         rec = self._last_outcome()
         for obs_id in obs_ids:
             out.step(
                 obs_id,
                 {
+                    **({"type": "graph"} if graph else {}),
                     "observation_id": obs_id,
                     "session_id": self.session_id,
                     "outcome_event_id": rec.event_id,
@@ -461,6 +472,24 @@ class Session(SpanTurns):
     def _search_row(self, rec: SearchRec, verdict: Verdict | None) -> dict[str, Any]:
         return search_row(self.session_id, rec, verdict, self.scopes[rec.scope])
 
+    def _verdict_changed(
+        self, turn_id: str, obs_id: str, before: Judged | None, now: Judged | None, out: Output
+    ) -> None:
+        """A verdict of the session changed from ``before`` (None: new) to ``now`` (None:
+        taken back): its row, its counts, and its step for the observation's owner (its
+        strength, :mod:`memdiag.streams.rules.strength`)."""
+        sid = self.session_id
+        if now is None:
+            out.diagnostic(sid, retracted_row(sid, turn_id, obs_id))
+        else:
+            out.diagnostic(sid, self._feedback_row(turn_id, obs_id, now))
+        count_verdict(out, before, now)
+        step: dict[str, Any] = {"type": "verdict", "observation_id": obs_id, "session_id": sid,
+                                "turn_id": turn_id, "used": None}  # fmt: skip
+        if now is not None:
+            step.update(used=now.feedback.signal == USED, ts_us=now.ts_us, tie=now.tie)
+        out.step(obs_id, step)
+
     def _feedback_row(self, turn_id: str, obs_id: str, judged: Judged) -> dict[str, Any]:
         scopes = self.scopes
         return feedback_row(self.session_id, turn_id, obs_id, judged, scopes[judged.scope],
@@ -472,10 +501,23 @@ def _order(rec: LogRecord) -> tuple[int, str]:
     return (rec.ts, rec.event_id)
 
 
-def _first_seen(index: dict[Any, FirstSeen], key: Any, at: FirstSeen) -> None:
+def _first_seen(index: dict[Any, FirstSeen], key: Any, at: FirstSeen) -> bool:
+    """Keep ``at`` if it is the key's first appearance in event time; True if the key is new."""
     first = index.get(key)
     if first is None or at < first:
         index[key] = at
+    return first is None
+
+
+def entity_key(entity_id: str) -> str:
+    """A graph entity as ``graph_weights`` keys it (contract section 10)."""
+    return f"entity:{entity_id}"
+
+
+def edge_key(source: str, target: str, relationship: str) -> str:
+    """A graph edge as ``graph_weights`` keys it: ``edge:SOURCE|TARGET|RELATIONSHIP`` (an
+    edge field never holds ``|``: the injection schema refuses it)."""
+    return f"edge:{source}|{target}|{relationship}"
 
 
 def _in_first_seen_order(index: dict[Any, FirstSeen]) -> list[Any]:

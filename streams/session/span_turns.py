@@ -29,7 +29,6 @@ from memdiag.streams.session.records import (
     SpanRetrievalRec,
     SpanTurnRec,
 )
-from memdiag.streams.session.rows import count_verdict, retracted_row
 
 if TYPE_CHECKING:
     from memdiag.streams.rules.turns import Change, Turn
@@ -64,7 +63,8 @@ class SpanTurns:
                           out: Output | None) -> None: ...  # fmt: skip
         def _send_steps(self, obs_ids: list[str], out: Output) -> None: ...
         def _send_diagnostic(self, out: Output | None, force: bool = False) -> None: ...
-        def _feedback_row(self, turn_id: str, obs_id: str, judged: Any) -> dict[str, Any]: ...
+        def _verdict_changed(self, turn_id: str, obs_id: str, before: Any, now: Any,
+                             out: Output) -> None: ...  # fmt: skip
 
     def _init_spans(self) -> None:
         self._span_retrievals: list[SpanKey] = []
@@ -202,8 +202,7 @@ class SpanTurns:
             for obs_id, now in turn.judged.items():
                 before = judged.pop((turn_id, obs_id), None)
                 if before != now:
-                    out.diagnostic(self.session_id, self._feedback_row(turn_id, obs_id, now))
-                    count_verdict(out, before, now)
+                    self._verdict_changed(turn_id, obs_id, before, now, out)
             if turn.unjudged and turn_id not in unjudged:
                 turn_rec: Any = self.records[self._seq_of[turn_id]]
                 out.count(UNJUDGED_TURNS, at_us=turn_rec.end,
@@ -213,8 +212,7 @@ class SpanTurns:
                 # the replay marked it (sending nothing): count it, once, as _apply would
                 out.count(UNMATCHED_TURNS, at_us=self.clock, half=half)
         for (turn_id, obs_id), before in judged.items():  # judged before, no longer in its turn
-            out.diagnostic(self.session_id, retracted_row(self.session_id, turn_id, obs_id))
-            count_verdict(out, before, None)
+            self._verdict_changed(turn_id, obs_id, before, None, out)
         if self.outcome_seq is not None:
             self._send_steps([o for o in self._observations if o not in observations], out)
         self._send_diagnostic(out, force=True)

@@ -17,6 +17,17 @@ in outcome order) and sends:
 
 Every answer carries the ledger's ``version``, so whoever keeps answers keeps the newest,
 whatever order they arrive in. State key: ``o:<observation_id>``.
+
+Graph entities and edges injected in a session take the same steps (the same ledger, the
+same alphas, doubled once misleading; state key ``g:entity:ID`` or ``g:edge:S|T|R``): their
+weights go to ``graph_weights``, keyed ``entity:ID`` or ``edge:S|T|R``; no session waits for
+an answer about them.
+
+The session stage also sends the owner each change of a *verdict* (used or ignored in one
+turn, or taken back): the owner keeps the observation's
+:class:`memdiag.streams.rules.strength.Strength` (state key ``os:<observation_id>``) and sends
+every strength step whose values changed to ``weights`` as ``"kind": "strength"`` (and a
+retraction for a step taken back).
 """
 
 from __future__ import annotations
@@ -31,8 +42,11 @@ from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
 from memdiag.streams.lru import remember
 from memdiag.streams.rules.ledger import Entry, Ledger, Step
+from memdiag.streams.rules.strength import Strength, StrengthStep, Verdict
 
 PREFIX = "o:"
+GRAPH_PREFIX = "g:"  # a graph entity's or edge's ledger: g:entity:ID, g:edge:S|T|R
+STRENGTH_PREFIX = "os:"  # (sessions are "s:")
 
 
 class ObservationStage:
@@ -45,24 +59,28 @@ class ObservationStage:
     def __init__(self, settings: Settings):
         self._alpha_success = settings.alpha_success
         self._alpha_failure = settings.alpha_failure
-        # observation id -> its ledger as last written: current until the runner resets the
-        # stage (a checkpoint rolled back, partitions moved)
+        self._alpha_used = settings.alpha_used
+        self._alpha_ignored = settings.alpha_ignored
+        # observation id -> its ledger (its strength) as last written: current until the
+        # runner resets the stage (a checkpoint rolled back, partitions moved)
         self._cache: dict[str, Ledger] = {}
+        self._strengths: dict[str, Strength] = {}
 
     def reset(self) -> None:
         self._cache.clear()
+        self._strengths.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         try:
             return self._process(msgs, store)
         except BaseException:
-            self._cache.clear()  # a ledger may have changed and not been written
+            self.reset()  # a ledger may have changed and not been written
             raise
 
-    def _load(self, obs_id: str, partition: int, store: StateStore) -> Ledger:
-        ledger = self._cache.get(obs_id)
+    def _load(self, state_key: str, partition: int, store: StateStore) -> Ledger:
+        ledger = self._cache.get(state_key)
         if ledger is None:
-            raw = store.get(PREFIX + obs_id, partition)
+            raw = store.get(state_key, partition)
             ledger = Ledger.from_state(
                 orjson.loads(raw) if raw is not None else None,
                 self._alpha_success,
@@ -70,20 +88,40 @@ class ObservationStage:
             )
         return ledger
 
+    def _load_strength(self, obs_id: str, partition: int, store: StateStore) -> Strength:
+        strength = self._strengths.get(obs_id)
+        if strength is None:
+            raw = store.get(STRENGTH_PREFIX + obs_id, partition)
+            strength = Strength.from_state(
+                orjson.loads(raw) if raw is not None else None,
+                self._alpha_used,
+                self._alpha_ignored,
+            )
+        return strength
+
     def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
-        ledgers: dict[str, tuple[Ledger, int, bool]] = {}  # id -> (ledger, partition, changed)
+        # state key (o:ID, g:KEY) -> (ledger, partition, changed)
+        ledgers: dict[str, tuple[Ledger, int, bool]] = {}
+        strengths: dict[str, tuple[Strength, int, bool]] = {}
         # the weight records of this batch, the newest per (observation, session): a step
-        # that changes twice in one batch is sent once, with its last values
-        weights: dict[str, dict[str, dict[str, Any]]] = {}
+        # that changes twice in one batch is sent once, with its last values; the same for
+        # strength steps, per (observation, session, turn)
+        weights: dict[str, dict[Any, dict[str, Any]]] = {}
         for msg in msgs:
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
             for rec in _records(msg):
                 obs_id = rec["observation_id"]
-                known = ledgers.get(obs_id)
+                kind = rec.get("type")
+                if kind == "verdict":
+                    self._verdict(rec, msg.partition, store, strengths, weights, out)
+                    continue
+                graph = kind == "graph"  # a graph entity or edge: obs_id is its key
+                state_key = (GRAPH_PREFIX if graph else PREFIX) + obs_id
+                known = ledgers.get(state_key)
                 if known is None:
-                    known = (self._load(obs_id, msg.partition, store), msg.partition, False)
+                    known = (self._load(state_key, msg.partition, store), msg.partition, False)
                 ledger = known[0]
                 entry = Entry(
                     rec["ts_us"],
@@ -92,9 +130,14 @@ class ObservationStage:
                     rec["outcome"],
                 )
                 change = ledger.apply(entry)
-                ledgers[obs_id] = (ledger, msg.partition, known[2] or change.fresh)
+                ledgers[state_key] = (ledger, msg.partition, known[2] or change.fresh)
                 if change.late:
                     out.count(LATE_EVENTS, at_us=entry.ts_us, reason=LATE_OBSERVATION_WINDOW)
+                if graph:  # its weights for the memory system; no session waits for it
+                    for step in change.steps:
+                        out.graph_weight(obs_id, weight_record(obs_id, step, ledger, graph=True))
+                    out.ts_us = max(out.ts_us, entry.ts_us)
+                    continue
                 if change.steps:
                     sent = weights.setdefault(obs_id, {})
                     for step in change.steps:
@@ -117,20 +160,67 @@ class ObservationStage:
         for obs_id, sent in weights.items():
             for record in sent.values():
                 out.weight(obs_id, record)
-        for obs_id, (ledger, partition, changed) in ledgers.items():
+        for state_key, (ledger, partition, changed) in ledgers.items():
             if changed:
-                store.put(PREFIX + obs_id, orjson.dumps(ledger.to_state()), partition)
-            remember(self._cache, obs_id, ledger, self.CACHE_SIZE)
+                store.put(state_key, orjson.dumps(ledger.to_state()), partition)
+            remember(self._cache, state_key, ledger, self.CACHE_SIZE)
+        for obs_id, (strength, partition, changed) in strengths.items():
+            if changed:
+                store.put(STRENGTH_PREFIX + obs_id, orjson.dumps(strength.to_state()), partition)
+            remember(self._strengths, obs_id, strength, self.CACHE_SIZE)
         return out
 
+    def _verdict(
+        self,
+        rec: dict[str, Any],
+        partition: int,
+        store: StateStore,
+        strengths: dict[str, tuple[Strength, int, bool]],
+        weights: dict[str, dict[Any, dict[str, Any]]],
+        out: Output,
+    ) -> None:
+        """A verdict of one turn changed (or was taken back): the strength steps it moves."""
+        obs_id = rec["observation_id"]
+        known = strengths.get(obs_id)
+        if known is None:
+            known = (self._load_strength(obs_id, partition, store), partition, False)
+        strength = known[0]
+        key = (rec["session_id"], rec["turn_id"])
+        used = rec.get("used")
+        verdict = None if used is None else Verdict(rec["ts_us"], rec["tie"], *key, used)
+        change = strength.apply(key, verdict)
+        strengths[obs_id] = (strength, partition, known[2] or change.fresh)
+        if change.late and verdict is not None:
+            out.count(LATE_EVENTS, at_us=verdict.ts_us, reason=LATE_OBSERVATION_WINDOW)
+        if not change.fresh:
+            return
+        sent = weights.setdefault(obs_id, {})
+        for step in change.steps:
+            sent.pop(("s", *step.key), None)  # the newest goes last
+            sent[("s", *step.key)] = strength_record(obs_id, step, strength)
+        for gone in change.retracted:
+            sent.pop(("s", *gone), None)
+            sent[("s", *gone)] = strength_retracted(obs_id, gone, strength)
 
-def weight_record(obs_id: str, step: Step, ledger: Ledger) -> dict[str, Any]:
+
+def weight_record(obs_id: str, step: Step, ledger: Ledger, graph: bool = False) -> dict[str, Any]:
     """One step, for the memory system and the history table. ``current_*`` is the
-    observation's state after its newest step (what to apply); ``version`` orders them."""
+    observation's state after its newest step (what to apply); ``version`` orders them.
+    ``graph``: the step of a graph entity or edge (``obs_id`` is its key, ``entity:ID`` or
+    ``edge:S|T|R``), for ``graph_weights``."""
     current = ledger.current or step
+    head: dict[str, Any] = (
+        {
+            "kind": "graph_weight",
+            "id": obs_id,
+            "graph_kind": obs_id.split(":", 1)[0],
+            "graph_id": obs_id.split(":", 1)[1],
+        }  # fmt: skip
+        if graph
+        else {"kind": "observation_weight", "observation_id": obs_id}
+    )
     return {
-        "kind": "observation_weight",
-        "observation_id": obs_id,
+        **head,
         "session_id": step.session_id,
         "outcome_event_id": step.outcome_event_id,
         "outcome": step.outcome,
@@ -150,6 +240,48 @@ def weight_record(obs_id: str, step: Step, ledger: Ledger) -> dict[str, Any]:
         "current_accepted_sessions": current.accepted_sessions,
         "current_misleading": current.misleading,
         "updated_at": format_ts(current.ts_us),
+    }
+
+
+def _strength_current(strength: Strength) -> dict[str, Any]:
+    """The observation's strength after its newest step: what the memory system applies."""
+    steps = strength.steps
+    return {
+        "version": strength.version,
+        "current_strength": strength.current,
+        "current_step": strength.judged_turns,
+        "current_used_turns": strength.used_turns,
+        "updated_at": format_ts(steps[-1].ts_us) if steps else None,
+    }
+
+
+def strength_record(obs_id: str, step: StrengthStep, strength: Strength) -> dict[str, Any]:
+    """One strength step, for the memory system and the history table."""
+    return {
+        "kind": "strength",
+        "observation_id": obs_id,
+        "session_id": step.session_id,
+        "turn_id": step.turn_id,
+        "signal": "used" if step.used else "ignored",
+        "alpha": step.alpha,
+        "previous_strength": step.previous,
+        "strength": step.strength,
+        "step": step.position,
+        "ts": format_ts(step.ts_us),
+        **_strength_current(strength),
+    }
+
+
+def strength_retracted(obs_id: str, key: tuple[str, str], strength: Strength) -> dict[str, Any]:
+    """A strength step taken back (its verdict was): the sink deletes its history row; the
+    current value is the observation's after its newest remaining step."""
+    return {
+        "kind": "strength",
+        "observation_id": obs_id,
+        "session_id": key[0],
+        "turn_id": key[1],
+        "retracted": True,
+        **_strength_current(strength),
     }
 
 

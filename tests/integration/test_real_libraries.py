@@ -74,8 +74,13 @@ def test_spans_of_real_libraries_give_what_their_agents_did(text_pipeline: Pipel
         )
         want_searches = sorted(
             (
-                (s["session_id"], s["query"], s["source"], len(s["result_ids"]),
-                 bool(s["followup"]))  # fmt: skip
+                (
+                    s["session_id"],
+                    s["query"],
+                    s["source"],
+                    len(s["result_ids"]),
+                    bool(s["followup"]),
+                )  # fmt: skip
                 for s in want["searches"]["list"]
             ),
             key=lambda s: (s[0], [x["query"] for x in want["searches"]["list"]].index(s[1])),
@@ -107,9 +112,17 @@ def test_spans_of_real_libraries_give_what_their_agents_did(text_pipeline: Pipel
             "ORDER BY session_id"
         )
         assert [d[0] for d in diagnostics] == sessions, name
-        for sid, outcome, category, injected, ignored, searches, followups, tools, errors in (
-            diagnostics
-        ):
+        for (
+            sid,
+            outcome,
+            category,
+            injected,
+            ignored,
+            searches,
+            followups,
+            tools,
+            errors,
+        ) in diagnostics:
             w = want["sessions"][sid]
             assert (outcome, category, injected, ignored, searches, followups) == (
                 w["outcome"], w["failure_category"], w["injected_observation_ids"],

@@ -152,7 +152,9 @@ def test_rollups_add_up_per_minute_of_event_time_and_ignore_their_own_output() -
     assert inc(1, "2026-11-23T10:00:00Z")["value"] == 1
     rec = {"type": "increment", "name": FOLLOWUPS, "value": 1, "attributes": {},
            "ts": "2026-11-21T09:30:02Z"}  # fmt: skip
-    assert r.process([InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store).counter_messages == []
+    assert (
+        r.process([InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store).counter_messages == []
+    )
     assert r.too_old == 1
     assert not any(k.endswith(str(parse_ts("2026-11-21T09:30:00Z"))) for k in store.data)
 
@@ -166,7 +168,9 @@ def test_rollups_kept_in_the_old_shape_carry_on() -> None:
     store.put(key, orjson.dumps({str(m): 7, str(m + MINUTE_US): 2}))
     rec = {"type": "increment", "name": FOLLOWUPS, "value": 1, "attributes": {},
            "ts": "2026-11-21T09:30:40Z"}  # fmt: skip
-    [(_, rollup)] = r.process([InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store).counter_messages
+    [(_, rollup)] = r.process(
+        [InMessage("c", 0, 0, b"k", orjson.dumps(rec), 0)], store
+    ).counter_messages
     assert rollup["value"] == 8
     assert orjson.loads(store.get(key)) == [m, m + MINUTE_US]
 

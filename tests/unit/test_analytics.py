@@ -26,7 +26,7 @@ from tests.unit.test_sessions import (
 
 
 def fill(sink: DuckDBSink, w: Worker) -> None:
-    sink.write([*w.records, *w.weights])
+    sink.write([*w.records, *w.weights, *w.strengths, *w.graph_weights])
 
 
 @pytest.fixture
@@ -323,3 +323,86 @@ def test_the_daily_rollup_gives_what_a_full_scan_gives(writes, cuts, since, org)
             con.execute(sql("rebuild_observation_outcome_days"))
             rebuilt = con.execute("SELECT * FROM observation_outcome_days ORDER BY ALL").fetchall()
         assert live == rebuilt
+
+
+def test_strength_and_unused_memories(db: DuckDBSink) -> None:
+    """A memory injected in 6 turns and never used is dead weight, with the strength its 6
+    ignored verdicts give; one used once is not; a verdict taken back takes its step back."""
+    w = Worker()
+    events = []
+    for i in range(6):
+        events += session(f"d{i}", "accepted", ["dead", "kept"], ts=f"2026-11-21T10:0{i}:00Z")
+    for e in events:  # "kept" says something of its own, quoted in the first session only
+        if e["kind"] == "injection":
+            e["observations"][1]["content"] = "rollback canary releases quickly"
+        if e["kind"] == "response" and e["session_id"] == "d0":
+            e["text"] = "we rollback canary releases quickly"
+    w.publish(events)
+    fill(db, w)
+    with con_of(db) as con:
+        unused = queries.unused_memories(con, min_injections=5)
+        assert [(u["observation_id"], u["judged_turns"], u["sessions"]) for u in unused] == [
+            ("dead", 6, 6)
+        ]
+        assert unused[0]["strength"] == pytest.approx(0.95**6)
+        assert queries.unused_memories(con, min_injections=7) == []
+        since = queries.parse_since("2026-11-21T10:03:00Z")
+        assert queries.unused_memories(con, min_injections=3, since=since)[0]["judged_turns"] == 3
+        stats = queries.observation_stats(con, "kept")
+        assert stats["strength_steps"] == 6
+        assert stats["strength"] == pytest.approx(0.95**5)  # used first (from 1.0), then 5 ignored
+        history = con.execute(
+            "SELECT session_id, signal, round(strength, 6) FROM observation_strength_history "
+            "WHERE observation_id = 'kept' ORDER BY step"
+        ).fetchall()
+        assert [h[:2] for h in history] == [("d0", "used")] + [
+            (f"d{i}", "ignored") for i in range(1, 6)
+        ]
+
+
+def test_graph_feedback_weights_and_misleading_graph(db: DuckDBSink) -> None:
+    """Injected entities and edges take the outcome steps observations take; an edge in 3+
+    failed sessions and no accepted one is misleading, whatever spelling named it."""
+    w = Worker()
+    events = []
+    spellings = [
+        {"source_id": "api", "target_id": "db", "relationship": "READS"},
+        {"sourceId": "api", "targetId": "db", "relationshipName": "READS"},
+        {"source_id": "api", "target_id": "db", "relationship_name": "READS"},
+        {
+            "sourceId": "api",
+            "target_id": "db",
+            "relationship": "READS",
+            "relationshipName": "READS",
+        },
+    ]
+    for i, edge in enumerate(spellings):
+        s = session(f"g{i}", "rejected", ["o"], ts=f"2026-11-21T10:0{i}:00Z")
+        s[0]["graph_entity_ids"] = ["api", "db"] if i else ["api"]
+        s[0]["graph_edge_keys"] = [edge]
+        for e in s:
+            e["org_id"] = "org_a"
+        events += s
+    ok = session("fine", "accepted", ["o"], ts="2026-11-21T11:00:00Z")
+    ok[0]["graph_entity_ids"] = ["db"]
+    w.publish([*events, *ok])
+    fill(db, w)
+    assert {r["id"] for r in w.graph_weights} == {"entity:api", "entity:db", "edge:api|db|READS"}
+    with con_of(db) as con:
+        graph = {r["id"]: r for r in queries.misleading_graph(con)}
+        assert set(graph) == {"api", "api|db|READS"}  # db was in an accepted session
+        assert graph["api|db|READS"]["kind"] == "edge" and graph["api"]["kind"] == "entity"
+        assert graph["api|db|READS"]["weight"] == pytest.approx(0.8 * 0.8 * 0.6 * 0.6)
+        assert (
+            con.execute("SELECT id FROM misleading_graph_edges(org_id := 'org_b')").fetchall() == []
+        )
+        since = "2026-11-21T10:02:00Z"
+        assert (
+            con.execute(f"SELECT id FROM misleading_graph_entities(since := '{since}')").fetchall()
+            == []
+        )
+        row = con.execute(
+            "SELECT kind, graph_id, step, failed_sessions, misleading FROM graph_weights "
+            "WHERE id = 'entity:db'"
+        ).fetchone()
+        assert row == ("entity", "db", 4, 3, False)

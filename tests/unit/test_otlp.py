@@ -240,7 +240,9 @@ def test_memdiag_source_viewer_marks_a_humans_search() -> None:
     rec, _ = read({**search, "memdiag.source": "viewer", "gen_ai.memory.records": records})
     assert rec["ids"] == ["m1"] and "docs" not in rec  # injects nothing: nothing kept for it
     rec, problem = read({**search, "memdiag.source": "human"})
-    assert problem is not None and problem.reason == BAD_VALUE and "memdiag.source" in problem.detail
+    assert (
+        problem is not None and problem.reason == BAD_VALUE and "memdiag.source" in problem.detail
+    )
     assert "role" not in rec  # a link
     rec, _ = read({"gen_ai.operation.name": "chat", "memdiag.source": "viewer"})
     assert "src" not in rec  # only searches have a source

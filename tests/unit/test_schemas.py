@@ -3,6 +3,7 @@ and the compiled fast validator agrees with the reference implementation."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from datetime import UTC, datetime
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 from memdiag.schemas import EVENT_KINDS, load_schema
 from memdiag.schemas.decode import Decoder, models_decoder, parse_ts
 from memdiag.schemas.models import (
+    EDGE_FIELD_PATTERN,
+    EDGE_FIELD_SPELLINGS,
     MODELS,
     TS_PATTERN,
     EdgeKey,
@@ -55,6 +58,8 @@ def test_the_example_events_validate() -> None:
 
 
 text = st.text(max_size=20)
+#: an edge key's fields: any text but '|', which separates them in the key (contract section 10)
+edge_text = st.text(st.characters(exclude_characters="|"), max_size=20)
 ident = st.text(min_size=1, max_size=40)
 opt = st.none() | ident
 ts = st.integers(min_value=0, max_value=4_102_444_800_000_000).map(format_ts)  # up to 2100
@@ -78,7 +83,8 @@ events = st.one_of(
         ),
         graph_entity_ids=idlist,
         graph_edge_keys=st.lists(
-            st.builds(EdgeKey, source_id=text, target_id=text, relationship=text), max_size=2
+            st.builds(EdgeKey, source_id=edge_text, target_id=edge_text, relationship=edge_text),
+            max_size=2,
         ).map(tuple),
     ),
     session_event(Response, turn_id=ident, text=text),
@@ -290,3 +296,160 @@ def test_a_failure_context_json_cannot_carry_is_a_dead_letter_with_what_to_do() 
     assert not decoded.accepted
     [rejected] = decoded.rejected
     assert rejected.reason == "bad_value" and "64 bits" in rejected.detail
+
+
+# -- graph edge keys: every spelling of each field, one canonical key (contract section 10) --
+
+INJECTION = {
+    "kind": "injection",
+    "event_id": "inj-1",
+    "ts": "2026-11-21T09:30:00Z",
+    "session_id": "s1",
+    "turn_id": "t1",
+    "observations": [{"id": "o1", "content": "c"}],
+}
+SPELLINGS = list(EDGE_FIELD_SPELLINGS.values())  # source, target, relationship
+CANONICAL = EdgeKey(source_id="node_a", target_id="node_b", relationship="DEPENDS_ON")
+
+
+def decode_edges(*edges: dict) -> tuple[str, str] | tuple[EdgeKey, ...]:
+    """The event's edge keys, as the decoder takes them, or (reason, detail) of its refusal;
+    the same verdict whole and in a batch, and through the models' slow path (a dict)."""
+    event = {**INJECTION, "graph_edge_keys": list(edges)}
+    decoder = Decoder(["injection"], "memdiag.events", 1 << 20)
+    one = decoder.decode(json.dumps(event).encode())
+    batch = decoder.decode(json.dumps([event]).encode())
+    assert [(r.reason, r.detail) for r in one.rejected] == [
+        (r.reason, r.detail) for r in batch.rejected
+    ]
+    if one.rejected:
+        assert not one.accepted
+        [rejected] = one.rejected
+        with pytest.raises(msgspec.ValidationError):
+            from_dict(event)
+        return rejected.reason, rejected.detail
+    [accepted] = one.accepted
+    assert [a.event for a in batch.accepted] == [accepted.event] == [from_dict(event)]
+    return accepted.event.graph_edge_keys  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("source", "target", "relationship"), list(itertools.product(*SPELLINGS)))
+def test_each_spelling_of_an_edge_decodes_to_the_one_canonical_key(
+    source: str, target: str, relationship: str
+) -> None:
+    edge = {source: "node_a", target: "node_b", relationship: "DEPENDS_ON"}
+    jsonschema.validate({**INJECTION, "graph_edge_keys": [edge]}, load_schema("injection"))
+    [key] = decode_edges(edge)
+    assert key == CANONICAL and hash(key) == hash(CANONICAL)
+    assert (key.source_id, key.target_id, key.relationship) == ("node_a", "node_b", "DEPENDS_ON")
+    # the other spellings are folded away: the key writes (and shows) the canonical names only
+    assert msgspec.json.decode(msgspec.json.encode(key)) == {
+        "source_id": "node_a", "target_id": "node_b", "relationship": "DEPENDS_ON"}  # fmt: skip
+    assert repr(key) == repr(CANONICAL)
+
+
+def test_spellings_of_one_field_that_agree_are_one_field() -> None:
+    edge = {"source_id": "node_a", "sourceId": "node_a", "targetId": "node_b",
+            "relationship": "DEPENDS_ON", "relationshipName": "DEPENDS_ON",
+            "relationship_name": "DEPENDS_ON", "extra": 1}  # fmt: skip
+    assert decode_edges(edge, {"sourceId": "x", "target_id": "y", "relationship_name": ""}) == (
+        CANONICAL, EdgeKey(source_id="x", target_id="y", relationship=""))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edge", "words"),
+    [
+        ({"source_id": "node_a", "sourceId": "node_z", "target_id": "b", "relationship": "r"},
+         ["source_id", "sourceId", "'node_a'", "'node_z'", "graph_edge_keys[0]"]),
+        ({"source_id": "a", "target_id": "node_b", "targetId": "", "relationship": "r"},
+         ["target_id", "targetId", "'node_b'", "''"]),
+        ({"source_id": "a", "target_id": "b", "relationshipName": "USES",
+          "relationship_name": "uses"},
+         ["relationshipName", "relationship_name", "'USES'", "'uses'"]),
+        ({"source_id": "a", "target_id": "b", "relationship": "r", "relationship_name": "r",
+          "relationshipName": "R"}, ["relationship", "relationshipName", "'r'", "'R'"]),
+    ],
+)  # fmt: skip
+def test_spellings_of_one_field_that_disagree_are_a_bad_value(edge: dict, words: list) -> None:
+    reason, detail = decode_edges(edge)
+    assert reason == "bad_value" and "disagree" in detail
+    for word in words:
+        assert word in detail, detail
+
+
+def test_a_disagreement_shows_long_values_truncated() -> None:
+    reason, detail = decode_edges(
+        {"sourceId": "a" * 5000, "source_id": "b" * 5000, "target_id": "t", "relationship": "r"}
+    )
+    assert reason == "bad_value" and "sourceId" in detail and "source_id" in detail
+    assert len(detail) < 500
+
+
+@pytest.mark.parametrize("spelling", sorted(itertools.chain(*SPELLINGS)))
+def test_a_bar_in_an_edge_field_is_a_bad_value(spelling: str) -> None:
+    edge = {"source_id": "a", "target_id": "b", "relationship": "r", spelling: "x|y"}
+    if spelling not in ("source_id", "target_id", "relationship"):
+        canonical = next(s[0] for s in SPELLINGS if spelling in s)
+        edge[canonical] = "x|y"  # the two spellings agree: the bar alone is the fault
+    reason, detail = decode_edges(edge)
+    assert reason == "bad_value"
+    assert "'x|y'" in detail and "'|'" in detail and "source|target|relationship" in detail
+
+
+def test_a_bar_in_an_entity_id_is_fine() -> None:
+    event = {**INJECTION, "graph_entity_ids": ["a|b"]}
+    decoded = Decoder(["injection"], "memdiag.events", 1 << 20).decode(json.dumps(event).encode())
+    assert not decoded.rejected and decoded.accepted[0].event.graph_entity_ids == ("a|b",)
+
+
+@pytest.mark.parametrize(
+    ("edge", "words"),
+    [
+        ({"target_id": "b", "relationship": "r"}, ["'source_id'", "'sourceId'"]),
+        ({"sourceId": "a", "relationship": "r"}, ["'target_id'", "'targetId'"]),
+        ({"sourceId": "a", "targetId": "b", "relation": "r"},
+         ["'relationship'", "'relationshipName'", "'relationship_name'"]),
+        ({}, ["'source_id'"]),
+    ],
+)  # fmt: skip
+def test_an_edge_field_in_no_spelling_is_a_missing_field(edge: dict, words: list) -> None:
+    reason, detail = decode_edges({"source_id": "a", "target_id": "b", "relationship": "r"}, edge)
+    assert reason == "missing_field" and "graph_edge_keys[1]" in detail
+    for word in words:
+        assert word in detail, detail
+
+
+@pytest.mark.parametrize("spelling", sorted(itertools.chain(*SPELLINGS)))
+@pytest.mark.parametrize("value", [None, 7, ["a"], {"a": "b"}, True])
+def test_an_edge_field_not_a_string_is_a_wrong_type(spelling: str, value) -> None:
+    edge = {"source_id": "a", "target_id": "b", "relationship": "r", spelling: value}
+    reason, detail = decode_edges(edge)
+    assert reason == "wrong_type" and f"graph_edge_keys[0].{spelling} must be a string" in detail
+
+
+def test_the_models_edge_key_has_the_schemas_spellings() -> None:
+    items = load_schema("injection")["properties"]["graph_edge_keys"]["items"]
+    fields = {f.encode_name for f in msgspec.inspect.type_info(EdgeKey).fields}
+    assert fields == set(items["properties"]) == set(itertools.chain(*SPELLINGS))
+    assert [tuple(a["required"][0] for a in rule["anyOf"]) for rule in items["allOf"]] == SPELLINGS
+    assert all(spec["type"] == "string" and spec["pattern"] == EDGE_FIELD_PATTERN
+               and spec["description"] for spec in items["properties"].values())  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(
+    st.tuples(edge_text, edge_text, edge_text),
+    st.tuples(*(st.sets(st.sampled_from(s), min_size=1) for s in SPELLINGS)),
+)
+def test_any_choice_of_spellings_is_the_same_canonical_key(values: tuple, chosen: tuple) -> None:
+    """Whichever spellings a producer picks for each field (one or several, agreeing), the
+    schema takes the edge and the decoder gives the one canonical key."""
+    edge = {spelling: value for value, names in zip(values, chosen, strict=True)
+            for spelling in sorted(names)}  # fmt: skip
+    assert jsonschema.Draft202012Validator(load_schema("injection")).is_valid(
+        {**INJECTION, "graph_edge_keys": [edge]}
+    )
+    source, target, relationship = values
+    assert decode_edges(edge) == (
+        EdgeKey(source_id=source, target_id=target, relationship=relationship),
+    )

@@ -14,6 +14,7 @@ def test_defaults_follow_the_contract() -> None:
         "memdiag.otlp_spans",
         "memdiag.diagnostics",
         "memdiag.weights",
+        "memdiag.graph_weights",
         "memdiag.counters",
         "memdiag.deadletter",
     )

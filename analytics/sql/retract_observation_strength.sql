@@ -1,0 +1,28 @@
+-- A strength step taken back (its verdict was: a late span moved the memory out of its turn,
+-- or the verdict moved before the owner's kept window): its history row goes; the current
+-- strength follows the record of the highest owner version, as for a step.
+DELETE FROM observation_strength_history
+USING batch
+WHERE observation_strength_history.observation_id = batch.observation_id
+  AND observation_strength_history.session_id = batch.session_id
+  AND observation_strength_history.turn_id = batch.turn_id;
+
+INSERT INTO observation_strength (observation_id, strength, updated_at, step, used_turns,
+                                  version)
+SELECT observation_id, arg_max(current_strength, version),
+       arg_max(CAST(updated_at AS TIMESTAMPTZ), version), arg_max(current_step, version),
+       arg_max(current_used_turns, version), max(version)
+FROM batch
+GROUP BY observation_id
+ON CONFLICT (observation_id) DO UPDATE SET
+    strength = EXCLUDED.strength,
+    updated_at = EXCLUDED.updated_at,
+    step = EXCLUDED.step,
+    used_turns = EXCLUDED.used_turns,
+    version = EXCLUDED.version
+WHERE EXCLUDED.version > observation_strength.version;
+
+-- no verdict of the observation stands any more: as if it was never judged (no row), which
+-- is what the same events give in order
+DELETE FROM observation_strength
+WHERE step = 0 AND observation_id IN (SELECT observation_id FROM batch);
