@@ -210,6 +210,26 @@ def _td(v: Any, linked: bool = False) -> str:
     return f'<td class="n">{text}</td>' if numeric else f"<td>{text}</td>"
 
 
+def _graph_misleading(graph: list[dict[str, Any]]) -> str:
+    """The knowledge graph's misleading entities and edges, under the memories'."""
+    if not graph:
+        return ""
+    table = _table(
+        graph,
+        [
+            ("kind", "graph"),
+            ("id", "entity, or edge source|target|relationship"),
+            ("failed_sessions", "failed sessions"),
+            ("weight", "weight now"),
+        ],  # fmt: skip
+    )
+    return (
+        "<h3>Knowledge graph</h3>" + table + "<p class=note>Entities and edges injected in 3 or "
+        "more failed sessions and no accepted one; their weights go to the memory system on "
+        "<code>memdiag.graph_weights</code> (<code>memdiag query misleading --graph</code>).</p>"
+    )
+
+
 def anchor(session_id: str) -> str:
     """A fragment id for a session: any session id, safe in a URL and an attribute."""
     return "session-" + hashlib.blake2b(session_id.encode("utf-8"), digest_size=8).hexdigest()
@@ -296,7 +316,7 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
             )
             if st["misleading"]["top"]
             else "<p>None: no memory is in 3 or more failed sessions and no accepted one.</p>",
-            "",
+            _graph_misleading(st["misleading"]["graph"]),
         ),
         (
             "Dead weight: memories never used",

@@ -57,6 +57,8 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
         "misleading": {
             "count": rows(con, "status_misleading_count")[0]["observations"],
             "top": misleading,
+            # the knowledge graph's: entities and edges (contract section 10)
+            "graph": rows(con, "misleading_graph", org_id=None, since=None, limit=top),
         },
         # dead weight: judged in UNUSED_MIN_INJECTIONS+ turns, used in none (query
         # unused-memories); the most judged first

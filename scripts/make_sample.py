@@ -10,8 +10,9 @@ memory that makes them fail, some never search. Two benchmark runs (a baseline a
 candidate with a better reranker) judge the same 150 questions twice each. Four agents'
 memory pipelines are shaped like the recall paper's table: one healthy, one whose indexer
 was orphaned partway (a migration), one never indexed, and one with repetitive episode names
-that its own name's probe rarely finds. A few deliberately bad lines show the dead-letter
-path.
+that its own name's probe rarely finds. The billing agent's knowledge graph holds one stale
+edge (svc_billing WRITES_TO ledger_v1) that misleads the sessions it is injected into. A few
+deliberately bad lines show the dead-letter path.
 """
 
 from __future__ import annotations
@@ -163,24 +164,35 @@ class Sample:
             if misled and turn == 0:
                 injected[stale_id] = stale_text
                 ids.insert(0, stale_id)
-            events.append(
-                {
-                    "kind": "injection",
-                    "event_id": self.event_id(),
-                    "ts": ts(t),
-                    **scope,
-                    "turn_id": f"t{turn + 1}",
-                    "observations": [{"id": o, "content": injected[o]} for o in ids],
-                    "graph_entity_ids": [f"node_{topic}_{r.randint(1, 5)}"],
-                    "graph_edge_keys": [
-                        {
-                            "source_id": f"node_{topic}_1",
-                            "target_id": f"node_{topic}_2",
-                            "relationship": "DEPENDS_ON",
-                        }
-                    ],
-                }
-            )
+            injection = {
+                "kind": "injection",
+                "event_id": self.event_id(),
+                "ts": ts(t),
+                **scope,
+                "turn_id": f"t{turn + 1}",
+                "observations": [{"id": o, "content": injected[o]} for o in ids],
+                "graph_entity_ids": [f"node_{topic}_{r.randint(1, 5)}"],
+                "graph_edge_keys": [
+                    {
+                        "source_id": f"node_{topic}_1",
+                        "target_id": f"node_{topic}_2",
+                        "relationship": "DEPENDS_ON",
+                    }
+                ],
+            }
+            if misled and turn == 0 and topic == "billing":
+                # the billing agent's knowledge graph still says invoices go to the legacy
+                # ledger (in the seed's spelling): every session it misleads fails, so the
+                # edge becomes misleading (memdiag query misleading --graph)
+                injection["graph_entity_ids"].append("ledger_v1")
+                injection["graph_edge_keys"].append(
+                    {
+                        "sourceId": "svc_billing",
+                        "targetId": "ledger_v1",
+                        "relationshipName": "WRITES_TO",
+                    }  # fmt: skip
+                )
+            events.append(injection)
             # the response relies on some memories (repeating much of their wording) and
             # mentions a few topic words of its own
             used = []

@@ -248,14 +248,19 @@ def print_status(st: dict[str, Any], db: str) -> None:
             c["failure_category"], f"{c['sessions']:,}", "█" * round(12 * c["sessions"] / most)
         )
 
-    mis = Table(
-        title=f"misleading memories: {st['misleading']['count']}", title_justify="left", box=None
-    )
+    graph = st["misleading"].get("graph", [])
+    title = f"misleading memories: {st['misleading']['count']}"
+    if graph:
+        title += f" (and {len(graph)} of the knowledge graph)"
+    mis = Table(title=title, title_justify="left", box=None)
     mis.add_column("observation")
     mis.add_column("failed", justify="right")
     mis.add_column("weight", justify="right")
     for m in st["misleading"]["top"]:
         mis.add_row(m["observation_id"], str(m["fail_count"]), _cell(m["weight"]))
+    for g in graph:  # the knowledge graph's, marked as such
+        mis.add_row(f"[dim]{g['kind']}[/dim] {g['id']}", str(g["failed_sessions"] or "—"),
+                    _cell(g["weight"]))  # fmt: skip
     out.print(Columns([cats, mis], padding=(0, 4)))
 
     runs = Table(title="benchmark runs (most recent first)", title_justify="left", box=None)

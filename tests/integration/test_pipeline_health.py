@@ -31,7 +31,9 @@ def expected(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _empty_session_tables() -> dict[str, Any]:
     return {k: {} for k in ("searches", "retrieval_feedback", "session_diagnostics",
-                            "observation_weight_history", "observation_weights")}  # fmt: skip
+                            "observation_weight_history", "observation_weights",
+                            "observation_strength", "observation_strength_history",
+                            "graph_weights", "graph_weight_history")}  # fmt: skip
 
 
 def got(p: Pipeline) -> dict[str, Any]:
