@@ -59,7 +59,7 @@ def test_the_example_events_validate() -> None:
 
 text = st.text(max_size=20)
 #: an edge key's fields: any text but '|', which separates them in the key (contract section 10)
-edge_text = st.text(st.characters(exclude_characters="|"), max_size=20)
+edge_text = st.text(st.characters(codec="utf-8", exclude_characters="|"), max_size=20)
 ident = st.text(min_size=1, max_size=40)
 opt = st.none() | ident
 ts = st.integers(min_value=0, max_value=4_102_444_800_000_000).map(format_ts)  # up to 2100
