@@ -11,7 +11,8 @@ candidate with a better reranker) judge the same 150 questions twice each. Four 
 memory pipelines are shaped like the recall paper's table: one healthy, one whose indexer
 was orphaned partway (a migration), one never indexed, and one with repetitive episode names
 that its own name's probe rarely finds. The billing agent's knowledge graph holds one stale
-edge (svc_billing WRITES_TO ledger_v1) that misleads the sessions it is injected into. A few
+edge (svc_billing WRITES_TO ledger_v1) that misleads the sessions it is injected into, and
+every deploy turn is injected a changelog memory no answer needs (dead weight). A few
 deliberately bad lines show the dead-letter path.
 """
 
@@ -180,6 +181,16 @@ class Sample:
                     }
                 ],
             }
+            if topic == "deploy":
+                # dead weight: injected into every deploy turn, never what an answer needs
+                # (memdiag query unused-memories)
+                injection["observations"].append(
+                    {
+                        "id": "obs_deploy_changelog",
+                        "content": "Changelog entries are archived quarterly alongside release "
+                        "notes.",
+                    }  # fmt: skip
+                )
             if misled and turn == 0 and topic == "billing":
                 # the billing agent's knowledge graph still says invoices go to the legacy
                 # ledger (in the seed's spelling): every session it misleads fails, so the

@@ -18,7 +18,7 @@ ON CONFLICT (observation_id, session_id, turn_id) DO UPDATE SET
 INSERT INTO observation_strength (observation_id, strength, updated_at, step, used_turns,
                                   version)
 SELECT observation_id, arg_max(current_strength, version),
-       arg_max(CAST(updated_at AS TIMESTAMPTZ), version), arg_max(current_step, version),
+       arg_max_null(CAST(updated_at AS TIMESTAMPTZ), version), arg_max(current_step, version),
        arg_max(current_used_turns, version), max(version)
 FROM batch
 GROUP BY observation_id

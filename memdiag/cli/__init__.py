@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     sink = add(
         "sink",
         "run the DuckDB sink (long-running) against MEMDIAG_BROKER",
-        "Consumes memdiag.diagnostics, memdiag.weights and memdiag.deadletter in batches "
+        "Consumes memdiag.diagnostics, memdiag.weights, memdiag.graph_weights and "
+        "memdiag.deadletter in batches "
         "and upserts them into DuckDB. It holds the file only while it writes a batch, so "
         "analysts can open it read-only in between.",
     )

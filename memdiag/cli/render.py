@@ -262,6 +262,20 @@ def print_status(st: dict[str, Any], db: str) -> None:
         mis.add_row(f"[dim]{g['kind']}[/dim] {g['id']}", str(g["failed_sessions"] or "—"),
                     _cell(g["weight"]))  # fmt: skip
     out.print(Columns([cats, mis], padding=(0, 4)))
+    unused = st.get("unused_memories") or {"top": []}
+    if unused["top"]:
+        unused_table = Table(
+            title=f"dead weight: judged in {unused['min_injections']}+ turns, used in none",
+            title_justify="left",
+            box=None,
+        )
+        for col in ("memory", "judged turns", "strength"):
+            unused_table.add_column(col, justify="left" if col == "memory" else "right")
+        for u in unused["top"]:
+            unused_table.add_row(
+                u["observation_id"], f"{u['judged_turns']:,}", _cell(u["strength"])
+            )
+        out.print(unused_table)
 
     runs = Table(title="benchmark runs (most recent first)", title_justify="left", box=None)
     for col in ("run", "accuracy", "reader fail", "retrieval fail", "unattributed", "judgements"):

@@ -18,6 +18,12 @@ It is not the outcome weight (:mod:`memdiag.streams.rules.ledger`): the weight m
 session, on whether the session failed; strength moves once per judged turn, on whether the
 response used the memory, whatever the session's outcome.
 
+Stale messages. The session stage sends each change of a verdict with ``seq``, the length of
+the session's log when it sent it: it only grows, and a replay sends the same. The owner keeps
+the newest ``seq`` per (session, turn), taken-back ones included, and ignores a lower one: a
+message a worker sent before it lost the partition, arriving after its successor's, changes
+nothing.
+
 Bounded state, as the ledger: the last :attr:`Strength.MAX_ENTRIES` verdicts in order, the
 older ones folded into a start (strength and counts). A verdict older than that start, arriving
 later, cannot be placed exactly: it is not applied, and the caller counts it
@@ -116,6 +122,7 @@ class Strength:
         folded: Folded | None = None,
         entries: list[Verdict] | None = None,
         version: int = 0,
+        seqs: dict[tuple[str, str], int] | None = None,
     ):
         self._alpha_used = alpha_used
         self._alpha_ignored = alpha_ignored
@@ -125,6 +132,8 @@ class Strength:
         self._orders = [e.order for e in self.entries]
         self._by_key = {e.key: e for e in self.entries}
         self.steps: list[StrengthStep] = []
+        #: (session, turn) -> the newest seq applied, for the kept verdicts and tombstones
+        self.seqs: dict[tuple[str, str], int] = dict(seqs or {})
         self._recompute(0)
 
     @property
@@ -139,18 +148,44 @@ class Strength:
     def used_turns(self) -> int:
         return self.steps[-1].used_turns if self.steps else self.folded.used_turns
 
-    def apply(self, key: tuple[str, str], verdict: Verdict | None) -> StrengthChange:
-        """The verdict of one (session, turn) is now ``verdict`` (None: taken back)."""
+    #: take-backs whose ``seq`` is kept (the newest ones): a stale verdict of their key must
+    #: not come back
+    MAX_TOMBSTONES = 256
+
+    def apply(
+        self,
+        key: tuple[str, str],
+        verdict: Verdict | None,
+        seq: int = 0,
+        taken_back: Order | None = None,
+    ) -> StrengthChange:
+        """The verdict of one (session, turn) is now ``verdict`` (None: taken back; then
+        ``taken_back`` is the order the verdict had), as the session knew it at ``seq``."""
+        known = self.seqs.get(key)
+        if known is not None and seq < known:
+            return StrengthChange()  # stale: sent before a message already applied
+        moved = known != seq
+        self.seqs[key] = seq
         existing = self._by_key.get(key)
+        if verdict is None:
+            self.seqs.pop(key)  # a tombstone: the newest last, the oldest dropped
+            self.seqs[key] = seq
+            if len(self.seqs) > len(self._by_key) + self.MAX_TOMBSTONES:
+                for old in [k for k in self.seqs if k not in self._by_key][:1]:
+                    del self.seqs[old]
         if existing == verdict:
-            return StrengthChange()  # the same again (a redelivery), or nothing to take back
+            boundary = self.folded.boundary
+            if (verdict is None and taken_back is not None and boundary is not None
+                    and taken_back <= boundary):  # fmt: skip
+                return StrengthChange(fresh=moved, late=True)  # folded in: cannot come out
+            # the same again (a redelivery), or nothing to take back; a newer seq is kept
+            return StrengthChange(fresh=moved)
         late = False
         boundary = self.folded.boundary
         if verdict is not None and boundary is not None and verdict.order <= boundary:
             if existing is None:
                 return StrengthChange(late=True)
             late, verdict = True, None  # moved before the folded start: its step taken back
-        before = {s.key: s for s in self.steps}
         start = len(self.entries)
         if existing is not None:
             start = bisect_left(self._orders, existing.order)
@@ -163,6 +198,7 @@ class Strength:
             self._orders.insert(at, verdict.order)
             self._by_key[key] = verdict
             start = min(start, at)
+        before = {s.key: s for s in self.steps[start:]}
         del self.steps[start:]
         self._recompute(start)
         self.version += 1
@@ -199,6 +235,7 @@ class Strength:
                              self.entries[excess - 1].order)  # fmt: skip
         for gone in self.entries[:excess]:
             del self._by_key[gone.key]
+            self.seqs.pop(gone.key, None)  # older than the start: refused as late anyway
         del self.entries[:excess]
         del self._orders[:excess]
         del self.steps[:excess]
@@ -216,6 +253,7 @@ class Strength:
                 None if f.boundary is None else list(f.boundary),
             ],
             [[e.ts_us, e.tie, e.session_id, e.turn_id, e.used] for e in self.entries],
+            [[k[0], k[1], v] for k, v in self.seqs.items()],
         ]
 
     @classmethod
@@ -224,7 +262,8 @@ class Strength:
     ) -> Strength:
         if not state:
             return cls(alpha_used, alpha_ignored)
-        version, f, entries = state
+        version, f, entries, *rest = state
+        seqs = {(k0, k1): v for k0, k1, v in rest[0]} if rest else {}
         boundary = None if f[3] is None else (f[3][0], f[3][1], f[3][2], f[3][3])
         return cls(
             alpha_used,
@@ -232,4 +271,5 @@ class Strength:
             Folded(f[0], f[1], f[2], boundary),
             [Verdict(*e) for e in entries],
             version,
+            seqs,
         )

@@ -484,10 +484,15 @@ class Session(SpanTurns):
         else:
             out.diagnostic(sid, self._feedback_row(turn_id, obs_id, now))
         count_verdict(out, before, now)
+        # seq: the log's length, which only grows and a replay repeats: the owner ignores a
+        # message older than one it applied (memdiag.streams.rules.strength, "Stale messages")
         step: dict[str, Any] = {"type": "verdict", "observation_id": obs_id, "session_id": sid,
-                                "turn_id": turn_id, "used": None}  # fmt: skip
+                                "turn_id": turn_id, "used": None,
+                                "seq": len(self.records)}  # fmt: skip
         if now is not None:
             step.update(used=now.feedback.signal == USED, ts_us=now.ts_us, tie=now.tie)
+        elif before is not None:  # where the step taken back was: folded in, it is late
+            step.update(was=[before.ts_us, before.tie])
         out.step(obs_id, step)
 
     def _feedback_row(self, turn_id: str, obs_id: str, judged: Judged) -> dict[str, Any]:

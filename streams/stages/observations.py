@@ -64,10 +64,12 @@ class ObservationStage:
         # observation id -> its ledger (its strength) as last written: current until the
         # runner resets the stage (a checkpoint rolled back, partitions moved)
         self._cache: dict[str, Ledger] = {}
+        self._graph_cache: dict[str, Ledger] = {}  # apart: graph traffic never evicts these
         self._strengths: dict[str, Strength] = {}
 
     def reset(self) -> None:
         self._cache.clear()
+        self._graph_cache.clear()
         self._strengths.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
@@ -77,8 +79,11 @@ class ObservationStage:
             self.reset()  # a ledger may have changed and not been written
             raise
 
+    def _cache_of(self, state_key: str) -> dict[str, Ledger]:
+        return self._graph_cache if state_key.startswith(GRAPH_PREFIX) else self._cache
+
     def _load(self, state_key: str, partition: int, store: StateStore) -> Ledger:
-        ledger = self._cache.get(state_key)
+        ledger = self._cache_of(state_key).get(state_key)
         if ledger is None:
             raw = store.get(state_key, partition)
             ledger = Ledger.from_state(
@@ -163,7 +168,7 @@ class ObservationStage:
         for state_key, (ledger, partition, changed) in ledgers.items():
             if changed:
                 store.put(state_key, orjson.dumps(ledger.to_state()), partition)
-            remember(self._cache, state_key, ledger, self.CACHE_SIZE)
+            remember(self._cache_of(state_key), state_key, ledger, self.CACHE_SIZE)
         for obs_id, (strength, partition, changed) in strengths.items():
             if changed:
                 store.put(STRENGTH_PREFIX + obs_id, orjson.dumps(strength.to_state()), partition)
@@ -188,11 +193,14 @@ class ObservationStage:
         key = (rec["session_id"], rec["turn_id"])
         used = rec.get("used")
         verdict = None if used is None else Verdict(rec["ts_us"], rec["tie"], *key, used)
-        change = strength.apply(key, verdict)
+        was = rec.get("was")
+        taken_back = None if was is None else (was[0], was[1], *key)
+        change = strength.apply(key, verdict, rec.get("seq", 0), taken_back)
         strengths[obs_id] = (strength, partition, known[2] or change.fresh)
-        if change.late and verdict is not None:
-            out.count(LATE_EVENTS, at_us=verdict.ts_us, reason=LATE_OBSERVATION_WINDOW)
-        if not change.fresh:
+        if change.late:
+            at = verdict.ts_us if verdict is not None else (was[0] if was else out.ts_us)
+            out.count(LATE_EVENTS, at_us=at, reason=LATE_OBSERVATION_WINDOW)
+        if not change.steps and not change.retracted:
             return
         sent = weights.setdefault(obs_id, {})
         for step in change.steps:

@@ -63,7 +63,21 @@ def test_a_verdict_taken_back_takes_its_step_back_and_a_changed_one_moves() -> N
     change = s.apply(("b", "t1"), Verdict(5, "w", "b", "t1", False))  # corrected, earlier
     assert change.retracted == [] and s.current == pytest.approx(0.95)
     assert not s.apply(("b", "t1"), Verdict(5, "w", "b", "t1", False)).fresh  # redelivered
-    assert not s.apply(("zz", "t"), None).fresh  # nothing to take back
+    nothing = s.apply(("zz", "t"), None)  # nothing to take back (its tombstone is kept)
+    assert nothing.steps == [] and nothing.retracted == [] and not nothing.late
+
+
+def test_a_message_older_than_one_applied_changes_nothing() -> None:
+    """A worker that lost the partition may deliver its verdict after its successor's
+    take-back: the lower seq loses, also through the state."""
+    s = Strength(A_USED, A_IGNORED)
+    key = ("a", "t1")
+    s.apply(key, Verdict(10, "x", *key, True), seq=3)
+    s.apply(key, None, seq=5, taken_back=(10, "x", *key))
+    s = Strength.from_state(s.to_state(), A_USED, A_IGNORED)
+    stale = s.apply(key, Verdict(10, "x", *key, True), seq=3)
+    assert not stale.fresh and s.steps == [] and s.current == START
+    assert s.apply(key, Verdict(12, "y", *key, False), seq=6).steps  # a newer one counts
 
 
 def test_a_verdict_older_than_the_folded_start_is_late() -> None:
@@ -76,6 +90,9 @@ def test_a_verdict_older_than_the_folded_start_is_late() -> None:
     kept = s.entries[0]
     change = s.apply(kept.key, Verdict(1, "e", kept.session_id, "t", kept.used))
     assert change.late and change.retracted == [kept.key]
+    # a verdict folded into the start cannot be taken back: late, and counted so
+    folded = s.apply(("s0", "t"), None, taken_back=(100, "e", "s0", "t"))
+    assert folded.late and folded.steps == [] and folded.retracted == []
 
 
 verdict_lists = st.lists(
@@ -104,11 +121,14 @@ def test_any_order_of_verdicts_corrections_and_take_backs_gives_the_in_order_ste
         per_key.setdefault(key, []).append(Verdict(ts, tie, *key, used))
         if rnd.random() < 0.2:
             per_key[key].append(None)  # taken back (maybe judged again after)
-    queues = {k: list(v) for k, v in per_key.items()}
+    queues = {k: list(enumerate(v)) for k, v in per_key.items()}
     s = Strength(A_USED, A_IGNORED)
     while queues:
         key = rnd.choice(sorted(queues))
-        s.apply(key, queues[key].pop(0))
+        seq, verdict = queues[key].pop(0)
+        s.apply(key, verdict, seq)
+        if rnd.random() < 0.2 and seq:  # a stale message arriving late: changes nothing
+            assert not s.apply(key, per_key[key][seq - 1], seq - 1).fresh
         if not queues[key]:
             del queues[key]
         if rnd.random() < 0.3:
