@@ -316,6 +316,13 @@ class SessionOutcome(SessionEventBase, frozen=True, kw_only=True, tag="session_o
     failure_context: Any = None
 
 
+#: a token count: an integer (1.0 is 1, as JSON Schema's ``integer``)
+TokenCount = (
+    Annotated[int, Meta(ge=0, le=9_223_372_036_854_775_807)]
+    | Annotated[float, Meta(ge=0, le=9_223_372_036_854_775_807)]
+)
+
+
 def _integral(value: int | float | None, name: str) -> int | None:
     """JSON Schema's ``integer`` takes 1.0 for 1: so does memdiag."""
     if isinstance(value, float):
@@ -337,13 +344,24 @@ class Judgement(Event, frozen=True, kw_only=True, tag="judgement"):
         | Annotated[float, Meta(ge=0, le=2_147_483_647)]
     ) = 0
     latency_ms: Annotated[float, Meta(ge=0)] = None  # type: ignore[assignment]
-    tokens: (
-        Annotated[int, Meta(ge=0, le=9_223_372_036_854_775_807)]
-        | Annotated[float, Meta(ge=0, le=9_223_372_036_854_775_807)]
-    ) = None  # type: ignore[assignment]
+    tokens: TokenCount = None  # type: ignore[assignment]
+    input_tokens: TokenCount = None  # type: ignore[assignment]
+    output_tokens: TokenCount = None  # type: ignore[assignment]
+    #: a graded score of the answer, 0 (wrong) to 1 (right)
+    score: Annotated[float, Meta(ge=0, le=1)] = None  # type: ignore[assignment]
+    duration_ms: Annotated[float, Meta(ge=0)] = None  # type: ignore[assignment]
+    # provenance: what makes a comparison reproducible (contract section 2)
+    run_group_id: Opt256 | None = None
+    suite_id: Opt256 | None = None
+    suite_version: Opt256 | None = None
+    suite_checksum: Opt256 | None = None
+    fixture_checksum: Opt256 | None = None
+    config_fingerprint: Opt256 | None = None
+    git_head: Opt256 | None = None
+    service_version: Opt256 | None = None
 
     def __post_init__(self) -> None:
-        for name in ("repeat_index", "tokens"):
+        for name in ("repeat_index", "tokens", "input_tokens", "output_tokens"):
             value = getattr(self, name)
             if isinstance(value, float):
                 msgspec.structs.force_setattr(self, name, _integral(value, name))

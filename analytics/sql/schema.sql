@@ -108,6 +108,20 @@ CREATE TABLE IF NOT EXISTS judgements (
     ingested_at           TIMESTAMPTZ,
     PRIMARY KEY (run_id, question_id, condition, repeat_index)
 );
+-- The graded score, the token split and the run's provenance (contract section 2): NULL where
+-- the judgement did not give them (and on rows written before memdiag read them).
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS input_tokens BIGINT;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS output_tokens BIGINT;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS score DOUBLE;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS duration_ms DOUBLE;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS run_group_id VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS suite_id VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS suite_version VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS suite_checksum VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS fixture_checksum VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS config_fingerprint VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS git_head VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS service_version VARCHAR;
 
 -- The current weight of each observation (the memory system gets the same on `weights`).
 CREATE TABLE IF NOT EXISTS observation_weights (

@@ -32,6 +32,23 @@ from memdiag.schemas.models import Judgement, format_ts
 from memdiag.settings import Settings
 from memdiag.streams.rules.diagnosis import failure_mode
 
+#: the optional fields a judgement carries to DuckDB as they came: graded score, token split,
+#: and the run's provenance (contract section 2)
+JUDGEMENT_EXTRAS = (
+    "input_tokens",
+    "output_tokens",
+    "score",
+    "duration_ms",
+    "run_group_id",
+    "suite_id",
+    "suite_version",
+    "suite_checksum",
+    "fixture_checksum",
+    "config_fingerprint",
+    "git_head",
+    "service_version",
+)
+
 
 class JudgementStage:
     def __init__(self, settings: Settings):
@@ -75,6 +92,7 @@ class JudgementStage:
                     "gold_retrieved": len(set(j.gold_evidence_ids) & set(j.retrieved_context_ids)),
                     "latency_ms": j.latency_ms,
                     "tokens": j.tokens,
+                    **{name: getattr(j, name) for name in JUDGEMENT_EXTRAS},
                     "ts": format_ts(j.ts_us),
                 },
             )

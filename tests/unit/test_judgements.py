@@ -91,6 +91,45 @@ def test_the_contract_example_is_a_reader_failure() -> None:
     assert out.counts[(READER_FAILURES, (("run_id", "longmem-2026-11-21-full"),))] == 1
 
 
+PROVENANCE = {
+    "run_group_id": "nightly-2026-11-21",
+    "suite_id": "longmem",
+    "suite_version": "3",
+    "suite_checksum": "sha256:ab12",
+    "fixture_checksum": "sha256:cd34",
+    "config_fingerprint": "reranker=v2",
+    "git_head": "0b578cd",
+    "service_version": "1.4.0",
+}
+
+
+def test_the_score_token_split_and_provenance_reach_duckdb(tmp_path: Path) -> None:
+    """Contract section 2: optional fields a gate and `memdiag runs` read, as they came."""
+    full = {**EXAMPLE, **PROVENANCE, "score": 0.5, "input_tokens": 1500.0, "output_tokens": 330,
+            "duration_ms": 61_000}  # fmt: skip
+    jsonschema.validate(full, load_schema("judgement"))
+    out = JudgementStage(Settings()).process([msg(full)])
+    [record] = out.diagnostics["longmem-2026-11-21-full"]
+    assert out.deadletters == []
+    assert (record["score"], record["input_tokens"], record["output_tokens"]) == (0.5, 1500, 330)
+    assert {k: record[k] for k in PROVENANCE} == PROVENANCE
+    sink = DuckDBSink(tmp_path / "p.duckdb")
+    sink.init()
+    sink.write([record])
+    names = ", ".join(PROVENANCE)
+    with duckdb.connect(sink.path, read_only=True) as con:
+        row = con.execute(
+            f"SELECT score, input_tokens, output_tokens, duration_ms, {names} FROM judgements"
+        ).fetchone()
+    assert row == (0.5, 1500, 330, 61_000.0, *PROVENANCE.values())
+    # without them: NULL, and a bad one is a dead letter that says which field
+    for bad, field in (({"score": 1.5}, "score"), ({"input_tokens": -1}, "input_tokens"),
+                       ({"git_head": "x" * 300}, "git_head")):  # fmt: skip
+        out = JudgementStage(Settings()).process([msg({**EXAMPLE, **bad})])
+        [(_, dead)] = out.deadletters
+        assert field in dead["detail"], dead["detail"]
+
+
 def test_defaults_and_bad_judgements() -> None:
     minimal = {k: v for k, v in EXAMPLE.items() if k not in ("condition", "repeat_index")}
     minimal["gold_evidence_ids"] = ["obs_1"]
