@@ -332,9 +332,9 @@ SPECS: dict[str, TableSpec] = {
         retract="retract_observation_strength",
     ),
     "graph_weight": TableSpec("upsert_graph_weights", ("id", "session_id"), _GRAPH_WEIGHT),
-    "judgement": TableSpec(
-        "upsert_judgements", ("run_id", "question_id", "condition", "repeat_index"), _JUDGEMENT
-    ),
+    # every judgement is an artifact (keyed by its event); the statement keeps, per answer,
+    # the one that counts (the latest ts, ties by event_id) in `judgements`
+    "judgement": TableSpec("upsert_judgements", ("event_id",), _JUDGEMENT),
     "memory_pipeline": TableSpec(
         "upsert_memory_pipeline", ("agent_id", "memory_id"), _MEMORY_PIPELINE
     ),

@@ -108,6 +108,37 @@ CREATE TABLE IF NOT EXISTS judgements (
     ingested_at           TIMESTAMPTZ,
     PRIMARY KEY (run_id, question_id, condition, repeat_index)
 );
+-- Every judgement ever received, once per event: immutable artifacts (contract section 2).
+-- `judgements` is the one that counts per answer; this keeps re-judged ones too.
+CREATE TABLE IF NOT EXISTS judgement_artifacts (
+    event_id              VARCHAR PRIMARY KEY,
+    run_id                VARCHAR NOT NULL,
+    question_id           VARCHAR NOT NULL,
+    condition             VARCHAR NOT NULL,
+    repeat_index          INTEGER NOT NULL,
+    judge_correct         BOOLEAN NOT NULL,
+    failure_mode          VARCHAR,
+    gold_evidence_ids     VARCHAR[] NOT NULL,
+    retrieved_context_ids VARCHAR[] NOT NULL,
+    ts                    TIMESTAMPTZ NOT NULL,
+    gold_retrieved        INTEGER NOT NULL,
+    latency_ms            DOUBLE,
+    tokens                BIGINT,
+    ingested_at           TIMESTAMPTZ,
+    input_tokens          BIGINT,
+    output_tokens         BIGINT,
+    score                 DOUBLE,
+    duration_ms           DOUBLE,
+    run_group_id          VARCHAR,
+    suite_id              VARCHAR,
+    suite_version         VARCHAR,
+    suite_checksum        VARCHAR,
+    fixture_checksum      VARCHAR,
+    config_fingerprint    VARCHAR,
+    git_head              VARCHAR,
+    service_version       VARCHAR
+);
+
 -- The graded score, the token split and the run's provenance (contract section 2): NULL where
 -- the judgement did not give them (and on rows written before memdiag read them).
 ALTER TABLE judgements ADD COLUMN IF NOT EXISTS input_tokens BIGINT;

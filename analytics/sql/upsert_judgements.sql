@@ -1,5 +1,23 @@
--- One row per (run, question, condition, repeat). A redelivery rewrites the same values; a
--- later judgement of the same answer (a re-judged run) replaces an earlier one.
+-- Every judgement is an artifact, never overwritten: `judgement_artifacts` keeps each event
+-- once (a redelivery adds nothing). `judgements` holds, per (run, question, condition,
+-- repeat), the one that counts: the latest `ts`, ties by `event_id` (contract section 10),
+-- whatever order they arrive in.
+INSERT INTO judgement_artifacts (run_id, question_id, condition, repeat_index, judge_correct,
+                                 failure_mode, gold_evidence_ids, retrieved_context_ids, ts,
+                                 gold_retrieved, latency_ms, tokens, event_id, ingested_at,
+                                 input_tokens, output_tokens, score, duration_ms,
+                                 run_group_id, suite_id, suite_version, suite_checksum,
+                                 fixture_checksum, config_fingerprint, git_head,
+                                 service_version)
+SELECT run_id, question_id, condition, repeat_index, judge_correct, failure_mode,
+       gold_evidence_ids, retrieved_context_ids, CAST(ts AS TIMESTAMPTZ), gold_retrieved,
+       latency_ms, tokens, event_id, current_timestamp,
+       input_tokens, output_tokens, score, duration_ms, run_group_id, suite_id,
+       suite_version, suite_checksum, fixture_checksum, config_fingerprint, git_head,
+       service_version
+FROM batch
+ON CONFLICT (event_id) DO NOTHING;
+
 INSERT INTO judgements (run_id, question_id, condition, repeat_index, judge_correct,
                         failure_mode, gold_evidence_ids, retrieved_context_ids, ts,
                         gold_retrieved, latency_ms, tokens, event_id, ingested_at,
@@ -13,6 +31,8 @@ SELECT run_id, question_id, condition, repeat_index, judge_correct, failure_mode
        suite_version, suite_checksum, fixture_checksum, config_fingerprint, git_head,
        service_version
 FROM batch
+QUALIFY row_number() OVER (PARTITION BY run_id, question_id, condition, repeat_index
+                          ORDER BY CAST(ts AS TIMESTAMPTZ) DESC, event_id DESC) = 1
 ON CONFLICT (run_id, question_id, condition, repeat_index) DO UPDATE SET
     judge_correct = EXCLUDED.judge_correct,
     failure_mode = EXCLUDED.failure_mode,
@@ -35,4 +55,5 @@ ON CONFLICT (run_id, question_id, condition, repeat_index) DO UPDATE SET
     config_fingerprint = EXCLUDED.config_fingerprint,
     git_head = EXCLUDED.git_head,
     service_version = EXCLUDED.service_version
-WHERE EXCLUDED.ts >= judgements.ts;
+WHERE EXCLUDED.ts > judgements.ts
+   OR (EXCLUDED.ts = judgements.ts AND EXCLUDED.event_id >= judgements.event_id);

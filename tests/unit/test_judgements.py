@@ -238,6 +238,32 @@ def test_duplicate_judgement_redelivered_is_one_row(db: DuckDBSink) -> None:
         )
 
 
+@pytest.mark.parametrize("together", [True, False])
+def test_a_rejudged_answer_is_a_second_artifact_and_the_latest_counts(
+    tmp_path: Path, together: bool
+) -> None:
+    """Judgements are never overwritten (contract section 2): both stay in
+    judgement_artifacts; `judgements` holds the latest ts, ties by event_id, in any order."""
+    first = {**judgement("r", "q1", False, retrieved=()), "event_id": "e-1"}
+    later = {**judgement("r", "q1", True, ts="2026-11-21T11:00:00Z"), "event_id": "e-0"}
+    tie = {**judgement("r", "q1", False, ts="2026-11-21T11:00:00Z"), "event_id": "e-2"}
+    for order in ([first, later, tie], [tie, later, first], [later, first, tie]):
+        sink = DuckDBSink(tmp_path / f"{together}-{order[0]['event_id']}.duckdb")
+        sink.init()
+        if together:
+            sink.write(order)
+        else:
+            for record in order:
+                sink.write([record])
+        sink.write(order)  # redelivered: nothing more
+        with duckdb.connect(sink.path, read_only=True) as con:
+            assert con.execute("SELECT event_id, judge_correct FROM judgements").fetchall() == [
+                ("e-2", False)  # 11:00 twice: the larger event id
+            ]
+            artifacts = con.execute("SELECT event_id FROM judgement_artifacts ORDER BY 1")
+            assert artifacts.fetchall() == [("e-0",), ("e-1",), ("e-2",)]
+
+
 def test_scores_fold_repeats_and_split_failures(db: DuckDBSink) -> None:
     db.write(
         [
