@@ -92,6 +92,11 @@ def observation_history(
     return rows(con, "observation_history", observation_id=observation_id, limit=limit)
 
 
+def runs(con: duckdb.DuckDBPyConnection, limit: int = 50) -> list[dict[str, Any]]:
+    """Benchmark runs, newest first, with their size, accuracy and provenance."""
+    return rows(con, "runs", limit=limit)
+
+
 def unused_memories(
     con: duckdb.DuckDBPyConnection,
     min_injections: int = 5,

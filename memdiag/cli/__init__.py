@@ -11,7 +11,13 @@ import signal
 
 from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
-from memdiag.cli.analyst import cmd_compare, cmd_query, cmd_report_html, cmd_report_scores
+from memdiag.cli.analyst import (
+    cmd_compare,
+    cmd_query,
+    cmd_report_html,
+    cmd_report_scores,
+    cmd_runs,
+)
 from memdiag.cli.calibrate import cmd_calibrate, non_negative, parse_windows
 from memdiag.cli.common import REPORT_EXTRA, err
 from memdiag.cli.explain import cmd_explain
@@ -262,6 +268,19 @@ def build_parser() -> argparse.ArgumentParser:
     page.add_argument("--out", default="report.html", metavar="FILE", help="default report.html")
     _db_and_json(page, "print the report's path as JSON")
     page.set_defaults(func=cmd_report_html)
+
+    runs_p = add(
+        "runs",
+        "list benchmark runs with their provenance: what makes two of them comparable",
+        "Each run in DuckDB, newest first: its judged answers (the one that counts per\n"
+        "question, condition and repeat), questions, conditions, repeats, re-judged answers,\n"
+        "accuracy, mean graded score, time span, and its provenance (run group, suite id,\n"
+        "version and checksum, fixture checksum, config fingerprint, git head, service\n"
+        "version). A field a run's judgements disagree on lists every value: the run mixes them.",
+    )
+    runs_p.add_argument("--limit", type=int, default=50, help="most runs (default 50)")
+    _db_and_json(runs_p, "print the runs as JSON")
+    runs_p.set_defaults(func=cmd_runs)
 
     compare = add(
         "compare",

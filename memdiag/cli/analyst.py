@@ -151,6 +151,48 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runs(args: argparse.Namespace) -> int:
+    from memdiag.analytics import queries
+
+    con = open_db(args)
+    try:
+        result = queries.runs(con, args.limit)
+    finally:
+        con.close()
+    if args.json:
+        print_json(result)
+        return 0
+    if not result:
+        err.print("no benchmark judgements in this database (publish judgement events first)")
+        return 0
+    for r in result:
+        r["accuracy"] = f"{r['accuracy']:.1%}"
+    out.print(
+        rich_table(
+            f"benchmark runs: {len(result)}",
+            result,
+            [
+                "run_id",
+                "judgements",
+                "questions",
+                "conditions",
+                "repeats",
+                "rejudged",
+                "accuracy",
+                "last_at",
+            ],  # fmt: skip
+        )
+    )
+    labels = (("suite_id", "suite"), ("suite_version", "version"),
+              ("suite_checksum", "suite checksum"), ("fixture_checksum", "fixtures"),
+              ("config_fingerprint", "config"), ("git_head", "git"),
+              ("service_version", "service"), ("run_group_id", "group"))  # fmt: skip
+    for r in result:
+        said = [f"{label} {r[k]}" for k, label in labels if r[k]]
+        out.print(f"[bold]{r['run_id']}[/bold]: " + (" · ".join(said) or "no provenance given"))
+    return 0
+
+
 def cmd_report_scores(args: argparse.Namespace) -> int:
     from memdiag.analytics import scores as sc
 

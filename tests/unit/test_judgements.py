@@ -386,3 +386,35 @@ def test_mcnemar_counts_are_the_discordant_pairs(pairs) -> None:
     assert mcnemar_exact(b, c) == pytest.approx(
         binomtest(min(b, c), b + c).pvalue if b + c else 1.0
     )
+
+
+def test_runs_list_size_accuracy_rejudged_answers_and_provenance(
+    db: DuckDBSink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memdiag.analytics import queries
+    from memdiag.cli import main
+
+    base = {k: v for k, v in PROVENANCE.items()}
+    records = [
+        {**judgement("base", "q1", True), **base},
+        {**judgement("base", "q2", False), **base},
+        {**judgement("base", "q2", True, ts="2026-11-21T10:30:00Z"), **base, "event_id": "rj"},
+        {**judgement("cand", "q1", True, ts="2026-11-21T12:00:00Z"), **base,
+         "config_fingerprint": "reranker=v3"},
+        {**judgement("cand", "q2", True, ts="2026-11-21T12:00:00Z", condition="x"), **base,
+         "config_fingerprint": "reranker=v4"},
+    ]  # fmt: skip
+    db.write(records)
+    with duckdb.connect(db.path, read_only=True) as con:
+        runs = {r["run_id"]: r for r in queries.runs(con)}
+    assert list(runs) == ["cand", "base"]  # newest first
+    b, c = runs["base"], runs["cand"]
+    assert (b["judgements"], b["questions"], b["rejudged"], b["accuracy"]) == (2, 2, 1, 1.0)
+    assert b["suite_checksum"] == "sha256:ab12" and b["git_head"] == "0b578cd"
+    assert c["config_fingerprint"] == "reranker=v3, reranker=v4"  # mixed within the run
+    assert c["conditions"] == "x" and c["repeats"] == 1
+    assert main(["runs", "--db", db.path, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in printed] == ["cand", "base"]
+    assert main(["runs", "--db", db.path]) == 0
+    assert "sha256:ab12" in capsys.readouterr().out

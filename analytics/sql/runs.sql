@@ -1,0 +1,32 @@
+-- Benchmark runs, newest first, with what makes them comparable: their judged answers (the
+-- ones that count), questions, conditions, repeats, re-judged answers (artifacts beyond one per
+-- answer), accuracy, time span and provenance. A provenance field that differs within a run
+-- lists its values (comma-separated): the run mixes configurations.
+WITH artifacts AS (
+    SELECT run_id, count(*) AS artifacts FROM judgement_artifacts GROUP BY run_id
+)
+SELECT j.run_id,
+       count(*) AS judgements,
+       count(DISTINCT j.question_id) AS questions,
+       string_agg(DISTINCT nullif(j.condition, ''), ', ' ORDER BY nullif(j.condition, ''))
+           AS conditions,
+       count(DISTINCT j.repeat_index) AS repeats,
+       greatest(coalesce(any_value(a.artifacts), 0) - count(*), 0) AS rejudged,
+       avg(CASE WHEN j.judge_correct THEN 1.0 ELSE 0.0 END) AS accuracy,
+       avg(j.score) AS mean_score,
+       min(j.ts) AS first_at,
+       max(j.ts) AS last_at,
+       string_agg(DISTINCT j.run_group_id, ', ' ORDER BY j.run_group_id) AS run_group_id,
+       string_agg(DISTINCT j.suite_id, ', ' ORDER BY j.suite_id) AS suite_id,
+       string_agg(DISTINCT j.suite_version, ', ' ORDER BY j.suite_version) AS suite_version,
+       string_agg(DISTINCT j.suite_checksum, ', ' ORDER BY j.suite_checksum) AS suite_checksum,
+       string_agg(DISTINCT j.fixture_checksum, ', ' ORDER BY j.fixture_checksum) AS fixture_checksum,
+       string_agg(DISTINCT j.config_fingerprint, ', ' ORDER BY j.config_fingerprint) AS config_fingerprint,
+       string_agg(DISTINCT j.git_head, ', ' ORDER BY j.git_head) AS git_head,
+       string_agg(DISTINCT j.service_version, ', ' ORDER BY j.service_version) AS service_version,
+       max(j.duration_ms) AS duration_ms
+FROM judgements j
+LEFT JOIN artifacts a USING (run_id)
+GROUP BY j.run_id
+ORDER BY last_at DESC, j.run_id
+LIMIT $limit;
