@@ -13,6 +13,7 @@ from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
 from memdiag.cli.analyst import (
     cmd_compare,
+    cmd_doctor,
     cmd_query,
     cmd_report_html,
     cmd_report_scores,
@@ -281,6 +282,26 @@ def build_parser() -> argparse.ArgumentParser:
     runs_p.add_argument("--limit", type=int, default=50, help="most runs (default 50)")
     _db_and_json(runs_p, "print the runs as JSON")
     runs_p.set_defaults(func=cmd_runs)
+
+    doctor_p = add(
+        "doctor",
+        "before comparing runs: what would make the comparison weak",
+        "Checks one run (or a baseline and a candidate) in DuckDB: too few questions, "
+        "judgements\nwithout gold evidence, unattributed answers, repeats that disagree, a "
+        "run that mixes\nsuites or configurations, re-judged answers, and for two runs: "
+        "questions one side\nlacks, suite checksums that differ (they cannot be compared), "
+        "an identical config\nfingerprint. Exit 0 when nothing weakens the comparison, 1 "
+        "when something does, 2 on\nan error (or no data).",
+    )
+    doctor_p.add_argument("--run", metavar="RUN", help="one run to check (or --baseline)")
+    doctor_p.add_argument("--baseline", metavar="RUN_A")
+    doctor_p.add_argument("--candidate", metavar="RUN_B")
+    doctor_p.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
+    doctor_p.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    doctor_p.add_argument("--min-questions", type=int, default=30, metavar="N",
+                          help="fewer distinct questions are too few (default 30)")  # fmt: skip
+    _db_and_json(doctor_p, "print the findings as JSON")
+    doctor_p.set_defaults(func=cmd_doctor)
 
     compare = add(
         "compare",

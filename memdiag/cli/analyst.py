@@ -151,6 +151,36 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from memdiag.analytics.doctor import NOTE, REFUSE, doctor
+
+    base = args.run or args.baseline
+    if base is None or (args.run and args.baseline):
+        err.print("[red]error:[/red] give --run RUN, or --baseline RUN_A [--candidate RUN_B]")
+        return 2
+    if args.candidate and not args.baseline:
+        err.print("[red]error:[/red] --candidate needs --baseline")
+        return 2
+    candidate = None if args.candidate is None else (args.candidate, args.candidate_condition)
+    con = open_db(args)
+    try:
+        findings = doctor(con, (base, args.baseline_condition), candidate, args.min_questions)
+    finally:
+        con.close()
+    no_data = any(f.check == "no_data" for f in findings)
+    status = 2 if no_data else (1 if any(f.level != NOTE for f in findings) else 0)
+    if args.json:
+        print_json({"status": status, "findings": [f.as_dict() for f in findings]})
+        return status
+    colours = {REFUSE: "red bold", "weak": "yellow", NOTE: "dim"}
+    for f in findings:
+        out.print(f"[{colours[f.level]}]{f.level:<6}[/{colours[f.level]}] {f.subject}: "
+                  f"{f.message}")  # fmt: skip
+    if status == 0:
+        out.print("[green]nothing weakens this comparison[/green]")
+    return status
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from memdiag.analytics import queries
 

@@ -418,3 +418,36 @@ def test_runs_list_size_accuracy_rejudged_answers_and_provenance(
     assert [r["run_id"] for r in printed] == ["cand", "base"]
     assert main(["runs", "--db", db.path]) == 0
     assert "sha256:ab12" in capsys.readouterr().out
+
+
+def test_doctor_says_what_would_make_a_comparison_weak(
+    db: DuckDBSink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memdiag.analytics.doctor import doctor
+    from memdiag.cli import main
+
+    def run(name: str, checksum: str, questions: int, **kw: object) -> list[dict]:
+        out = []
+        for i in range(questions):
+            for r in (0, 1):
+                correct = i % 3 != 0 or (name == "b" and i == 3 and r == 1)  # b: q3 disagrees
+                out.append({**judgement(name, f"q{i}", correct, repeat=r, **kw),
+                            **PROVENANCE, "suite_checksum": checksum,
+                            "config_fingerprint": f"cfg-{name}"})  # fmt: skip
+        return out
+
+    db.write(run("a", "s1", 40) + run("b", "s1", 40) + run("c", "s2", 5, gold=()))
+    with duckdb.connect(db.path, read_only=True) as con:
+        checks = {f.check for f in doctor(con, ("a", None), ("b", None))}
+        assert checks == {"repeats_disagree"}  # b's q3: one repeat right, one wrong
+        found = {f.check: f for f in doctor(con, ("a", None), ("c", None))}
+        assert {"too_few_items", "missing_gold", "unattributed", "unpaired_questions",
+                "suite_differs"} <= set(found)  # fmt: skip
+        assert found["suite_differs"].level == "refuse"
+        assert [f.check for f in doctor(con, ("zzz", None))] == ["no_data"]
+    assert main(["doctor", "--db", db.path, "--baseline", "a", "--candidate", "b"]) == 1
+    assert main(["doctor", "--db", db.path, "--run", "a"]) == 0
+    assert "nothing weakens" in capsys.readouterr().out
+    assert main(["doctor", "--db", db.path, "--run", "zzz", "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["status"] == 2
+    assert main(["doctor", "--db", db.path, "--candidate", "b"]) == 2  # needs a baseline
