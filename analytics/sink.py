@@ -166,6 +166,7 @@ _STRENGTH = pa.schema(
         ("observation_id", pa.string()),
         ("session_id", pa.string()),
         ("turn_id", pa.string()),
+        ("retracted", pa.bool_()),  # a step taken back: its history row goes
         ("signal", pa.string()),
         ("alpha", pa.float64()),
         ("previous_strength", pa.float64()),
@@ -179,31 +180,10 @@ _STRENGTH = pa.schema(
         ("updated_at", pa.string()),
     ]
 )
+#: a graph entity's or edge's step: an observation's weight record, named by its key
 _GRAPH_WEIGHT = pa.schema(
-    [
-        ("id", pa.string()),
-        ("graph_kind", pa.string()),
-        ("graph_id", pa.string()),
-        ("session_id", pa.string()),
-        ("outcome_event_id", pa.string()),
-        ("outcome", pa.string()),
-        ("alpha", pa.float64()),
-        ("previous_weight", pa.float64()),
-        ("weight", pa.float64()),
-        ("aggressive", pa.bool_()),
-        ("misleading", pa.bool_()),
-        ("failed_sessions", pa.int32()),
-        ("accepted_sessions", pa.int32()),
-        ("step", pa.int64()),
-        ("ts", pa.string()),
-        ("version", pa.int64()),
-        ("current_weight", pa.float64()),
-        ("current_step", pa.int64()),
-        ("current_failed_sessions", pa.int32()),
-        ("current_accepted_sessions", pa.int32()),
-        ("current_misleading", pa.bool_()),
-        ("updated_at", pa.string()),
-    ]
+    [("id", pa.string()), ("graph_kind", pa.string()), ("graph_id", pa.string())]
+    + [f for f in _OBSERVATION_WEIGHT if f.name != "observation_id"]
 )
 _JUDGEMENT = pa.schema(
     [
@@ -329,7 +309,6 @@ SPECS: dict[str, TableSpec] = {
         "upsert_observation_strength",
         ("observation_id", "session_id", "turn_id"),
         _STRENGTH,
-        retract="retract_observation_strength",
     ),
     "graph_weight": TableSpec("upsert_graph_weights", ("id", "session_id"), _GRAPH_WEIGHT),
     # every judgement is an artifact (keyed by its event); the statement keeps, per answer,
@@ -486,10 +465,9 @@ def _write_table(
     gone = [r for r in rows if r.get("retracted")] if spec.retract else []
     if gone:
         rows = [r for r in rows if not r.get("retracted")]
-        # every column (absent ones NULL): a retraction may carry more than its key (the
-        # observation's current strength after its step is taken back)
-        columns = {name: [r.get(name) for r in gone] for name in spec.schema.names}
-        con.register("batch", pa.Table.from_pydict(columns, schema=spec.schema))
+        key_schema = pa.schema([spec.schema.field(c) for c in spec.key])
+        keys = pa.Table.from_pydict({c: [r[c] for r in gone] for c in spec.key}, key_schema)
+        con.register("batch", keys)
         try:
             con.execute(sql(spec.retract))
         finally:

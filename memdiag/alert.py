@@ -93,18 +93,7 @@ class Series:
 
 def _net(text: str) -> Series:
     """``S`` or ``S - T - ...``: split on the minus signs outside the filters' braces."""
-    terms, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        if ch == "-" and depth == 0:
-            terms.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    terms.append(cur)
+    terms = _split_outside_braces(text, "-")
     head, *rest = (_series(t) for t in terms)
     return Series(head.name, head.filters, tuple(rest))
 
@@ -201,20 +190,25 @@ def parse_rule(text: str, label: str = "") -> Rule:
 
 
 def _split_args(text: str) -> list[str]:
-    args, depth, cur = [], 0, ""
+    args = _split_outside_braces(text, ",")
+    return args if args[-1].strip() else args[:-1]  # a trailing comma (or nothing) adds none
+
+
+def _split_outside_braces(text: str, sep: str) -> list[str]:
+    """``text`` split on ``sep`` where it is not inside a series' ``{...}`` filters."""
+    parts, depth, cur = [], 0, ""
     for ch in text:
         if ch == "{":
             depth += 1
         elif ch == "}":
             depth -= 1
-        if ch == "," and depth == 0:
-            args.append(cur)
+        if ch == sep and depth == 0:
+            parts.append(cur)
             cur = ""
         else:
             cur += ch
-    if cur.strip():
-        args.append(cur)
-    return args
+    parts.append(cur)
+    return parts
 
 
 def parse_rules_file(text: str) -> list[Rule]:

@@ -1,12 +1,20 @@
--- Strength steps: one history row per (observation, session, turn), rewritten when a late or
--- corrected verdict takes the steps after it again; the current strength from the record of
--- the highest owner version (every record carries the observation's state after its newest
--- step, `current_*`).
+-- Strength records: a step (one history row per (observation, session, turn), rewritten when a
+-- late or corrected verdict takes the steps after it again) or a step taken back (`retracted`:
+-- its row goes). Either carries the observation's state after its newest step (`current_*`):
+-- the current strength is the record of the highest owner version.
+DELETE FROM observation_strength_history
+USING batch
+WHERE batch.retracted
+  AND observation_strength_history.observation_id = batch.observation_id
+  AND observation_strength_history.session_id = batch.session_id
+  AND observation_strength_history.turn_id = batch.turn_id;
+
 INSERT INTO observation_strength_history (observation_id, session_id, turn_id, signal, alpha,
                                           previous_strength, strength, step, ts)
 SELECT observation_id, session_id, turn_id, signal, alpha, previous_strength, strength, step,
        CAST(ts AS TIMESTAMPTZ)
 FROM batch
+WHERE NOT retracted
 ON CONFLICT (observation_id, session_id, turn_id) DO UPDATE SET
     signal = EXCLUDED.signal,
     alpha = EXCLUDED.alpha,
@@ -29,3 +37,8 @@ ON CONFLICT (observation_id) DO UPDATE SET
     used_turns = EXCLUDED.used_turns,
     version = EXCLUDED.version
 WHERE EXCLUDED.version > observation_strength.version;
+
+-- no verdict of the observation stands any more: as if it was never judged (no row), which
+-- is what the same events give in order
+DELETE FROM observation_strength
+WHERE step = 0 AND observation_id IN (SELECT observation_id FROM batch);

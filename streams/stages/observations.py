@@ -270,6 +270,7 @@ def strength_record(obs_id: str, step: StrengthStep, strength: Strength) -> dict
         "observation_id": obs_id,
         "session_id": step.session_id,
         "turn_id": step.turn_id,
+        "retracted": False,
         "signal": "used" if step.used else "ignored",
         "alpha": step.alpha,
         "previous_strength": step.previous,
