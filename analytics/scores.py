@@ -6,6 +6,10 @@ each outcome weighted ``1/n``. So ``correct`` is the expected number of question
 correctly (fractional when repeats disagree), ``accuracy = correct / questions``, and the
 failure modes add up with ``correct`` to ``questions``. The spread of the repeats is shown
 beside it (accuracy per repeat index, and how many questions' repeats disagree).
+
+Each metric of :mod:`memdiag.analytics.metrics` (Recall@k, MRR, the graded score, latency,
+tokens) comes per condition with its mean and intervals, and paired between conditions
+(``report scores``) or runs (``compare``) with a paired interval over questions.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ import duckdb
 import numpy as np
 
 from memdiag import __version__
-from memdiag.analytics.stats import cluster_bootstrap_ci, describe_deltas, mcnemar_exact
+from memdiag.analytics.metrics import METRICS, paired, paired_all, summary
+from memdiag.analytics.stats import describe_deltas, mcnemar_exact
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 
 SCORES_SCHEMA = "https://memdiag.dev/schemas/scores.schema.json"
+#: the condition ``report scores`` pairs the others against when none is named
+BASELINE = "baseline"
 CORRECT = "correct"
 #: The states a paired judgement moves between, in the transition table's order.
 STATES = (CORRECT, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED)
@@ -39,6 +46,13 @@ class Judged:
     ts: datetime
     latency_ms: float | None
     tokens: int | None
+    gold_evidence_ids: list[str]
+    retrieved_context_ids: list[str]  # in rank order
+    score: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    suite_checksum: str | None
+    config_fingerprint: str | None
 
     @property
     def state(self) -> str:
@@ -52,7 +66,8 @@ class UnknownRun(LookupError):
 def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
     rows = con.execute(
         "SELECT condition, question_id, repeat_index, judge_correct, failure_mode, ts, "
-        "latency_ms, tokens FROM judgements WHERE run_id = $run "
+        "latency_ms, tokens, gold_evidence_ids, retrieved_context_ids, score, input_tokens, "
+        "output_tokens, suite_checksum, config_fingerprint FROM judgements WHERE run_id = $run "
         "ORDER BY condition, question_id, repeat_index",
         {"run": run_id},
     ).fetchall()
@@ -68,7 +83,7 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
     return [Judged(*r) for r in rows]
 
 
-def _fold(judged: list[Judged]) -> dict[str, Any]:
+def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
     by_question: dict[str, list[Judged]] = defaultdict(list)
     for j in judged:
         by_question[j.question_id].append(j)
@@ -122,20 +137,59 @@ def _fold(judged: list[Judged]) -> dict[str, Any]:
             else None
         ),
         "tokens": {"mean": statistics.fmean(tokens), "total": sum(tokens)} if tokens else None,
+        "metrics": {
+            name: summary(m, [(j.question_id, j.repeat_index, j) for j in judged], resamples, seed)
+            for name, m in METRICS.items()
+        },
         "per_question": per_question,
     }
 
 
-def scores(con: duckdb.DuckDBPyConnection, run_id: str, db_path: str = "") -> dict[str, Any]:
-    """The scores file of one run: per condition, then provenance."""
+def scores(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    db_path: str = "",
+    baseline_condition: str | None = None,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The scores file of one run: per condition, the conditions paired against a baseline
+    condition (``baseline_condition``, else one named ``baseline`` if the run has it), then
+    provenance."""
     judged = load(con, run_id)
     by_condition: dict[str, list[Judged]] = defaultdict(list)
     for j in judged:
         by_condition[j.condition].append(j)
+    if baseline_condition is not None and baseline_condition not in by_condition:
+        raise UnknownRun(
+            f"run {run_id!r} has no condition {baseline_condition!r}; it has "
+            f"{', '.join(map(repr, sorted(by_condition)))}"
+        )
+    if baseline_condition is None and BASELINE in by_condition:
+        baseline_condition = BASELINE
+    comparisons = []
+    if baseline_condition is not None:
+        base = {(j.question_id, j.repeat_index): j for j in by_condition[baseline_condition]}
+        for cond, js in sorted(by_condition.items()):
+            if cond == baseline_condition:
+                continue
+            cand = {(j.question_id, j.repeat_index): j for j in js}
+            comparisons.append(
+                {
+                    "baseline_condition": baseline_condition,
+                    "candidate_condition": cond,
+                    "pairs": len(base.keys() & cand.keys()),
+                    "questions": len({q for q, _ in base.keys() & cand.keys()}),
+                    "metrics": paired_all(base, cand, resamples, seed),
+                }
+            )
     return {
         "$schema": SCORES_SCHEMA,
         "run_id": run_id,
-        "conditions": [{"condition": c, **_fold(js)} for c, js in sorted(by_condition.items())],
+        "conditions": [
+            {"condition": c, **_fold(js, resamples, seed)} for c, js in sorted(by_condition.items())
+        ],
+        "comparisons": comparisons,
         "provenance": {
             "judgements": len(judged),
             "first_event_ts": min(j.ts for j in judged).astimezone(UTC).isoformat(),
@@ -150,7 +204,7 @@ def scores(con: duckdb.DuckDBPyConnection, run_id: str, db_path: str = "") -> di
 # -- paired comparison --------------------------------------------------------------------
 
 
-def _side(judged: list[Judged], run_id: str, condition: str | None) -> list[Judged]:
+def pick_condition(judged: list[Judged], run_id: str, condition: str | None) -> list[Judged]:
     conditions = sorted({j.condition for j in judged})
     if condition is None:
         if len(conditions) > 1:
@@ -181,11 +235,11 @@ def compare(
     """Pair the two runs' judgements by (question_id, repeat_index) and compare them."""
     base = {
         (j.question_id, j.repeat_index): j
-        for j in _side(load(con, baseline), baseline, baseline_condition)
+        for j in pick_condition(load(con, baseline), baseline, baseline_condition)
     }
     cand = {
         (j.question_id, j.repeat_index): j
-        for j in _side(load(con, candidate), candidate, candidate_condition)
+        for j in pick_condition(load(con, candidate), candidate, candidate_condition)
     }
     keys = sorted(base.keys() & cand.keys())
     if not keys:
@@ -199,14 +253,10 @@ def compare(
     cand_acc = sum(cand[k].correct for k in keys) / len(keys)
     delta = cand_acc - base_acc
 
-    per_q: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for k in keys:
-        row = per_q[k[0]]
-        row[0] += base[k].correct
-        row[1] += cand[k].correct
-        row[2] += 1
-    arr = np.array(list(per_q.values()), dtype=np.float64)
-    interval = cluster_bootstrap_ci(arr[:, 0], arr[:, 1], arr[:, 2], resamples, seed)
+    accuracy = paired(METRICS["accuracy"], base, cand, resamples, seed)
+    if accuracy is None:  # every answer has an accuracy and keys is not empty: never
+        raise RuntimeError("no paired accuracy")
+    interval = accuracy.ci
 
     states = [s for s in STATES if s != UNATTRIBUTED] + (
         [UNATTRIBUTED] if any(UNATTRIBUTED in (base[k].state, cand[k].state) for k in keys) else []
@@ -235,7 +285,7 @@ def compare(
         "baseline": {"run_id": baseline, "condition": baseline_condition, "accuracy": base_acc},
         "candidate": {"run_id": candidate, "condition": candidate_condition, "accuracy": cand_acc},
         "pairs": len(keys),
-        "questions": len(per_q),
+        "questions": accuracy.questions,
         "delta": delta,
         "mcnemar": {"right_to_wrong": b, "wrong_to_right": c, "p_value": p},
         "bootstrap_ci": {
@@ -248,6 +298,7 @@ def compare(
         },
         "transitions": {"states": states, "baseline_to_candidate": table},
         "failure_mode_change": moved,
+        "metrics": paired_all(base, cand, resamples, seed),
         "latency_ms_delta": deltas("latency_ms"),
         "tokens_delta": deltas("tokens"),
         "unpaired": {

@@ -136,6 +136,12 @@ def commands_page() -> str:
         "codes: 0 done, 1 an error memdiag explains (broker, pipeline, database), 2 a usage",
         "or configuration error, 130 interrupted. Settings come from the environment",
         "([configuration](configuration.md)).",
+        "",
+        "Two commands give their exit status a verdict. `memdiag gate` is a release gate a",
+        "CI job stops on: its 1 means a judged regression and nothing else, never an error,",
+        "so that a pipeline can tell \"the candidate is worse\" from \"the gate could not",
+        "run\"; every error and every case it cannot judge is 2. `memdiag doctor` exits 1",
+        "when something weakens a comparison. (Elsewhere, 1 is an error memdiag explains.)",
     ]
     out += _commands(parser, "memdiag")
     return "\n".join(out) + "\n"

@@ -323,6 +323,15 @@ BAD_LINES = [
 ]
 
 
+#: the benchmark suite both runs answered (its checksum is what `memdiag gate` pairs on)
+SUITE = {
+    "suite_id": "longmem-s",
+    "suite_version": "2026.11",
+    "suite_checksum": "sha256:7d1e4c0b9a",
+    "fixture_checksum": "sha256:52aa9f3e10",
+}
+
+
 def judgements(seed: int, questions: int = 150, repeats: int = 2) -> list[dict]:
     """Two benchmark runs over the same questions: a baseline, and a candidate whose
     reranker retrieves the gold evidence more often. Some of what it now retrieves the
@@ -335,9 +344,9 @@ def judgements(seed: int, questions: int = 150, repeats: int = 2) -> list[dict]:
         qid = f"q{q:03d}"
         gold = [] if q % 25 == 0 else [f"obs_ev_{q:03d}_{k}" for k in range(r.choice([1, 1, 2]))]
         hard = r.random() < 0.25  # the reader struggles with this one whatever it gets
-        for run, recall, extra_ms, extra_tokens in (
-            ("longmem-baseline", 0.68, 0, 0),
-            ("longmem-rerank", 0.86, 140, 220),
+        for run, recall, extra_ms, extra_tokens, config, git in (
+            ("longmem-baseline", 0.68, 0, 0, "cfg-hybrid-k8", "3f9c2e1"),
+            ("longmem-rerank", 0.86, 140, 220, "cfg-hybrid-k8-rerank", "b41d07a"),
         ):
             for rep in range(repeats):
                 rr = random.Random(f"{seed}-{run}-{qid}-{rep}")
@@ -353,6 +362,12 @@ def judgements(seed: int, questions: int = 150, repeats: int = 2) -> list[dict]:
                 else:
                     correct = rr.random() < 0.08  # a lucky guess
                 t += timedelta(seconds=r.uniform(0.5, 3))
+                # graded: a right answer scores high, a wrong one low, partial evidence between
+                share = len(found) / len(gold) if gold else 0.5
+                score = (0.75 + 0.25 * rr.random()) if correct else 0.35 * share * rr.random()
+                latency = round(rr.gauss(1800 + extra_ms, 250))
+                input_tokens = round(rr.gauss(1400 + extra_tokens, 110))
+                output_tokens = round(rr.gauss(200, 30))
                 out.append(
                     {
                         "kind": "judgement",
@@ -365,8 +380,17 @@ def judgements(seed: int, questions: int = 150, repeats: int = 2) -> list[dict]:
                         "judge_correct": correct,
                         "gold_evidence_ids": gold,
                         "retrieved_context_ids": retrieved,
-                        "latency_ms": round(rr.gauss(1800 + extra_ms, 250)),
-                        "tokens": round(rr.gauss(1600 + extra_tokens, 120)),
+                        "latency_ms": latency,
+                        "tokens": input_tokens + output_tokens,
+                        "input_tokens": input_tokens,
+                        "output_tokens": output_tokens,
+                        "score": round(score, 3),
+                        "duration_ms": latency + round(rr.uniform(300, 900)),  # judge included
+                        **SUITE,
+                        "run_group_id": "longmem-2026-11",
+                        "config_fingerprint": config,
+                        "git_head": git,
+                        "service_version": "memory-service 4.2.0",
                     }
                 )
     return out

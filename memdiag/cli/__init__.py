@@ -7,13 +7,17 @@ can pipe the results and a person still sees what is happening.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
+import sys
+from typing import Any, NoReturn
 
 from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
 from memdiag.cli.analyst import (
     cmd_compare,
     cmd_doctor,
+    cmd_gate,
     cmd_query,
     cmd_report_html,
     cmd_report_scores,
@@ -45,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"memdiag {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.error = _json_error(parser, "gate")  # type: ignore[method-assign]
 
     def add(name: str, help: str, description: str) -> argparse.ArgumentParser:
         return sub.add_parser(
@@ -249,12 +254,19 @@ def build_parser() -> argparse.ArgumentParser:
             "Per condition of the run: questions, correct, accuracy, and the wrong answers "
             "split into reader failures (the gold evidence was in the context), retrieval "
             "failures (it was not) and unattributed (no gold evidence). Repeats of a question "
-            "are folded (each weighs 1/n) and their spread shown. The file's JSON Schema is "
-            "schemas/scores.schema.json."
+            "are folded (each weighs 1/n) and their spread shown. Each metric (accuracy, "
+            "recall_at_1/5/10 and mrr of the gold evidence in the ranked context, the graded "
+            "score, latency_ms, tokens, input_tokens, output_tokens) with its mean, a 95% "
+            "bootstrap interval over questions and its stdev across repeats; with several "
+            "conditions, each paired against the baseline condition. The file's JSON Schema "
+            "is schemas/scores.schema.json."
         ),
     )
     scores.add_argument("--run-id", required=True, metavar="RUN", help="the benchmark run")
     scores.add_argument("--out", metavar="FILE", help="write scores.json here")
+    scores.add_argument("--baseline-condition", metavar="C",
+                        help="pair every other condition against this one (default: the "
+                        "condition named 'baseline', if the run has it)")  # fmt: skip
     _db_and_json(scores, "print the scores JSON to stdout")
     scores.set_defaults(func=cmd_report_scores)
     page = reports.add_parser(
@@ -324,6 +336,42 @@ def build_parser() -> argparse.ArgumentParser:
     _db_and_json(compare, "print the comparison as JSON")
     compare.set_defaults(func=cmd_compare)
 
+    gate = add(
+        "gate",
+        "a release verdict: did the candidate regress beyond a policy? (exit 0/1/2)",
+        "Pairs the judgements of two runs by (question_id, repeat_index), as compare does, and\n"
+        "judges each metric of the policy on the 95% paired bootstrap interval of candidate -\n"
+        "baseline (10,000 resamples over questions, seed 0), not on the point estimate:\n"
+        "accuracy, recall_at_1/5/10, mrr and score regress when the lower bound is below\n"
+        "-max_regression; latency_ms, tokens, input_tokens and output_tokens when the upper\n"
+        "bound is above +max_regression.\n\n"
+        "Exit 0: no regression beyond the policy. Exit 1: a judged regression, and only that\n"
+        "(unlike other commands, where 1 is an error). Exit 2: anything else: cannot judge\n"
+        "(too few paired questions or repeats, a different suite_checksum, a metric no pair\n"
+        "carries, no data) or an error (usage, bad policy, unreadable database). Each exit\n"
+        "ends with a one-line reason.\n\n"
+        "The policy (TOML):\n\n"
+        "    [sample]\n"
+        "    min_questions = 30          # distinct paired question_ids, required\n"
+        "    min_repeats = 3             # paired repeats of every question, optional\n"
+        "    [metrics.accuracy]\n"
+        "    max_regression = 0.02       # fractions 0-1; latency_ms in ms; tokens in tokens\n"
+        "    [provenance]\n"
+        '    same_config = "note"        # or "refuse": both runs with one config_fingerprint',
+    )
+    gate.add_argument("--baseline", metavar="RUN_A", help="the run to beat (required)")
+    gate.add_argument("--candidate", metavar="RUN_B", help="the run to judge (required)")
+    gate.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
+    gate.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    gate.add_argument("--policy", metavar="FILE", help="the policy, TOML (required)")
+    gate.add_argument("--markdown", metavar="FILE",
+                      help="also write a Markdown summary a CI job can post as-is")  # fmt: skip
+    gate.add_argument("--explain", action="store_true",
+                      help="print the policy in words and exit (needs only --policy)")  # fmt: skip
+    _db_and_json(gate, "print one JSON object with the status, verdict and reason, on every exit")
+    gate.error = _json_error(gate)  # type: ignore[method-assign]
+    gate.set_defaults(func=cmd_gate)
+
     status_p = add(
         "status",
         "one screen: followups, used/ignored, failures, misleading memories, runs, dead letters",
@@ -383,6 +431,27 @@ def _db_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
     p.add_argument("--json", action="store_true", help=json_help)
 
 
+_ARGV: list[str] | None = None  # main's argv, for usage errors under --json
+
+
+def _json_error(p: argparse.ArgumentParser, command: str | None = None) -> Any:
+    """A usage error of a command whose every exit is one JSON object under --json (the
+    top-level parser reports unknown arguments: ``command`` names the one it answers for)."""
+    usage_error = p.error
+
+    def error(message: str) -> NoReturn:
+        argv = _ARGV if _ARGV is not None else sys.argv[1:]
+        words = [a for a in argv if not a.startswith("-")]
+        if "--json" in argv and (command is None or words[:1] == [command]):
+            sys.stdout.write(
+                json.dumps({"status": 2, "verdict": "error", "reason": f"error: {message}"}) + "\n"
+            )
+            p.exit(2)
+        usage_error(message)
+
+    return error
+
+
 def _common_run(p: argparse.ArgumentParser) -> None:
     _db_and_json(p, "print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -399,6 +468,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _ARGV
+    _ARGV = argv
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in ("run", "demo", "publish", "alert"):

@@ -10,9 +10,18 @@ from typing import Any
 
 from rich.table import Table
 
-from memdiag.cli.common import err, json_default, open_db, out, print_json, settings_of
+from memdiag.cli.common import (
+    REPORT_EXTRA,
+    err,
+    json_default,
+    open_db,
+    out,
+    print_json,
+    settings_of,
+)
 from memdiag.cli.render import (
     print_comparison,
+    print_gate,
     print_observation_stats,
     print_pipeline_health,
     rich_table,
@@ -228,7 +237,7 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
 
     con = open_db(args)
     try:
-        report = sc.scores(con, args.run_id, settings_of(args).duckdb_path)
+        report = sc.scores(con, args.run_id, settings_of(args).duckdb_path, args.baseline_condition)
     except sc.UnknownRun as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 1
@@ -265,6 +274,7 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
             "—" if spread["min"] == spread["max"] else f"{spread['min']:.1%}–{spread['max']:.1%}",
         )
     out.print(table)
+    _print_metrics(report)
     prov = report["provenance"]
     out.print(
         f"[dim]{prov['judgements']:,} judgements, {prov['first_event_ts']} to "
@@ -274,6 +284,45 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
     if args.out:
         out.print(f"wrote {args.out}")
     return 0
+
+
+def _print_metrics(report: dict[str, Any]) -> None:
+    """Each condition's metric means with their intervals, then the paired comparisons."""
+    from memdiag.analytics.metrics import METRICS, fmt
+
+    means = Table(title="metrics: mean [95% interval over questions] ± stdev across repeats",
+                  title_justify="left")  # fmt: skip
+    means.add_column("metric", no_wrap=True)
+    for c in report["conditions"]:
+        means.add_column(c["condition"] or "(none)", justify="right", no_wrap=True)
+    for name, m in METRICS.items():
+        cells = []
+        for c in report["conditions"]:
+            s = c["metrics"][name]
+            if s is None:
+                cells.append("—")
+                continue
+            low, high = (fmt(m.unit, s["ci"][k], bare=True) for k in ("low", "high"))
+            spread = fmt(m.unit, s["stdev_across_repeats"], bare=True)
+            cells.append(f"{fmt(m.unit, s['mean'], bare=True)} [{low}, {high}] ± {spread}")
+        if any(cell != "—" for cell in cells):
+            means.add_row(name, *cells)
+    out.print(means)
+    for cmp in report["comparisons"]:
+        paired = Table(title=f"{cmp['candidate_condition']} − {cmp['baseline_condition']}, "
+                       f"paired over {cmp['questions']:,} questions ({cmp['pairs']:,} pairs)",
+                       title_justify="left")  # fmt: skip
+        for col in ("metric", "baseline", "candidate", "delta", "95% interval"):
+            paired.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+        for name, p in cmp["metrics"].items():
+            if p is not None:
+                u, ci = p["unit"], p["ci"]
+                paired.add_row(name, fmt(u, p["baseline_mean"], bare=True),
+                               fmt(u, p["candidate_mean"], bare=True),
+                               fmt(u, p["delta"], True, bare=True),
+                               f"[{fmt(u, ci['low'], True, bare=True)}, "
+                               f"{fmt(u, ci['high'], True, bare=True)}]")  # fmt: skip
+        out.print(paired)
 
 
 def cmd_report_html(args: argparse.Namespace) -> int:
@@ -322,3 +371,68 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     print_comparison(r)
     return 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Exit 0/1/2 as the contract says, whatever happens: a missing extra is a 2 here."""
+    try:
+        return _gate(args)
+    except ModuleNotFoundError as exc:
+        if exc.name not in REPORT_EXTRA:
+            raise
+        reason = (f"error: memdiag gate needs {exc.name}, which the worker's install leaves "
+                  "out: pip install 'memdiag[report]'")  # fmt: skip
+        if args.json:
+            print_json({"status": 2, "verdict": "error", "reason": reason})
+        else:
+            err.print(reason, markup=False)
+        return 2
+
+
+def _gate(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from memdiag.analytics import gate as g
+    from memdiag.analytics.db import DatabaseError
+    from memdiag.analytics.scores import UnknownRun
+
+    policy = None
+    try:
+        if args.policy is None:
+            raise g.PolicyError("--policy FILE is required")
+        policy = g.load_policy(args.policy)
+        if args.explain:
+            if args.json:
+                print_json({"status": 0, "explain": g.explain(policy), "policy": policy.as_dict()})
+            else:
+                sys.stdout.write(g.explain(policy) + "\n")
+            return 0
+        missing = [f"--{n}" for n in ("baseline", "candidate") if getattr(args, n) is None]
+        if missing:
+            raise g.PolicyError(f"{' and '.join(missing)} required (or --explain)")
+        con = open_db(args)
+        try:
+            verdict = g.run_gate(con, args.baseline, args.candidate, policy,
+                                 args.baseline_condition, args.candidate_condition)  # fmt: skip
+        finally:
+            con.close()
+    except g.PolicyError as exc:
+        verdict = g.error(f"{exc}", policy)
+    except UnknownRun as exc:
+        verdict = g.cannot_judge(str(exc), policy)
+    except (DatabaseError, duckdb.Error, OSError) as exc:
+        db = settings_of(args).duckdb_path
+        hint = (
+            " (a file written by an older memdiag: let `memdiag sink --db` open it once to "
+            "add the new columns)"
+            if isinstance(exc, duckdb.BinderException | duckdb.CatalogException)
+            else ""
+        )
+        verdict = g.error(f"cannot read {db}: {str(exc).splitlines()[0]}{hint}", policy)
+    if args.markdown:
+        Path(args.markdown).write_text(g.markdown(verdict), encoding="utf-8")
+    if args.json:
+        print_json(verdict.as_dict())
+        return verdict.status
+    print_gate(verdict)
+    return verdict.status

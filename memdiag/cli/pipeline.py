@@ -58,6 +58,11 @@ def sample_path() -> Path:
     return Path(str(resources.files("memdiag").joinpath("data", "sample.jsonl")))
 
 
+def policy_path() -> Path:
+    """The bundled example gate policy (what `memdiag demo` suggests gating with)."""
+    return Path(str(resources.files("memdiag").joinpath("data", "gate.toml")))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """`run` on the bundled sample, then the status screen and the HTML report."""
     from memdiag.analytics.db import connect
@@ -91,7 +96,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out.print(
         f"[dim]next: {explain}memdiag calibrate --db {args.db} · memdiag query misleading "
         f"--db {args.db} · memdiag query pipeline-health --db {args.db} · memdiag compare "
-        f"--baseline longmem-baseline --candidate longmem-rerank --db {args.db}[/dim]"
+        f"--baseline longmem-baseline --candidate longmem-rerank --db {args.db} · memdiag gate "
+        f"--baseline longmem-baseline --candidate longmem-rerank --policy "
+        f"{shlex.quote(str(policy_path()))} --db {args.db}[/dim]"
     )
     return 0
 

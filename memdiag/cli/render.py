@@ -176,12 +176,66 @@ def print_comparison(r: dict[str, Any]) -> None:
         row = r["transitions"]["baseline_to_candidate"][s]
         table.add_row(s, *(f"[bold]{row[t]}[/bold]" if s == t else str(row[t]) for t in states))
     out.print(table)
+    metrics = Table(
+        title=f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
+        "(fractions in %, deltas in points)",
+        title_justify="left",
+    )
+    for col in ("metric", "baseline", "candidate", "delta", "interval", "pairs"):
+        metrics.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for name, p in r["metrics"].items():
+        if p is not None:  # a metric no pair carries (no score sent, say) is left out
+            metrics.add_row(name, *_paired_cells(p), f"{p['pairs']:,}")
+    out.print(metrics)
     un = r["unpaired"]
     for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
         if items:
             shown = ", ".join(f"{i['question_id']}#{i['repeat_index']}" for i in items[:10])
             more = f" and {len(items) - 10} more (--json lists all)" if len(items) > 10 else ""
             out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
+
+
+def _paired_cells(p: dict[str, Any]) -> list[str]:
+    """Baseline, candidate, delta and interval of one paired metric (for a table: fractions
+    in %, their deltas in points; latency in ms, tokens in tokens)."""
+    from memdiag.analytics.metrics import fmt
+
+    u, ci = p["unit"], p["ci"]
+    return [
+        fmt(u, p["baseline_mean"], bare=True),
+        fmt(u, p["candidate_mean"], bare=True),
+        fmt(u, p["delta"], True, bare=True),
+        f"[{fmt(u, ci['low'], True, bare=True)}, {fmt(u, ci['high'], True, bare=True)}]",
+    ]
+
+
+def print_gate(v: Any) -> None:
+    """The gate's verdict: the metrics judged, the notes, then the one-line reason."""
+    from rich.markup import escape
+
+    from memdiag.analytics.gate import CANNOT_JUDGE, ERROR, PASS, REGRESSION
+    from memdiag.analytics.metrics import fmt
+
+    if v.metrics:
+        table = Table(title=f"gate: {v.baseline.get('run_id')} → {v.candidate.get('run_id')}",
+                      title_justify="left", box=None, pad_edge=False)  # fmt: skip
+        for col in ("metric", "base", "cand", "Δ", "95% interval", "allowed", ""):
+            table.add_column(col, justify="left" if col in ("metric", "") else "right",
+                             no_wrap=True)  # fmt: skip
+        for mv in v.metrics:
+            d = mv.as_dict()
+            cells = _paired_cells(d) if mv.paired is not None else ["—"] * 4
+            side = "≥ " if d["higher_is_better"] else "≤ "
+            mark = {PASS: "[green]pass[/green]", REGRESSION: "[red bold]regression[/red bold]",
+                    CANNOT_JUDGE: "[yellow]cannot judge[/yellow]"}[mv.verdict]  # fmt: skip
+            allowed = side + fmt(d["unit"], d["limit"], True, bare=True)
+            table.add_row(d["metric"], *cells, allowed, mark)
+        out.print(table)
+    for n in v.notes:
+        out.print(f"[dim]note: {escape(n)}[/dim]")
+    colour = {PASS: "green", REGRESSION: "red"}.get(v.verdict, "yellow")
+    to = err if v.verdict == ERROR else out  # an error is not a result
+    to.print(f"[{colour} bold]{escape(v.reason)}[/{colour} bold]", soft_wrap=True)
 
 
 # -- status -----------------------------------------------------------------------------

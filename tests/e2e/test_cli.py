@@ -204,6 +204,41 @@ def test_scores_and_compare_on_the_bundled_sample(
     assert missing.returncode == 1 and "longmem-rerank" in missing.stderr
 
 
+def test_the_bundled_sample_gates_with_the_bundled_policy(
+    demo: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    """The demo's runs carry provenance and graded scores, the demo suggests the gate, and
+    the bundled policy passes the reranker and fails the way back."""
+    db, _, stdout = demo
+    assert "memdiag gate --baseline longmem-baseline --candidate longmem-rerank" in " ".join(
+        stdout.split()
+    )
+    policy = str(Path(__file__).resolve().parents[2] / "memdiag" / "data" / "gate.toml")
+    runs = json.loads(memdiag("runs", "--db", str(db), "--json").stdout)
+    assert {r["suite_checksum"] for r in runs} == {"sha256:7d1e4c0b9a"}
+    assert {r["config_fingerprint"] for r in runs} == {"cfg-hybrid-k8", "cfg-hybrid-k8-rerank"}
+    doc = json.loads(
+        memdiag("report", "scores", "--run-id", "longmem-rerank", "--db", str(db), "--json").stdout
+    )
+    metrics = doc["conditions"][0]["metrics"]
+    assert 0 < metrics["score"]["mean"] < 1 and metrics["recall_at_5"]["questions"] == 144
+    assert metrics["recall_at_1"]["mean"] <= metrics["recall_at_5"]["mean"]
+    md = tmp_path / "gate.md"
+    ok = memdiag("gate", "--baseline", "longmem-baseline", "--candidate", "longmem-rerank",
+                 "--policy", policy, "--db", str(db), "--json", "--markdown", str(md))  # fmt: skip
+    verdict = json.loads(ok.stdout)
+    assert ok.returncode == 0 and verdict["verdict"] == "pass", verdict["reason"]
+    assert [m["metric"] for m in verdict["metrics"]] == [
+        "accuracy", "recall_at_5", "score", "latency_ms", "tokens"
+    ]  # fmt: skip
+    assert md.read_text().startswith("## memdiag gate: pass (exit 0)")
+    back = memdiag("gate", "--baseline", "longmem-rerank", "--candidate", "longmem-baseline",
+                   "--policy", policy, "--db", str(db))  # fmt: skip
+    assert back.returncode == 1 and back.stdout.strip().splitlines()[-1].startswith("regression")
+    usage = memdiag("gate", "--policy", policy, "--db", str(db), "--json")
+    assert usage.returncode == 2 and "--baseline and --candidate required" in usage.stdout
+
+
 def test_explain_a_failed_session_of_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
     db, page, _ = demo
     result = memdiag("explain", "ses_0064", "--db", str(db), "--json")

@@ -44,6 +44,7 @@ def test_the_wheel_holds_only_the_memdiag_package(tmp_path: Path) -> None:
         "memdiag/schemas/search.schema.json",
         "memdiag/analytics/sql/schema.sql",
         "memdiag/data/sample.jsonl",
+        "memdiag/data/gate.toml",  # the example policy `memdiag demo` suggests
         "memdiag/cli/__main__.py",
         "memdiag/contract/envelope.py",
     ):
