@@ -19,6 +19,7 @@ Everything here is pure but :func:`run_gate`, which reads DuckDB.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,7 +96,7 @@ def parse_policy(text: str, source: str = "") -> Policy:
     if not isinstance(sample, dict) or "min_questions" not in sample:
         raise PolicyError(
             "the policy needs [sample] min_questions = N: the fewest distinct paired "
-            "questions to judge on (30 is a floor for a useful interval)"
+            "questions to judge on (see --explain for how many an allowance takes)"
         )
     _unknown(sample, ("min_questions", "min_repeats"), "[sample]")
     min_questions = _int(sample, "min_questions", "[sample]") or 0  # present: never 0
@@ -113,9 +114,10 @@ def parse_policy(text: str, source: str = "") -> Policy:
             raise PolicyError(f"[metrics.{name}] must be a table with max_regression = X")
         _unknown(body, ("max_regression",), f"[metrics.{name}]")
         x = body.get("max_regression")
-        if isinstance(x, bool) or not isinstance(x, int | float) or not x >= 0:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < math.inf:
             raise PolicyError(
-                f"[metrics.{name}] max_regression must be a number >= 0 in the metric's unit "
+                f"[metrics.{name}] max_regression must be a finite number >= 0 in the metric's "
+                "unit "
                 f"({METRICS[name].unit}), not {x!r}"
             )
         if METRICS[name].unit == "fraction" and x > 1:
@@ -147,6 +149,9 @@ def load_policy(path: str | Path) -> Policy:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PolicyError(f"cannot read the policy {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"the policy {str(path)!r} is not UTF-8 text: {exc.reason} at byte "
+                          f"{exc.start}") from None  # fmt: skip
     return parse_policy(text, str(path))
 
 
@@ -181,7 +186,11 @@ def explain(policy: Policy) -> str:
     lines += [
         "",
         "A candidate whose point estimate improves still fails when its interval reaches "
-        "past the allowance: more questions or repeats narrow the interval.",
+        "past the allowance: the gate asks for evidence. The interval's half-width is about "
+        "1.96·σ/√n over n questions, σ the standard deviation of the per-question deltas; "
+        "an unchanged candidate passes an allowance X only with n well above (1.96·σ/X)² "
+        "(accuracy with σ = 0.4 and X = 0.03: about 680 questions). The gate's output gives "
+        "each interval's half-width.",
         "Exit 0 = pass, 1 = a judged regression and nothing else, 2 = cannot judge or error.",
     ]
     return "\n".join(lines)
@@ -211,7 +220,10 @@ class MetricVerdict:
             "verdict": self.verdict,
             "max_regression": self.rule.max_regression,
             "judged_bound": "low" if m.higher_is_better else "high",
-            "limit": -self.rule.max_regression if m.higher_is_better else self.rule.max_regression,
+            "limit": 0.0 - self.rule.max_regression if m.higher_is_better
+            else self.rule.max_regression,
+            "half_width": None if self.paired is None
+            else (self.paired.ci.high - self.paired.ci.low) / 2,
             "bound": self.bound,
             **(self.paired.as_dict() if self.paired else {"unit": m.unit,
                                                           "higher_is_better": m.higher_is_better}),
@@ -258,26 +270,76 @@ def _judge_metric(rule: Rule, p: Paired | None, min_questions: int) -> MetricVer
                              f"{m.name} is measured on {p.questions} paired questions, the "
                              f"policy needs {min_questions}")  # fmt: skip
     level = f"{p.ci.level:.0%}"
-    point = f"point estimate {fmt(m.unit, p.delta, True)}"
     if m.higher_is_better:
-        regressed = p.ci.low < -x
-        bound = f"its {level} interval reaches {fmt(m.unit, p.ci.low, True)}"
-        limit = f"{fmt(m.unit, -x, True)} allowed"
+        regressed, bound, limit = p.ci.low < -x, p.ci.low, 0.0 - x
     else:
-        regressed = p.ci.high > x
-        bound = f"its {level} interval reaches {fmt(m.unit, p.ci.high, True)}"
-        limit = f"{fmt(m.unit, x, True)} allowed"
-    if regressed:
-        return MetricVerdict(rule, REGRESSION, p, f"{m.name}: {bound}, {limit} ({point})")
-    return MetricVerdict(rule, PASS, p, f"{m.name}: {bound}, within {limit} ({point})")
+        regressed, bound, limit = p.ci.high > x, p.ci.high, x
+    digits = 1
+    while digits < 6 and fmt(m.unit, bound, True, digits=digits) == fmt(
+        m.unit, limit, True, digits=digits
+    ):
+        digits += 1  # never "reaches -2.0, -2.0 allowed" for a bound just past the limit
+    said = (
+        f"{m.name}: its {level} interval reaches {fmt(m.unit, bound, True, digits=digits)}, "
+        f"{'' if regressed else 'within '}{fmt(m.unit, limit, True, digits=digits)} allowed "
+        f"(point estimate {fmt(m.unit, p.delta, True)}"
+    )
+    within = p.delta >= limit if m.higher_is_better else p.delta <= limit
+    if regressed and within:
+        half = (p.ci.high - p.ci.low) / 2
+        said += (
+            f"; the interval is ±{fmt(m.unit, half, True, bare=True).lstrip('+')} "
+            f"{'pts' if m.unit == 'fraction' else m.unit} wide on {p.questions} questions: "
+            "more questions narrow it"
+        )
+    return MetricVerdict(rule, REGRESSION if regressed else PASS, p, said + ")")
 
 
-def _one(values: set[str | None], side: str, field_name: str) -> tuple[str | None, str | None]:
+def _one(values: list[str | None], side: str, field_name: str) -> tuple[str | None, str | None]:
     """The one value a side carries of a provenance field, or a reason it cannot be used."""
-    given = sorted(v for v in values if v is not None)
+    given = sorted({v for v in values if v is not None})
     if len(given) > 1:
         return None, f"the {side} mixes {field_name}s ({', '.join(given)})"
     return (given[0] if given else None), None
+
+
+def _provenance(v: Verdict, base: list[Judged], cand: list[Judged], policy: Policy) -> str | None:
+    """Check the two sides' provenance: the reason the gate cannot judge, or None (notes
+    go on the verdict)."""
+    b_suite, b_why = _one([j.suite_checksum for j in base], "baseline", "suite_checksum")
+    c_suite, c_why = _one([j.suite_checksum for j in cand], "candidate", "suite_checksum")
+    b_conf, b_mix = _one([j.config_fingerprint for j in base], "baseline", "config_fingerprint")
+    c_conf, c_mix = _one([j.config_fingerprint for j in cand], "candidate", "config_fingerprint")
+    v.baseline.update(suite_checksum=b_suite, config_fingerprint=b_conf)
+    v.candidate.update(suite_checksum=c_suite, config_fingerprint=c_conf)
+    if b_why or c_why:
+        return f"{b_why or c_why}: compare one suite at a time"
+    if b_suite and c_suite and b_suite != c_suite:
+        return (
+            f"different suite_checksum (baseline {b_suite}, candidate {c_suite}): the runs "
+            "answered different questions; rerun the baseline on this suite"
+        )
+    if not b_suite and not c_suite:
+        v.notes.append("neither run carries a suite_checksum: that they ran one suite is "
+                       "taken on trust")  # fmt: skip
+    elif not b_suite or not c_suite:
+        missing = "baseline" if not b_suite else "candidate"
+        v.notes.append(f"the {missing} carries no suite_checksum: the suites cannot be checked")
+    for side, js in (("baseline", base), ("candidate", cand)):
+        bare = sum(j.suite_checksum is None for j in js)
+        if bare and bare < len(js):
+            v.notes.append(f"{bare} of {len(js)} {side} judgements carry no suite_checksum")
+    for why in (b_mix, c_mix):
+        if why:
+            v.notes.append(why)
+    if b_conf and b_conf == c_conf:
+        if policy.same_config == "refuse":
+            return (
+                f"both runs carry config_fingerprint {b_conf}: the candidate is not a different "
+                'configuration ([provenance] same_config = "refuse")'
+            )
+        v.notes.append(f"both runs carry config_fingerprint {b_conf}: is this the same config?")
+    return None
 
 
 def judge(
@@ -289,32 +351,10 @@ def judge(
 ) -> Verdict:
     """The verdict on two sides' judgements (each one condition already), by the policy."""
     v = Verdict(CANNOT_JUDGE, "", policy=policy)
-    b_suite, b_why = _one({j.suite_checksum for j in base}, "baseline", "suite_checksum")
-    c_suite, c_why = _one({j.suite_checksum for j in cand}, "candidate", "suite_checksum")
-    b_conf, _ = _one({j.config_fingerprint for j in base}, "baseline", "config_fingerprint")
-    c_conf, _ = _one({j.config_fingerprint for j in cand}, "candidate", "config_fingerprint")
-    v.baseline.update(suite_checksum=b_suite, config_fingerprint=b_conf)
-    v.candidate.update(suite_checksum=c_suite, config_fingerprint=c_conf)
-    if b_why or c_why:
-        v.reason = f"cannot judge: {b_why or c_why}: compare one suite at a time"
+    refused = _provenance(v, base, cand, policy)
+    if refused:
+        v.reason = f"cannot judge: {refused}"
         return v
-    if b_suite and c_suite and b_suite != c_suite:
-        v.reason = (
-            f"cannot judge: different suite_checksum (baseline {b_suite}, candidate {c_suite}): "
-            "the runs answered different questions; rerun the baseline on this suite"
-        )
-        return v
-    if bool(b_suite) != bool(c_suite):
-        missing = "baseline" if not b_suite else "candidate"
-        v.notes.append(f"the {missing} carries no suite_checksum: the suites cannot be checked")
-    if b_conf and b_conf == c_conf:
-        if policy.same_config == "refuse":
-            v.reason = (
-                f"cannot judge: both runs carry config_fingerprint {b_conf}: the candidate is "
-                'not a different configuration ([provenance] same_config = "refuse")'
-            )
-            return v
-        v.notes.append(f"both runs carry config_fingerprint {b_conf}: is this the same config?")
 
     b = {(j.question_id, j.repeat_index): j for j in base}
     c = {(j.question_id, j.repeat_index): j for j in cand}
@@ -384,6 +424,12 @@ def run_gate(
     """Read both runs from DuckDB and judge them. :class:`UnknownRun` when one is missing."""
     base = pick_condition(load(con, baseline), baseline, baseline_condition)
     cand = pick_condition(load(con, candidate), candidate, candidate_condition)
+    if baseline == candidate and base[0].condition == cand[0].condition:
+        return cannot_judge(
+            f"the baseline and the candidate are one run ({baseline!r}) and one condition: "
+            "name two runs, or two conditions of the run",
+            policy,
+        )
     v = judge(base, cand, policy)
     v.baseline.update(run_id=baseline, condition=base[0].condition)
     v.candidate.update(run_id=candidate, condition=cand[0].condition)

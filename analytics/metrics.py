@@ -1,11 +1,13 @@
 """Per-answer benchmark metrics, and their means and intervals: pure functions.
 
 Every metric is a number per judged answer, or ``None`` where the answer cannot have it (no
-gold evidence for Recall@k and MRR, no ``score`` or ``latency_ms`` sent). A mean is over the
-answers that have it; a paired delta is over the (question_id, repeat_index) pairs where both
-sides have it; an interval resamples *questions*, each with all its repeats
-(:func:`memdiag.analytics.stats.cluster_bootstrap_ci`), because repeats of one question are
-not independent evidence.
+gold evidence for Recall@k and MRR, no ``score`` or ``latency_ms`` sent). Every question
+weighs the same, however many repeats it has (as ``scores.json`` folds accuracy): a mean is
+the mean over questions of each question's mean over its answers that have the value; a
+paired delta is the mean over questions of each question's mean delta over its
+(question_id, repeat_index) pairs where both sides have the value; an interval resamples
+*questions*, each with all its repeats, because repeats of one question are not independent
+evidence.
 
 - ``accuracy``: 1 when the judge said correct, else 0.
 - ``recall_at_k`` (k = 1, 5, 10): ``|gold ∩ first k of the context| / |gold|``.
@@ -123,14 +125,19 @@ METRICS: dict[str, Metric] = {
 }  # fmt: skip
 
 
-def fmt(unit: str, v: float, signed: bool = False, bare: bool = False) -> str:
+def fmt(unit: str, v: float, signed: bool = False, bare: bool = False, digits: int = 1) -> str:
     """A value in a metric's unit for people: fractions as % (deltas as points); ``bare``
-    leaves the unit out (a table names it once)."""
-    v += 0.0  # no "-0.0"
-    if unit == "fraction":
-        text = f"{v * 100:+.1f}" if signed else f"{v:.1%}"
-        return text if bare or not signed else text + " pts"
-    text = f"{v:+,.1f}" if signed else f"{v:,.1f}"
+    leaves the unit out (a table names it once). A value that rounds to 0 shows no sign."""
+    shown = round(v * 100 if unit == "fraction" else v, digits)
+    if shown == 0:
+        shown = 0.0  # neither "-0.0" nor "+0.0"
+        text = f"{shown:.{digits}f}"
+    elif signed:
+        text = f"{shown:+,.{digits}f}"
+    else:
+        text = f"{shown:,.{digits}f}"
+    if unit == "fraction":  # a value in %, always; a delta in points
+        return text + "%" if not signed else text if bare else text + " pts"
     return text if bare else f"{text} {unit}"
 
 
@@ -160,13 +167,12 @@ def summary(
             per_repeat[rep].append(v)
     if not per_q:
         return None
-    sums = np.array([sum(v) for v in per_q.values()], dtype=np.float64)
-    counts = np.array([len(v) for v in per_q.values()], dtype=np.float64)
-    ci = cluster_bootstrap_ci(np.zeros_like(sums), sums, counts, resamples, seed)
+    means = np.array([np.mean(v) for v in per_q.values()], dtype=np.float64)
+    ci = cluster_bootstrap_ci(np.zeros_like(means), means, np.ones_like(means), resamples, seed)
     repeat_means = [float(np.mean(v)) for _, v in sorted(per_repeat.items())]
     return {
-        "mean": float(sums.sum() / counts.sum()),
-        "answers": int(counts.sum()),
+        "mean": float(means.mean()),
+        "answers": sum(len(v) for v in per_q.values()),
         "questions": len(per_q),
         "stdev_across_repeats": float(np.std(repeat_means, ddof=1)) if len(repeat_means) > 1
         else 0.0,
@@ -210,8 +216,9 @@ def paired(
     seed: int = 0,
     level: float = 0.95,
 ) -> Paired | None:
-    """Candidate − baseline of a metric over the keys both sides have it for, with its
-    paired bootstrap interval over questions. None when no pair has it on both sides."""
+    """Candidate − baseline of a metric over the keys both sides have it for, every
+    question weighing the same, with its paired bootstrap interval over questions. None when
+    no pair has it on both sides."""
     per_q: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for key in sorted(baseline.keys() & candidate.keys()):
         b, c = metric.value(baseline[key]), metric.value(candidate[key])
@@ -224,14 +231,14 @@ def paired(
     if not per_q:
         return None
     arr = np.array(list(per_q.values()), dtype=np.float64)
-    n = float(arr[:, 2].sum())
+    base, cand = arr[:, 0] / arr[:, 2], arr[:, 1] / arr[:, 2]  # each question's means
     return Paired(
         metric,
-        int(n),
+        int(arr[:, 2].sum()),
         len(per_q),
-        float(arr[:, 0].sum() / n),
-        float(arr[:, 1].sum() / n),
-        cluster_bootstrap_ci(arr[:, 0], arr[:, 1], arr[:, 2], resamples, seed, level),
+        float(base.mean()),
+        float(cand.mean()),
+        cluster_bootstrap_ci(base, cand, np.ones_like(base), resamples, seed, level),
     )
 
 

@@ -63,6 +63,10 @@ class UnknownRun(LookupError):
     """No judgement of that run (or condition): the message lists what there is."""
 
 
+class NeedsCondition(UnknownRun):
+    """The run has several conditions and none was chosen: a usage error."""
+
+
 def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
     rows = con.execute(
         "SELECT condition, question_id, repeat_index, judge_correct, failure_mode, ts, "
@@ -208,7 +212,7 @@ def pick_condition(judged: list[Judged], run_id: str, condition: str | None) -> 
     conditions = sorted({j.condition for j in judged})
     if condition is None:
         if len(conditions) > 1:
-            raise UnknownRun(
+            raise NeedsCondition(
                 f"run {run_id!r} has several conditions ({', '.join(map(repr, conditions))}): "
                 "choose one with --baseline-condition / --candidate-condition"
             )
@@ -249,13 +253,11 @@ def compare(
         )
     b = sum(base[k].correct and not cand[k].correct for k in keys)  # right -> wrong
     c = sum(not base[k].correct and cand[k].correct for k in keys)  # wrong -> right
-    base_acc = sum(base[k].correct for k in keys) / len(keys)
-    cand_acc = sum(cand[k].correct for k in keys) / len(keys)
-    delta = cand_acc - base_acc
-
     accuracy = paired(METRICS["accuracy"], base, cand, resamples, seed)
     if accuracy is None:  # every answer has an accuracy and keys is not empty: never
         raise RuntimeError("no paired accuracy")
+    # every question weighs the same, however many repeats it has (as scores.json folds)
+    base_acc, cand_acc, delta = accuracy.baseline_mean, accuracy.candidate_mean, accuracy.delta
     interval = accuracy.ci
 
     states = [s for s in STATES if s != UNATTRIBUTED] + (

@@ -349,7 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(unlike other commands, where 1 is an error). Exit 2: anything else: cannot judge\n"
         "(too few paired questions or repeats, a different suite_checksum, a metric no pair\n"
         "carries, no data) or an error (usage, bad policy, unreadable database). Each exit\n"
-        "ends with a one-line reason.\n\n"
+        "ends with a one-line reason. A metric that regressed while another could not be\n"
+        'judged is 2 as well (the policy was not judged whole): treat 2 as "not released"\n'
+        "and read the reason; never retry it blindly.\n\n"
         "The policy (TOML):\n\n"
         "    [sample]\n"
         "    min_questions = 30          # distinct paired question_ids, required\n"

@@ -233,6 +233,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report_scores(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from memdiag.analytics import scores as sc
 
     con = open_db(args)
@@ -249,7 +251,7 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(text)
         return 0
-    table = Table(title=f"scores — run {args.run_id}", title_justify="left")
+    table = Table(title=f"scores — run {escape(args.run_id)}", title_justify="left")
     for col in (
         "condition",
         "questions",
@@ -264,7 +266,7 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
     for c in report["conditions"]:
         spread = c["spread"]
         table.add_row(
-            c["condition"] or "(none)",
+            escape(c["condition"]) or "(none)",
             f"{c['questions']:,}",
             f"{c['accuracy']:.1%}",
             f"{c['correct']:g}",
@@ -288,13 +290,15 @@ def cmd_report_scores(args: argparse.Namespace) -> int:
 
 def _print_metrics(report: dict[str, Any]) -> None:
     """Each condition's metric means with their intervals, then the paired comparisons."""
+    from rich.markup import escape
+
     from memdiag.analytics.metrics import METRICS, fmt
 
     means = Table(title="metrics: mean [95% interval over questions] ± stdev across repeats",
                   title_justify="left")  # fmt: skip
     means.add_column("metric", no_wrap=True)
     for c in report["conditions"]:
-        means.add_column(c["condition"] or "(none)", justify="right", no_wrap=True)
+        means.add_column(escape(c["condition"]) or "(none)", justify="right", no_wrap=True)
     for name, m in METRICS.items():
         cells = []
         for c in report["conditions"]:
@@ -309,7 +313,8 @@ def _print_metrics(report: dict[str, Any]) -> None:
             means.add_row(name, *cells)
     out.print(means)
     for cmp in report["comparisons"]:
-        paired = Table(title=f"{cmp['candidate_condition']} − {cmp['baseline_condition']}, "
+        paired = Table(title=f"{escape(cmp['candidate_condition'])} − "
+                       f"{escape(cmp['baseline_condition'])}, "
                        f"paired over {cmp['questions']:,} questions ({cmp['pairs']:,} pairs)",
                        title_justify="left")  # fmt: skip
         for col in ("metric", "baseline", "candidate", "delta", "95% interval"):
@@ -394,34 +399,37 @@ def _gate(args: argparse.Namespace) -> int:
 
     from memdiag.analytics import gate as g
     from memdiag.analytics.db import DatabaseError
-    from memdiag.analytics.scores import UnknownRun
+    from memdiag.analytics.scores import NeedsCondition, UnknownRun
+    from memdiag.settings import ConfigError
 
-    policy = None
+    policy, db = None, args.db or "the DuckDB file"
     try:
         if args.policy is None:
             raise g.PolicyError("--policy FILE is required")
         policy = g.load_policy(args.policy)
         if args.explain:
+            words = g.explain(policy)
             if args.json:
-                print_json({"status": 0, "explain": g.explain(policy), "policy": policy.as_dict()})
+                print_json({"status": 0, "verdict": "explain", "reason": "the policy in words",
+                            "explain": words, "policy": policy.as_dict()})  # fmt: skip
             else:
-                sys.stdout.write(g.explain(policy) + "\n")
+                sys.stdout.write(words + "\n")
             return 0
         missing = [f"--{n}" for n in ("baseline", "candidate") if getattr(args, n) is None]
         if missing:
             raise g.PolicyError(f"{' and '.join(missing)} required (or --explain)")
+        db = settings_of(args).duckdb_path
         con = open_db(args)
         try:
             verdict = g.run_gate(con, args.baseline, args.candidate, policy,
                                  args.baseline_condition, args.candidate_condition)  # fmt: skip
         finally:
             con.close()
-    except g.PolicyError as exc:
+    except (g.PolicyError, ConfigError, NeedsCondition) as exc:
         verdict = g.error(f"{exc}", policy)
     except UnknownRun as exc:
         verdict = g.cannot_judge(str(exc), policy)
     except (DatabaseError, duckdb.Error, OSError) as exc:
-        db = settings_of(args).duckdb_path
         hint = (
             " (a file written by an older memdiag: let `memdiag sink --db` open it once to "
             "add the new columns)"
@@ -429,10 +437,17 @@ def _gate(args: argparse.Namespace) -> int:
             else ""
         )
         verdict = g.error(f"cannot read {db}: {str(exc).splitlines()[0]}{hint}", policy)
+    except Exception as exc:  # noqa: BLE001 - exit 1 means a regression: nothing else may
+        verdict = g.error(f"{type(exc).__name__}: {exc}", policy)
     if args.markdown:
-        Path(args.markdown).write_text(g.markdown(verdict), encoding="utf-8")
+        try:
+            Path(args.markdown).write_text(g.markdown(verdict), encoding="utf-8")
+        except OSError as exc:
+            verdict = g.error(f"cannot write {args.markdown}: {exc.strerror}", policy)
     if args.json:
         print_json(verdict.as_dict())
         return verdict.status
+    print_gate(verdict)
+    return verdict.status
     print_gate(verdict)
     return verdict.status

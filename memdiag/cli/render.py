@@ -130,7 +130,9 @@ def print_observation_stats(r: dict[str, Any]) -> None:
 
 
 def _side_name(side: dict[str, Any]) -> str:
-    return side["run_id"] + (f" [{side['condition']}]" if side["condition"] else "")
+    from rich.markup import escape  # run ids and conditions are the harness's own strings
+
+    return escape(side["run_id"] + (f" [{side['condition']}]" if side["condition"] else ""))
 
 
 def print_comparison(r: dict[str, Any]) -> None:
@@ -178,7 +180,7 @@ def print_comparison(r: dict[str, Any]) -> None:
     out.print(table)
     metrics = Table(
         title=f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
-        "(fractions in %, deltas in points)",
+        "(fractions in %, their deltas in points; latency_ms in ms)",
         title_justify="left",
     )
     for col in ("metric", "baseline", "candidate", "delta", "interval", "pairs"):
@@ -186,7 +188,8 @@ def print_comparison(r: dict[str, Any]) -> None:
     for name, p in r["metrics"].items():
         if p is not None:  # a metric no pair carries (no score sent, say) is left out
             metrics.add_row(name, *_paired_cells(p), f"{p['pairs']:,}")
-    out.print(metrics)
+    if any(r["metrics"].values()):
+        out.print(metrics)
     un = r["unpaired"]
     for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
         if items:
@@ -217,7 +220,8 @@ def print_gate(v: Any) -> None:
     from memdiag.analytics.metrics import fmt
 
     if v.metrics:
-        table = Table(title=f"gate: {v.baseline.get('run_id')} → {v.candidate.get('run_id')}",
+        title = f"gate: {v.baseline.get('run_id')} → {v.candidate.get('run_id')}"
+        table = Table(title=escape(title),
                       title_justify="left", box=None, pad_edge=False)  # fmt: skip
         for col in ("metric", "base", "cand", "Δ", "95% interval", "allowed", ""):
             table.add_column(col, justify="left" if col in ("metric", "") else "right",
@@ -228,7 +232,7 @@ def print_gate(v: Any) -> None:
             side = "≥ " if d["higher_is_better"] else "≤ "
             mark = {PASS: "[green]pass[/green]", REGRESSION: "[red bold]regression[/red bold]",
                     CANNOT_JUDGE: "[yellow]cannot judge[/yellow]"}[mv.verdict]  # fmt: skip
-            allowed = side + fmt(d["unit"], d["limit"], True, bare=True)
+            allowed = side + fmt(d["unit"], d["limit"], True, bare=d["unit"] != "fraction")
             table.add_row(d["metric"], *cells, allowed, mark)
         out.print(table)
     for n in v.notes:

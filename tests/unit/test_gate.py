@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +21,8 @@ from scipy import stats as sps
 from memdiag.analytics import gate as g
 from memdiag.analytics.metrics import (
     METRICS,
+    Paired,
+    fmt,
     paired,
     recall_at,
     reciprocal_rank,
@@ -141,26 +144,38 @@ def test_with_one_repeat_the_interval_is_scipys_paired_bootstrap() -> None:
 
 
 def test_repeats_of_one_question_are_not_independent_evidence() -> None:
-    """Repeats that always agree add no information: the clustered interval is as wide as
-    with one repeat, where treating the pairs as independent would narrow it."""
+    """60 questions judged 5 times, the repeats agreeing: resampling the 300 pairs as if
+    independent (scipy) gives an interval about √5 narrower than the clustered one, which
+    is as wide as with one repeat per question."""
     rng = random.Random(2)
-    one = {}
-    for q in range(60):
-        b, c = rng.random() < 0.5, rng.random() < 0.55
-        one[q] = (A(correct=b), A(correct=c))
-    single = paired(
-        METRICS["accuracy"],
-        {(str(q), 0): v[0] for q, v in one.items()},
-        {(str(q), 0): v[1] for q, v in one.items()},
-    )
-    five = paired(
-        METRICS["accuracy"],
-        {(str(q), r): v[0] for q, v in one.items() for r in range(5)},
-        {(str(q), r): v[1] for q, v in one.items() for r in range(5)},
-    )
-    assert single is not None and five is not None
-    assert five.pairs == 300 and five.questions == 60
-    assert five.ci.high - five.ci.low == pytest.approx(single.ci.high - single.ci.low, rel=0.1)
+    outcome = {q: (rng.random() < 0.5, rng.random() < 0.6) for q in range(60)}
+
+    def side(i: int, repeats: int) -> dict:
+        return {(str(q), r): A(correct=v[i]) for q, v in outcome.items() for r in range(repeats)}
+
+    five = paired(METRICS["accuracy"], side(0, 5), side(1, 5))
+    one = paired(METRICS["accuracy"], side(0, 1), side(1, 1))
+    assert five is not None and one is not None and (five.pairs, five.questions) == (300, 60)
+    deltas = np.array([float(c) - float(b) for b, c in outcome.values() for _ in range(5)])
+    naive = sps.bootstrap(
+        (deltas,), np.mean, n_resamples=10_000, method="percentile", random_state=1
+    ).confidence_interval
+    width = five.ci.high - five.ci.low
+    assert width == pytest.approx(one.ci.high - one.ci.low)
+    assert width > 1.8 * (naive.high - naive.low)
+
+
+def test_every_question_weighs_the_same_however_many_repeats() -> None:
+    """q1 right in both its repeats, q2 wrong in its one: accuracy is 1/2 (two questions),
+    not 2/3 (three answers), as scores.json folds repeats."""
+    answers = [("q1", 0, A(correct=True)), ("q1", 1, A(correct=True)),
+               ("q2", 0, A(correct=False))]  # fmt: skip
+    s = summary(METRICS["accuracy"], answers, resamples=500)
+    assert s is not None and s["mean"] == 0.5 and s["answers"] == 3
+    base = {(q, r): a for q, r, a in answers}
+    cand = {(q, r): A(correct=True) for q, r, _ in answers}
+    p = paired(METRICS["accuracy"], base, cand, resamples=500)
+    assert p is not None and (p.baseline_mean, p.candidate_mean, p.delta) == (0.5, 1.0, 0.5)
 
 
 def test_paired_means_leave_out_the_pairs_one_side_lacks() -> None:
@@ -193,11 +208,50 @@ def test_a_condition_summary_by_hand() -> None:
     ]
     s = summary(METRICS["score"], answers, resamples=2000)
     assert s is not None
-    assert s["mean"] == pytest.approx(0.5) and (s["answers"], s["questions"]) == (3, 2)
+    # q1's mean 0.75 and q2's 0.0, each question weighing one
+    assert s["mean"] == pytest.approx(0.375) and (s["answers"], s["questions"]) == (3, 2)
     # repeat 0 averages 0.5, repeat 1 0.5: no spread across repeats
     assert s["stdev_across_repeats"] == 0.0
-    assert s["ci"]["low"] <= 0.5 <= s["ci"]["high"]
+    assert (s["ci"]["low"], s["ci"]["high"]) == (0.0, 0.75)  # a resample of q2s, of q1s
     assert summary(METRICS["latency_ms"], answers) is None
+
+
+def test_a_condition_interval_and_spread_against_scipy_and_statistics() -> None:
+    rng = np.random.default_rng(4)
+    answers = [(f"q{q}", r, A(score=float(np.clip(rng.normal(0.6, 0.2), 0, 1))))
+               for q in range(300) for r in range(3)]  # fmt: skip
+    s = summary(METRICS["score"], answers)
+    assert s is not None
+    per_q = np.array([np.mean([a.score for q2, _, a in answers if q2 == f"q{q}"])
+                      for q in range(300)])  # fmt: skip
+    assert s["mean"] == pytest.approx(per_q.mean())
+    ref = sps.bootstrap(
+        (per_q,), np.mean, n_resamples=10_000, method="percentile", random_state=3
+    ).confidence_interval
+    se = float(per_q.std(ddof=1) / np.sqrt(300))
+    assert s["ci"]["low"] == pytest.approx(ref.low, abs=0.1 * se)
+    assert s["ci"]["high"] == pytest.approx(ref.high, abs=0.1 * se)
+    by_repeat = [statistics.fmean(a.score for _, r2, a in answers if r2 == r) for r in range(3)]
+    assert s["stdev_across_repeats"] == pytest.approx(statistics.stdev(by_repeat))
+
+
+def test_values_for_people_never_show_minus_zero() -> None:
+    assert fmt("fraction", -0.0004, True) == "0.0 pts"
+    assert fmt("fraction", -0.02004, True, digits=3) == "-2.004 pts"
+    assert fmt("fraction", 0.523) == "52.3%"
+    assert fmt("ms", 129.34, True) == "+129.3 ms"
+    assert fmt("tokens", 1605.3, bare=True) == "1,605.3"
+
+
+def test_a_bound_just_past_the_limit_is_said_with_more_digits() -> None:
+    from memdiag.analytics.stats import Interval
+
+    rule = g.Rule(METRICS["accuracy"], 0.02)
+    p = Paired(METRICS["accuracy"], 400, 200, 0.6, 0.61, Interval(-0.02004, 0.04, 0.95, 10, 0))
+    mv = g._judge_metric(rule, p, 30)
+    assert mv.verdict == g.REGRESSION
+    assert "reaches -2.004 pts, -2.000 pts allowed (point estimate +1.0 pts" in mv.why
+    assert "±3.0 pts wide on 200 questions: more questions narrow it" in mv.why
 
 
 # -- the policy ---------------------------------------------------------------------------
@@ -241,6 +295,8 @@ def test_a_policy_reads_and_explains_itself() -> None:
         ("[sample]\nmin_questions = 5\n[metrics.accuracy]\nmax_regresion = 0.1", "unknown key"),
         ("[sample]\nmin_questions = 5\n[metrics.accuracy]\nmax_regression = -1", "number >= 0"),
         ("[sample]\nmin_questions = 5\n[metrics.accuracy]\nmax_regression = 2", "fraction 0-1"),
+        ("[sample]\nmin_questions = 5\n[metrics.tokens]\nmax_regression = inf", "finite number"),
+        ("[sample]\nmin_questions = 5\n[metrics.tokens]\nmax_regression = nan", "finite number"),
         ("[sample]\nmin_questions = 5\nmin_question = 3\n[metrics.score]\nmax_regression = 0",
          "unknown key"),
         ("[sample]\nmin_questions = 5\n[metrics.score]\nmax_regression = 0\n[provenance]\n"
@@ -417,7 +473,7 @@ def db(tmp_path: Path) -> Path:
     sink = DuckDBSink(tmp_path / "gate.duckdb")
     sink.init()
     rows = [row("base", a, n) for n, a in enumerate(run(0.6, seed=1))]
-    rows += [row("good", a, n) for n, a in enumerate(run(0.6, seed=1))]
+    rows += [row("good", a, n) for n, a in enumerate(run(0.8, seed=1))]
     rows += [row("bad", a, n) for n, a in enumerate(run(0.3, seed=2))]
     sink.write(rows)
 
@@ -441,7 +497,8 @@ def test_the_command_exits_0_1_2_with_one_line_reasons(
     assert status == 0 and text.strip().splitlines()[-1].startswith("pass: accuracy and")
     md = (tmp_path / "g.md").read_text()
     assert md.startswith("## memdiag gate: pass (exit 0)")
-    assert "| accuracy | 62.0% | 62.0% | +0.0 pts | +0.0 pts to +0.0 pts |" in md
+    row_ = next(line for line in md.splitlines() if line.startswith("| accuracy |"))
+    assert row_.startswith("| accuracy | 62.0% | 81.5% | +19.5 pts |") and row_.endswith("| pass |")
 
     status, text = gate(capsys, *common, "--candidate", "bad", "--json")
     doc = json.loads(text)
@@ -468,3 +525,38 @@ def test_the_command_exits_0_1_2_with_one_line_reasons(
     assert json.loads(capsys.readouterr().out)["verdict"] == "error"
     status, text = gate(capsys, "--policy", str(policy), "--explain")
     assert status == 0 and "This policy" in text and "accuracy: fails when" in text
+
+
+def test_the_command_never_exits_1_but_for_a_regression(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = tmp_path / "gate.toml"
+    policy.write_text(GOOD)
+    common = ["--db", str(db), "--baseline", "base", "--candidate", "bad", "--policy", str(policy)]
+    status, text = gate(capsys, *common, "--json", "--markdown", str(tmp_path / "no" / "g.md"))
+    assert status == 2 and "cannot write" in json.loads(text)["reason"]
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    status, text = gate(capsys, "--db", str(db), "--baseline", "base", "--candidate", "bad",
+                        "--policy", str(latin), "--json")  # fmt: skip
+    assert status == 2 and "not UTF-8" in json.loads(text)["reason"]
+    status, text = gate(capsys, "--db", str(db), "--baseline", "base", "--candidate", "base",
+                        "--policy", str(policy), "--json")  # fmt: skip
+    assert status == 2 and "one run ('base') and one condition" in json.loads(text)["reason"]
+    monkeypatch.setenv("MEMDIAG_TURN_TTL_SECONDS", "abc")
+    status, text = gate(capsys, *common, "--json")
+    assert status == 2 and json.loads(text)["verdict"] == "error"
+
+
+def test_run_ids_that_look_like_markup_print(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = DuckDBSink(tmp_path / "m.duckdb")
+    sink.init()
+    sink.write([row("x[/y]-base", a, n) for n, a in enumerate(run(0.6, seed=1))]
+               + [row("[bold]cand", a, n) for n, a in enumerate(run(0.8, seed=1))])  # fmt: skip
+    policy = tmp_path / "gate.toml"
+    policy.write_text(GOOD)
+    status, text = gate(capsys, "--db", str(tmp_path / "m.duckdb"), "--baseline", "x[/y]-base",
+                        "--candidate", "[bold]cand", "--policy", str(policy))  # fmt: skip
+    assert status == 0 and "x[/y]-base → [bold]cand" in text
