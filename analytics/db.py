@@ -94,6 +94,12 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     ).fetchone()
     if key is not None and len(key[0]) == 3:  # keyed by outcome event too: upgrade it
         con.execute(sql("migrate_weight_history"))
+    old_probes = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'recall_probes'"
+    ).fetchone()
+    if old_probes and old_probes[0]:  # a file from before miss_reason: the view takes the name
+        con.execute("DROP VIEW IF EXISTS pipeline_health")
+        con.execute("ALTER TABLE recall_probes RENAME TO recall_probe_events")
     con.execute(sql("schema"))
     # A file from before observation_outcome_days: fill it once from the sessions.
     empty = con.execute("SELECT count(*) = 0 FROM observation_outcome_days").fetchone()

@@ -258,6 +258,7 @@ _RECALL_PROBE = pa.schema(
         ("k", pa.int32()),
         ("threshold", pa.float64()),
         ("result_count", pa.int32()),
+        ("top_ids", pa.list_(pa.string())),
     ]
 )
 _PIPELINE_AGENT = pa.schema(

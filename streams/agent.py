@@ -372,6 +372,7 @@ class Agent:
             "k": p.k,
             "threshold": p.threshold,
             "result_count": len(p.result_ids),
+            "top_ids": list(p.result_ids[: int(p.k)]),  # what `aliased` reads (miss_reason)
             "ts": format_ts(p.ts_us),
         }
 

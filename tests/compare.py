@@ -92,7 +92,7 @@ def _pipeline_from_reference(ref: dict[str, Any]) -> Snapshot:
             for k, r in ref["memory_pipeline"].items()
         },
         "recall_probes": {
-            eid: (r["agent_id"], r["memory_id"], r["hit"], r["rank"], r["ts"])
+            eid: (r["agent_id"], r["memory_id"], r["hit"], r["rank"], r["ts"], r["miss_reason"])
             for eid, r in ref["recall_probes"].items()
         },
         "pipeline_health": {
@@ -273,7 +273,8 @@ def from_duckdb(query: Any) -> Snapshot:
         "recall_probes": {
             r[0]: tuple(r[1:])
             for r in query(
-                "SELECT event_id, agent_id, memory_id, hit, rank, epoch_us(ts) FROM recall_probes"
+                "SELECT event_id, agent_id, memory_id, hit, rank, epoch_us(ts), miss_reason "
+                "FROM recall_probes"
             )
         },
         "pipeline_health": {

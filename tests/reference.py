@@ -236,6 +236,33 @@ def reference(
     return tables
 
 
+def _name_key(name: str | None) -> str:
+    """Lowercased, letters only (contract section 9)."""
+    return "".join(c for c in (name or "").lower() if c.isalpha())
+
+
+def _miss_reason(
+    probe: dict[str, Any],
+    written: dict[str, tuple[int, str | None]],
+    indexed: dict[str, int],
+) -> str | None:
+    """The first that holds: not_indexed, below_threshold, aliased, outranked; None: a hit."""
+    if probe["hit"]:
+        return None
+    mid = probe["memory_id"]
+    if mid not in indexed or indexed[mid] > probe["ts"]:
+        return "not_indexed"
+    if probe["in_top"]:
+        return "below_threshold"
+    key = _name_key(written.get(mid, (0, None))[1])
+    if key and any(
+        other != mid and other in written and _name_key(written[other][1]) == key
+        for other in probe["top"]
+    ):
+        return "aliased"
+    return "outranked"
+
+
 def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) -> dict[str, Any]:
     """The recall pipeline's tables and view (docs/rules.md, "Recall pipeline health"), as
     ``{table: {key: row}}``, from the valid memory events among ``events`` (any order): a
@@ -274,7 +301,8 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
                     and (scores is None or scores[rank - 1] >= threshold)
                 )
                 probes[e["event_id"]] = {"agent_id": agent, "memory_id": mid, "hit": hit,
-                                         "rank": rank, "ts": t}  # fmt: skip
+                                         "rank": rank, "ts": t, "top": ids[:k],
+                                         "in_top": rank is not None and rank <= k}  # fmt: skip
                 latest_probe[mid] = hit  # sorted: the last one is the latest
             elif e["kind"] == "ambient_context":
                 ambient = e["memory_ids"]
@@ -293,6 +321,9 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
                 status = "pending"
             memories[(agent, mid)] = {"name": written.get(mid, (None, None))[1],
                                       "written_at": w, "indexed_at": i, "status": status}  # fmt: skip
+        for probe in probes.values():  # why each probe missed, from every event of the agent
+            if probe["agent_id"] == agent:
+                probe["miss_reason"] = _miss_reason(probe, written, indexed)
         n_written = len(written)
         n_indexed = sum(1 for mid in written if mid in indexed)
         oldest = min(unindexed_since, default=None)

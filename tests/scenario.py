@@ -121,7 +121,11 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
                     # the seed's spelling in some sessions: the same edge, the same key
                     {"sourceId": "node_a", "targetId": f"node_{turn}", "relationshipName": "USES"}
                     if s % 4 == 1
-                    else {"source_id": "node_a", "target_id": f"node_{turn}", "relationship": "USES"}
+                    else {
+                        "source_id": "node_a",
+                        "target_id": f"node_{turn}",
+                        "relationship": "USES",
+                    }
                 ],
             )
             if ties and r.random() < 0.3:  # a second injection at the same instant

@@ -369,7 +369,8 @@ CREATE TABLE IF NOT EXISTS memory_pipeline (
 );
 
 -- One row per recall_probe event; each memory's latest (ts, then event_id) is its SRR verdict.
-CREATE TABLE IF NOT EXISTS recall_probes (
+-- (Named recall_probes before miss_reason: db.init_schema renames an older file's table.)
+CREATE TABLE IF NOT EXISTS recall_probe_events (
     agent_id     VARCHAR NOT NULL,
     memory_id    VARCHAR NOT NULL,             -- the memory the probe's query was made from
     hit          BOOLEAN NOT NULL,             -- in the first k with score >= threshold
@@ -382,6 +383,34 @@ CREATE TABLE IF NOT EXISTS recall_probes (
     result_count INTEGER,
     ingested_at  TIMESTAMPTZ
 );
+ALTER TABLE recall_probe_events ADD COLUMN IF NOT EXISTS top_ids VARCHAR[];  -- the first k results
+
+-- A memory name's key for aliasing (contract section 9): lowercased, every character that is
+-- not a (Unicode) letter removed: `daily-2026-11-01.md` and `daily-2026-11-02.md` share `dailymd`.
+CREATE OR REPLACE MACRO name_key(name) AS regexp_replace(lower(name), '[^\p{L}]', '', 'g');
+
+-- Each probe with why it missed: the first that holds of not_indexed (no memory_indexed of the
+-- target at or before the probe), below_threshold (in the first k, scored below the
+-- threshold), aliased (one of the first k results has the target's non-empty name key),
+-- outranked; NULL for a hit. A view over the memories as they stand, so a late write or index
+-- event changes the reason by itself.
+CREATE OR REPLACE VIEW recall_probes AS
+SELECT p.agent_id, p.memory_id, p.hit, p.rank,
+       CASE
+           WHEN p.hit THEN NULL
+           WHEN t.indexed_at IS NULL OR t.indexed_at > p.ts THEN 'not_indexed'
+           WHEN p.rank IS NOT NULL AND p.rank <= coalesce(p.k, 3) THEN 'below_threshold'
+           WHEN coalesce(name_key(t.name), '') <> '' AND EXISTS (
+               SELECT 1 FROM memory_pipeline o
+               WHERE o.agent_id = p.agent_id AND o.memory_id <> p.memory_id
+                 AND list_contains(p.top_ids[1:coalesce(p.k, 3)], o.memory_id)
+                 AND name_key(o.name) = name_key(t.name)
+           ) THEN 'aliased'
+           ELSE 'outranked'
+       END AS miss_reason,
+       p.ts, p.event_id, p.score, p.k, p.threshold, p.result_count, p.top_ids, p.ingested_at
+FROM recall_probe_events p
+LEFT JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id;
 
 -- One row per agent: what its memories' rows do not say.
 CREATE TABLE IF NOT EXISTS pipeline_agents (
@@ -424,7 +453,7 @@ WITH memories AS (
 ),
 latest_probes AS (
     SELECT agent_id, hit
-    FROM recall_probes
+    FROM recall_probe_events
     QUALIFY row_number() OVER (PARTITION BY agent_id, memory_id ORDER BY ts DESC, event_id DESC) = 1
 ),
 probes AS (
@@ -441,7 +470,7 @@ ambient AS (
 ),
 agents AS (
     SELECT agent_id FROM memory_pipeline
-    UNION SELECT agent_id FROM recall_probes
+    UNION SELECT agent_id FROM recall_probe_events
     UNION SELECT agent_id FROM pipeline_agents
 )
 SELECT g.agent_id,

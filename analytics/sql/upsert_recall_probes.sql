@@ -1,9 +1,10 @@
 -- One row per recall_probe event: a function of the event alone, so a redelivery or a replay
--- writes the same values. ingested_at keeps its first value.
-INSERT INTO recall_probes (event_id, agent_id, memory_id, hit, rank, ts, score, k, threshold,
-                           result_count, ingested_at)
+-- writes the same values. ingested_at keeps its first value. (miss_reason is the view
+-- recall_probes': it follows the agent's writes and index events whenever they arrive.)
+INSERT INTO recall_probe_events (event_id, agent_id, memory_id, hit, rank, ts, score, k,
+                                 threshold, result_count, top_ids, ingested_at)
 SELECT event_id, agent_id, memory_id, hit, rank, CAST(ts AS TIMESTAMPTZ), score, k, threshold,
-       result_count, current_timestamp
+       result_count, top_ids, current_timestamp
 FROM batch
 ON CONFLICT (event_id) DO UPDATE SET
     agent_id = EXCLUDED.agent_id,
@@ -14,4 +15,5 @@ ON CONFLICT (event_id) DO UPDATE SET
     score = EXCLUDED.score,
     k = EXCLUDED.k,
     threshold = EXCLUDED.threshold,
-    result_count = EXCLUDED.result_count;
+    result_count = EXCLUDED.result_count,
+    top_ids = EXCLUDED.top_ids;

@@ -317,7 +317,12 @@ def check_against_reference(r: Run, events: list[dict[str, Any]]) -> None:
         eid: {"agent_id": p["agent_id"], "memory_id": p["memory_id"], "hit": p["hit"],
               "rank": p["rank"], "ts": us(p["ts"])}
         for eid, p in r.probes.items()
-    } == ref["recall_probes"]  # fmt: skip
+    } == {eid: {k: p[k] for k in ("agent_id", "memory_id", "hit", "rank", "ts")}
+          for eid, p in ref["recall_probes"].items()}  # fmt: skip
+    # the worker sends each probe's first k results: the view's `aliased` reads them
+    assert {eid: p["top_ids"] for eid, p in r.probes.items()} == {
+        eid: p["top"] for eid, p in ref["recall_probes"].items()
+    }
     for agent, h in ref["pipeline_health"].items():
         s = r.agents[agent]
         assert (s["pending"], s["unindexed"]) == (h["pending"], h["unindexed"])

@@ -130,7 +130,9 @@ def test_a_file_from_before_the_recall_pipeline_still_reads(db: str, tmp_path: P
     shutil.copy(db, old)
     with duckdb.connect(str(old)) as con:
         con.execute("DROP VIEW pipeline_health")
-        for table in ("memory_pipeline", "recall_probes", "pipeline_agents", "pipeline_breaks"):
+        con.execute("DROP VIEW recall_probes")
+        for table in ("memory_pipeline", "recall_probe_events", "pipeline_agents",
+                      "pipeline_breaks"):  # fmt: skip
             con.execute(f"DROP TABLE {table}")
     with duckdb.connect(str(old), read_only=True) as con:
         assert status(con)["pipeline"] is None
