@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memdiag.analytics.stats import Interval, cluster_bootstrap_ci
+from memdiag.analytics.stats import Interval, paired_bootstrap_ci
 
 RECALL_KS = (1, 5, 10)
 
@@ -168,7 +168,7 @@ def summary(
     if not per_q:
         return None
     means = np.array([np.mean(v) for v in per_q.values()], dtype=np.float64)
-    ci = cluster_bootstrap_ci(np.zeros_like(means), means, np.ones_like(means), resamples, seed)
+    ci = paired_bootstrap_ci(np.zeros_like(means), means, resamples, seed)
     repeat_means = [float(np.mean(v)) for _, v in sorted(per_repeat.items())]
     return {
         "mean": float(means.mean()),
@@ -238,7 +238,7 @@ def paired(
         len(per_q),
         float(base.mean()),
         float(cand.mean()),
-        cluster_bootstrap_ci(base, cand, np.ones_like(base), resamples, seed, level),
+        paired_bootstrap_ci(base, cand, resamples, seed, level),
     )
 
 
@@ -247,10 +247,11 @@ def paired_all(
     candidate: Mapping[tuple[str, int], Answer],
     resamples: int = 10_000,
     seed: int = 0,
-) -> dict[str, dict[str, Any] | None]:
+) -> dict[str, Paired | None]:
     """Every metric of :data:`METRICS`, paired; None for a metric no pair carries."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for name, metric in METRICS.items():
-        p = paired(metric, baseline, candidate, resamples, seed)
-        out[name] = None if p is None else p.as_dict()
-    return out
+    return {name: paired(m, baseline, candidate, resamples, seed) for name, m in METRICS.items()}
+
+
+def as_dicts(metrics: Mapping[str, Paired | None]) -> dict[str, dict[str, Any] | None]:
+    """Paired metrics as JSON objects (``scores.json`` and ``compare --json``)."""
+    return {name: None if p is None else p.as_dict() for name, p in metrics.items()}

@@ -24,7 +24,7 @@ import duckdb
 import numpy as np
 
 from memdiag import __version__
-from memdiag.analytics.metrics import METRICS, paired, paired_all, summary
+from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
 from memdiag.analytics.stats import describe_deltas, mcnemar_exact
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 
@@ -184,7 +184,7 @@ def scores(
                     "candidate_condition": cond,
                     "pairs": len(base.keys() & cand.keys()),
                     "questions": len({q for q, _ in base.keys() & cand.keys()}),
-                    "metrics": paired_all(base, cand, resamples, seed),
+                    "metrics": as_dicts(paired_all(base, cand, resamples, seed)),
                 }
             )
     return {
@@ -253,7 +253,8 @@ def compare(
         )
     b = sum(base[k].correct and not cand[k].correct for k in keys)  # right -> wrong
     c = sum(not base[k].correct and cand[k].correct for k in keys)  # wrong -> right
-    accuracy = paired(METRICS["accuracy"], base, cand, resamples, seed)
+    metrics = paired_all(base, cand, resamples, seed)
+    accuracy = metrics["accuracy"]
     if accuracy is None:  # every answer has an accuracy and keys is not empty: never
         raise RuntimeError("no paired accuracy")
     # every question weighs the same, however many repeats it has (as scores.json folds)
@@ -300,7 +301,7 @@ def compare(
         },
         "transitions": {"states": states, "baseline_to_candidate": table},
         "failure_mode_change": moved,
-        "metrics": paired_all(base, cand, resamples, seed),
+        "metrics": as_dicts(metrics),
         "latency_ms_delta": deltas("latency_ms"),
         "tokens_delta": deltas("tokens"),
         "unpaired": {

@@ -2,9 +2,10 @@
 
 - :func:`mcnemar_exact`: the exact McNemar test, a two-sided binomial test of the discordant
   pairs against p = 1/2 (what ``scipy.stats.binomtest(min(b, c), b + c).pvalue`` gives).
-- :func:`cluster_bootstrap_ci`: a paired bootstrap interval of the accuracy delta that
-  resamples *questions* (with all their repeats), because repeats of one question are not
-  independent evidence. Seeded: the same input gives the same interval.
+- :func:`paired_bootstrap_ci`: a paired bootstrap interval of a mean delta that resamples
+  *questions*, each one value (its repeats already folded into its mean), because repeats
+  of one question are not independent evidence. Seeded: the same input gives the same
+  interval.
 """
 
 from __future__ import annotations
@@ -36,32 +37,28 @@ class Interval:
     seed: int
 
 
-def cluster_bootstrap_ci(
-    baseline_correct: np.ndarray,
-    candidate_correct: np.ndarray,
-    pairs: np.ndarray,
+def paired_bootstrap_ci(
+    baseline: np.ndarray,
+    candidate: np.ndarray,
     resamples: int = 10_000,
     seed: int = 0,
     level: float = 0.95,
 ) -> Interval:
-    """Percentile interval of ``mean(candidate) - mean(baseline)`` over paired judgements.
+    """Percentile interval of ``mean(candidate - baseline)`` over questions.
 
-    Arrays are per question: how many of its paired judgements each side got right, and
-    how many pairs it has. Each resample draws questions with replacement.
+    The arrays hold one value per question and side (a question's mean over its repeats);
+    each resample draws questions with replacement.
     """
-    n_q = len(pairs)
+    d = np.asarray(candidate, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
+    n_q = len(d)
     if n_q == 0:
         raise ValueError("no paired questions")
-    base = np.asarray(baseline_correct, dtype=np.float64)
-    cand = np.asarray(candidate_correct, dtype=np.float64)
-    weight = np.asarray(pairs, dtype=np.float64)
     rng = np.random.default_rng(seed)
     deltas = np.empty(resamples, dtype=np.float64)
     chunk = max(1, 4_000_000 // n_q)  # bound the index matrix to ~32 MB
     for start in range(0, resamples, chunk):
         size = min(chunk, resamples - start)
-        idx = rng.integers(0, n_q, size=(size, n_q))
-        deltas[start : start + size] = (cand[idx].sum(1) - base[idx].sum(1)) / weight[idx].sum(1)
+        deltas[start : start + size] = d[rng.integers(0, n_q, size=(size, n_q))].mean(1)
     alpha = (1 - level) / 2
     low, high = np.quantile(deltas, [alpha, 1 - alpha])
     return Interval(float(low), float(high), level, resamples, seed)

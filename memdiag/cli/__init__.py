@@ -306,10 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         "when something does, 2 on\nan error (or no data).",
     )
     doctor_p.add_argument("--run", metavar="RUN", help="one run to check (or --baseline)")
-    doctor_p.add_argument("--baseline", metavar="RUN_A")
-    doctor_p.add_argument("--candidate", metavar="RUN_B")
-    doctor_p.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
-    doctor_p.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    _two_runs(doctor_p, required=False)
     doctor_p.add_argument("--min-questions", type=int, default=30, metavar="N",
                           help="fewer distinct questions are too few (default 30)")  # fmt: skip
     _db_and_json(doctor_p, "print the findings as JSON")
@@ -325,10 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         "retrieval failure, latency and token deltas, and every unpaired question.\n"
         "Two conditions of one run compare with --baseline-condition/--candidate-condition.",
     )
-    compare.add_argument("--baseline", required=True, metavar="RUN_A")
-    compare.add_argument("--candidate", required=True, metavar="RUN_B")
-    compare.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
-    compare.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    _two_runs(compare, required=True)
     compare.add_argument(
         "--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)"
     )
@@ -361,10 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         "    [provenance]\n"
         '    same_config = "note"        # or "refuse": both runs with one config_fingerprint',
     )
-    gate.add_argument("--baseline", metavar="RUN_A", help="the run to beat (required)")
-    gate.add_argument("--candidate", metavar="RUN_B", help="the run to judge (required)")
-    gate.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
-    gate.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
+    _two_runs(gate, required=False)  # checked by the command: --explain needs neither
     gate.add_argument("--policy", metavar="FILE", help="the policy, TOML (required)")
     gate.add_argument("--markdown", metavar="FILE",
                       help="also write a Markdown summary a CI job can post as-is")  # fmt: skip
@@ -425,6 +416,14 @@ def build_parser() -> argparse.ArgumentParser:
     alert.set_defaults(func=cmd_alert)
 
     return parser
+
+
+def _two_runs(p: argparse.ArgumentParser, required: bool) -> None:
+    """The two sides of a comparison (doctor, compare, gate), each a run or one condition."""
+    p.add_argument("--baseline", required=required, metavar="RUN_A", help="the run to beat")
+    p.add_argument("--candidate", required=required, metavar="RUN_B", help="the run to judge")
+    p.add_argument("--baseline-condition", metavar="C", help="only this condition of RUN_A")
+    p.add_argument("--candidate-condition", metavar="C", help="only this condition of RUN_B")
 
 
 def _db_and_json(p: argparse.ArgumentParser, json_help: str) -> None:

@@ -20,6 +20,7 @@ from memdiag.cli.common import (
     settings_of,
 )
 from memdiag.cli.render import (
+    paired_metrics_table,
     print_comparison,
     print_gate,
     print_observation_stats,
@@ -313,21 +314,9 @@ def _print_metrics(report: dict[str, Any]) -> None:
             means.add_row(name, *cells)
     out.print(means)
     for cmp in report["comparisons"]:
-        paired = Table(title=f"{escape(cmp['candidate_condition'])} − "
-                       f"{escape(cmp['baseline_condition'])}, "
-                       f"paired over {cmp['questions']:,} questions ({cmp['pairs']:,} pairs)",
-                       title_justify="left")  # fmt: skip
-        for col in ("metric", "baseline", "candidate", "delta", "95% interval"):
-            paired.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
-        for name, p in cmp["metrics"].items():
-            if p is not None:
-                u, ci = p["unit"], p["ci"]
-                paired.add_row(name, fmt(u, p["baseline_mean"], bare=True),
-                               fmt(u, p["candidate_mean"], bare=True),
-                               fmt(u, p["delta"], True, bare=True),
-                               f"[{fmt(u, ci['low'], True, bare=True)}, "
-                               f"{fmt(u, ci['high'], True, bare=True)}]")  # fmt: skip
-        out.print(paired)
+        title = (f"{cmp['candidate_condition']} − {cmp['baseline_condition']}, paired over "
+                 f"{cmp['questions']:,} questions ({cmp['pairs']:,} pairs)")  # fmt: skip
+        out.print(paired_metrics_table(escape(title), cmp["metrics"]))
 
 
 def cmd_report_html(args: argparse.Namespace) -> int:

@@ -178,17 +178,12 @@ def print_comparison(r: dict[str, Any]) -> None:
         row = r["transitions"]["baseline_to_candidate"][s]
         table.add_row(s, *(f"[bold]{row[t]}[/bold]" if s == t else str(row[t]) for t in states))
     out.print(table)
-    metrics = Table(
-        title=f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
+    metrics = paired_metrics_table(
+        f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
         "(fractions in %, their deltas in points; latency_ms in ms)",
-        title_justify="left",
+        r["metrics"],
     )
-    for col in ("metric", "baseline", "candidate", "delta", "interval", "pairs"):
-        metrics.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
-    for name, p in r["metrics"].items():
-        if p is not None:  # a metric no pair carries (no score sent, say) is left out
-            metrics.add_row(name, *_paired_cells(p), f"{p['pairs']:,}")
-    if any(r["metrics"].values()):
+    if metrics.row_count:
         out.print(metrics)
     un = r["unpaired"]
     for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
@@ -210,6 +205,18 @@ def _paired_cells(p: dict[str, Any]) -> list[str]:
         fmt(u, p["delta"], True, bare=True),
         f"[{fmt(u, ci['low'], True, bare=True)}, {fmt(u, ci['high'], True, bare=True)}]",
     ]
+
+
+def paired_metrics_table(title: str, metrics: dict[str, dict[str, Any] | None]) -> Table:
+    """One row per paired metric (``compare``, ``report scores``); a metric no pair carries
+    (no score sent, say) is left out."""
+    table = Table(title=title, title_justify="left")
+    for col in ("metric", "baseline", "candidate", "delta", "interval", "pairs"):
+        table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for name, p in metrics.items():
+        if p is not None:
+            table.add_row(name, *_paired_cells(p), f"{p['pairs']:,}")
+    return table
 
 
 def print_gate(v: Any) -> None:

@@ -30,7 +30,7 @@ from memdiag.analytics.metrics import (
     total_tokens,
 )
 from memdiag.analytics.sink import DuckDBSink
-from memdiag.analytics.stats import cluster_bootstrap_ci
+from memdiag.analytics.stats import paired_bootstrap_ci
 from memdiag.cli import main
 from memdiag.streams.rules.diagnosis import failure_mode
 
@@ -103,26 +103,36 @@ def test_recall_is_a_share_that_grows_with_k_and_mrr_agrees(gold: list, ctx: lis
 # -- means and intervals ------------------------------------------------------------------
 
 
-def test_the_cluster_interval_is_the_exact_bootstrap_distribution_by_enumeration() -> None:
-    """Five questions with 2-3 repeats each: every one of the 5^5 equally likely resamples
-    enumerated gives the exact bootstrap distribution of the pair-weighted delta; its 2.5%
-    and 97.5% points are what the sampled interval finds, whatever the seed."""
-    base = np.array([1.0, 2.0, 0.0, 0.0, 1.0])  # right answers per question
-    cand = np.array([1.0, 1.0, 0.0, 0.0, 1.0])
-    pairs = np.array([2.0, 3.0, 2.0, 2.0, 2.0])
+def test_the_interval_is_the_exact_bootstrap_distribution_by_enumeration() -> None:
+    """Five questions with 2-3 repeats each, folded to their means: every one of the 5^5
+    equally likely resamples enumerated gives the exact bootstrap distribution of the mean
+    delta; its 2.5% and 97.5% points are what the sampled interval finds, whatever the
+    seed, and what `paired` finds from the answers themselves."""
+    right = {"q1": ([1, 0], [0, 0]), "q2": ([1, 1, 0], [1, 1, 0]), "q3": ([0, 0, 1], [1, 0, 0]),
+             "q4": ([0, 1], [0, 1]), "q5": ([1, 1, 0], [1, 0, 1])}  # fmt: skip
+    base = np.array([np.mean(b) for b, _ in right.values()])
+    cand = np.array([np.mean(c) for _, c in right.values()])
     values = np.array(
-        [
-            (cand[list(i)].sum() - base[list(i)].sum()) / pairs[list(i)].sum()
-            for i in itertools.product(range(5), repeat=5)
-        ]
+        [(cand[list(i)] - base[list(i)]).mean() for i in itertools.product(range(5), repeat=5)]
     )
     points = np.unique(values)
     cdf = np.array([(values <= v).mean() for v in points])
-    low, high = points[np.searchsorted(cdf, 0.025)], points[np.searchsorted(cdf, 0.975)]
-    assert (low, high) == pytest.approx((-3 / 13, 0.0))
+    i, j = np.searchsorted(cdf, 0.025), np.searchsorted(cdf, 0.975)
+    # no step of the exact distribution near the cut: 10,000 draws find these points exactly
+    assert min(0.025 - cdf[i - 1], cdf[i] - 0.025, 0.975 - cdf[j - 1], cdf[j] - 0.975) > 0.01
+    low, high = points[i], points[j]
+    assert (low, high) == pytest.approx((-0.3, 0.0))
     for seed in range(4):
-        ci = cluster_bootstrap_ci(base, cand, pairs, 10_000, seed)
+        ci = paired_bootstrap_ci(base, cand, 10_000, seed)
         assert (ci.low, ci.high) == pytest.approx((low, high))
+    answers = {
+        side: {(q, r): A(correct=bool(v)) for q, sides in right.items()
+               for r, v in enumerate(sides[side])}
+        for side in (0, 1)
+    }  # fmt: skip
+    p = paired(METRICS["accuracy"], answers[0], answers[1])
+    assert p is not None and (p.ci.low, p.ci.high) == pytest.approx((low, high))
+    assert p.delta == pytest.approx(float((cand - base).mean()))
 
 
 def test_with_one_repeat_the_interval_is_scipys_paired_bootstrap() -> None:

@@ -16,7 +16,7 @@ from scipy.stats import binomtest
 
 from memdiag.analytics import scores as sc
 from memdiag.analytics.sink import DuckDBSink
-from memdiag.analytics.stats import cluster_bootstrap_ci, mcnemar_exact
+from memdiag.analytics.stats import mcnemar_exact, paired_bootstrap_ci
 from memdiag.contract import READER_FAILURES, RETRIEVAL_FAILURES
 from memdiag.contract.envelope import InMessage
 from memdiag.schemas import load_schema
@@ -181,9 +181,8 @@ def test_bootstrap_is_seeded_and_covers_the_observed_delta() -> None:
     rng = np.random.default_rng(1)
     base = rng.integers(0, 2, 300).astype(float)
     cand = np.clip(base + (rng.random(300) < 0.15), 0, 1)
-    pairs = np.ones(300)
-    a = cluster_bootstrap_ci(base, cand, pairs, 2000, seed=7)
-    b = cluster_bootstrap_ci(base, cand, pairs, 2000, seed=7)
+    a = paired_bootstrap_ci(base, cand, 2000, seed=7)
+    b = paired_bootstrap_ci(base, cand, 2000, seed=7)
     assert a == b
     observed = (cand.sum() - base.sum()) / 300
     assert a.low < observed < a.high and a.low > 0
@@ -191,7 +190,7 @@ def test_bootstrap_is_seeded_and_covers_the_observed_delta() -> None:
 
 def test_bootstrap_of_identical_runs_is_zero() -> None:
     x = np.array([1.0, 0.0, 2.0])
-    ci = cluster_bootstrap_ci(x, x, np.array([1.0, 1.0, 2.0]), 500)
+    ci = paired_bootstrap_ci(x, x, 500)
     assert (ci.low, ci.high) == (0.0, 0.0)
 
 
