@@ -169,8 +169,16 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
     agents = pipeline_health(con)
     for a in agents:
         a["state"] = "BROKEN" if a["broken"] else "ok"
-        for key in ("pipeline_coverage", "semantic_recall_rate", "ambient_trigger_rate"):
+        for key in ("pipeline_coverage", "semantic_recall_rate", "ambient_trigger_rate",
+                    "aliasing_rate", "unreachable_share"):  # fmt: skip
             a[key] = "n/a" if a[key] is None else f"{a[key]:.0%}"
+        a["misses"] = (
+            f"{a['not_indexed_misses']} / {a['below_threshold_misses']} / "
+            f"{a['aliased_misses']} / {a['outranked_misses']}"
+            if a["missed"]
+            else "none"
+        )
+        a["unreachable"] = f"{a['unreachable']} ({a['unreachable_share']})"
     table = _table(
         agents,
         [
@@ -182,7 +190,10 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
             ("pipeline_coverage", "coverage (PC)"),
             ("semantic_recall_rate", "recall (SRR)"),
             ("probed", "probed"),
+            ("misses", "misses: not indexed / below threshold / aliased / outranked"),
+            ("aliasing_rate", "aliasing"),
             ("ambient_trigger_rate", "ambient (ATR)"),
+            ("unreachable", "unreachable"),
             ("broken_since", "broken since"),
         ],
     )
@@ -347,7 +358,12 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
             "written memories in the latest ambient context. Broken: a memory missed its index "
             "deadline and nothing was indexed since it was written; an agent that never reports "
             "indexing shows as broken. PC misses an indexer that acknowledges but stores "
-            "garbage: SRR catches it.</p>",
+            "garbage: SRR catches it. Misses are each probed memory's latest probe by why it "
+            "missed: not indexed by then, below the score threshold, aliased (a memory with the "
+            "same name key, e.g. another day's daily note, came back instead: fix the names or "
+            "rank by date, not the indexer), outranked by anything else. Aliasing is of the "
+            "probed memories. Unreachable: past the index deadline and not in the latest ambient "
+            "context, so no path brings them back.</p>",
         ),
         (
             "Benchmark runs",

@@ -9,8 +9,12 @@ A rule reads ``EXPR OP NUMBER [for DURATION]``:
 
 ``EXPR`` is an alias (see :data:`ALIASES`), ``count(S)`` (the sum over the window),
 ``rate(S)`` (per second over the window) or ``ratio(S1, S2)`` (sum of S1 over sum of S2; no
-value while S2 is 0). A series ``S`` is a counter name (``agentmemory.`` and
-``agentmemory.smart_search.`` may be left out) with optional ``{attr=value, ...}``
+value while S2 is 0), optionally followed by ``by ATTR[, ATTR...]``: the rule is then
+evaluated apart for each value of those attributes seen in the window, and fires and
+resolves for each apart (``ratio(recall_probe_total{hit=false}, recall_probe_total) by
+agent_id > 0.5``: each agent whose probes mostly miss).
+A series ``S`` is a counter name (``agentmemory.`` and ``agentmemory.smart_search.`` may be
+left out) with optional ``{attr=value, ...}``
 filters; without filters it sums every attribute set. ``S - T - ...`` subtracts other
 series from it: a counter net of what was taken back, as ``ignored_share`` is
 (``retrieval_feedback_total`` less ``retrieval_feedback_retracted_total``). ``for DURATION``
@@ -33,6 +37,7 @@ from memdiag.contract import (
     FOLLOWUPS,
     MISLEADING,
     READER_FAILURES,
+    RECALL_PROBES,
     RETRIEVAL_FAILURES,
     SEARCH_CALLS,
     UNINDEXED_MEMORIES,
@@ -61,6 +66,8 @@ ALIASES = {
     "dead_letters": f"count({DEAD_LETTERS})",
     # any agent's unindexed_memory_total grew within the window
     "pipeline_coverage": f"count({UNINDEXED_MEMORIES})",
+    # per agent: the share of its probes in the window that missed
+    "recall_probe_miss": f"ratio({RECALL_PROBES}{{hit=false}}, {RECALL_PROBES}) by agent_id",
 }
 #: Aliases that are a whole rule by themselves: the condition they mean when none is given
 #: (``pipeline_coverage`` or ``pipeline_coverage for 10m``).
@@ -70,7 +77,9 @@ _RULE = re.compile(
     r"^\s*(?P<expr>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<num>-?\d+(?:\.\d+)?)"
     r"(?:\s+for\s+(?P<dur>\d+)\s*(?P<unit>[smh]))?\s*$"
 )
-_CALL = re.compile(r"^(?P<fn>rate|count|ratio)\s*\((?P<args>.*)\)$")
+_CALL = re.compile(
+    r"^(?P<fn>rate|count|ratio)\s*\((?P<args>.*)\)(?:\s+by\s+(?P<by>\w+(?:\s*,\s*\w+)*))?$"
+)
 _SERIES = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\s*(?:\{(?P<filters>[^}]*)\})?$")
 _UNIT_US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
 
@@ -107,6 +116,8 @@ class Rule:
     threshold: float
     window_us: int
     label: str = ""
+    #: the attributes it is evaluated apart for (``by agent_id``); () sums every set
+    by: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
@@ -178,6 +189,7 @@ def parse_rule(text: str, label: str = "") -> Rule:
         window = int(m.group("dur")) * _UNIT_US[m.group("unit")]
     if window < MINUTE_US:
         raise RuleError("the window is at least 1m: rollups are per minute")
+    by = tuple(a.strip() for a in call.group("by").split(",")) if call.group("by") else ()
     return Rule(
         text.strip(),
         fn,
@@ -186,6 +198,7 @@ def parse_rule(text: str, label: str = "") -> Rule:
         float(m.group("num")),
         window,
         label,
+        by,
     )
 
 
@@ -229,15 +242,20 @@ def parse_rules_file(text: str) -> list[Rule]:
     return rules
 
 
+Group = tuple[tuple[str, str], ...]
+
+
 @dataclass
 class Alert:
     rule: Rule
     state: str  # firing | resolved
     value: float | None
     at_us: int  # the minute of event time the window ended at
+    #: the attribute values it is for, in the rule's ``by`` order (``()``: not grouped)
+    group: Group = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "rule": self.rule.title,
             "expr": self.rule.text,
             "state": self.state,
@@ -246,6 +264,9 @@ class Alert:
             "window_minutes": self.rule.window_us // MINUTE_US,
             "at": format_ts(self.at_us),
         }
+        if self.rule.by:
+            d["group"] = dict(self.group)
+        return d
 
 
 @dataclass
@@ -255,19 +276,26 @@ class Evaluator:
     rules: list[Rule]
     totals: dict[tuple[str, tuple[tuple[str, str], ...], int], int] = field(default_factory=dict)
     now_us: int = 0
-    firing: dict[str, bool] = field(default_factory=dict)
+    #: per rule, the groups firing (``()`` for a rule without ``by``)
+    firing: dict[str, set[Group]] = field(default_factory=dict)
 
     def add(self, rollup: dict[str, Any], minute_us: int) -> None:
         attrs = tuple(sorted((rollup.get("attributes") or {}).items()))
         self.totals[(rollup["name"], attrs, minute_us)] = int(rollup["value"])
         self.now_us = max(self.now_us, minute_us)
 
-    def value(self, rule: Rule) -> float | None:
+    def value(self, rule: Rule, group: Group = ()) -> float | None:
+        """The rule's value over its window, of the rollups whose attributes are ``group``'s
+        values (all of them for ``()``)."""
         start = self.now_us - rule.window_us  # minutes in (start, now]
         # a net series is never below 0 (a take-back whose count was lost: a restarted
         # minute, an older version's state), and a ratio needs a positive denominator
         sums = [
-            max(0, self._sum(series, start) - sum(self._sum(m, start) for m in series.minus))
+            max(
+                0,
+                self._sum(series, start, group)
+                - sum(self._sum(m, start, group) for m in series.minus),
+            )
             for series in rule.series
         ]
         if rule.fn == "count":
@@ -276,23 +304,46 @@ class Evaluator:
             return sums[0] / (rule.window_us / 1_000_000)
         return sums[0] / sums[1] if sums[1] else None
 
-    def _sum(self, series: Series, start: int) -> int:
-        """The series' increments in the minutes of ``(start, now]``."""
-        return sum(
-            v
-            for (name, attrs, minute), v in self.totals.items()
-            if start < minute <= self.now_us and series.matches(name, dict(attrs))
-        )
+    def groups(self, rule: Rule) -> set[Group]:
+        """The groups a rule is evaluated for now: ``{()}`` without ``by``; with it, every
+        value of its attributes a rollup of its series has in the window, and those firing
+        (so a group that goes quiet resolves)."""
+        if not rule.by:
+            return {()}
+        start = self.now_us - rule.window_us
+        names = {s.name for series in rule.series for s in (series, *series.minus)}
+        seen = set(self.firing.get(rule.text, ()))
+        for name, attrs, minute in self.totals:
+            if start < minute <= self.now_us and name in names:
+                a = dict(attrs)
+                if all(k in a for k in rule.by):
+                    seen.add(tuple((k, a[k]) for k in rule.by))
+        return seen
+
+    def _sum(self, series: Series, start: int, group: Group = ()) -> int:
+        """The series' increments in the minutes of ``(start, now]`` (of ``group``)."""
+        total = 0
+        for (name, attrs, minute), v in self.totals.items():
+            if start < minute <= self.now_us:
+                a = dict(attrs)
+                if series.matches(name, a) and all(a.get(k) == g for k, g in group):
+                    total += v
+        return total
 
     def evaluate(self, forget: bool = True) -> list[Alert]:
         alerts = []
         for rule in self.rules:
-            value = self.value(rule)
-            holds = value is not None and OPS[rule.op](value, rule.threshold)
-            was = self.firing.get(rule.text, False)
-            if holds != was:
-                self.firing[rule.text] = holds
-                alerts.append(Alert(rule, "firing" if holds else "resolved", value, self.now_us))
+            firing = self.firing.setdefault(rule.text, set())
+            for group in sorted(self.groups(rule)):
+                value = self.value(rule, group)
+                holds = value is not None and OPS[rule.op](value, rule.threshold)
+                if holds != (group in firing):
+                    if holds:
+                        firing.add(group)
+                    else:
+                        firing.discard(group)
+                    state = "firing" if holds else "resolved"
+                    alerts.append(Alert(rule, state, value, self.now_us, group))
         if forget:
             self._forget()
         return alerts

@@ -25,7 +25,8 @@ The rules, all in event time (the agent's own events, never their arrival order)
   threshold (scores absent: rank alone). Ties in ``ts`` between two events of one kind for
   one memory (two writes, two probes, two ambient contexts of the agent) go to the greater
   ``event_id`` for "latest" and the smaller for "first", so the result never depends on
-  which arrived first.
+  which arrived first. Each probe counts in ``memdiag.recall_probe_total{agent_id, hit}``,
+  in the minute of its own ``ts``.
 
 Redelivery. Every rule is a minimum, a maximum or a latest-by-``(ts, event_id)``, so an
 event applied twice changes nothing.
@@ -45,7 +46,12 @@ from typing import Any
 import orjson
 from sortedcontainers import SortedList
 
-from memdiag.contract import PIPELINE_BREAK, PIPELINE_RECOVERED, UNINDEXED_MEMORIES
+from memdiag.contract import (
+    PIPELINE_BREAK,
+    PIPELINE_RECOVERED,
+    RECALL_PROBES,
+    UNINDEXED_MEMORIES,
+)
 from memdiag.contract.envelope import Output, StateStore
 from memdiag.schemas.models import (
     AmbientContext,
@@ -262,7 +268,10 @@ class Agent:
                 self.last_indexed = ts
             self._place(m, m.written_us, out)
         elif isinstance(event, RecallProbe):
-            out.diagnostic(self.agent_id, self._probe_row(event))
+            row = self._probe_row(event)
+            out.diagnostic(self.agent_id, row)
+            out.count(RECALL_PROBES, at_us=ts, agent_id=self.agent_id,
+                      hit="true" if row["hit"] else "false")  # fmt: skip
         elif isinstance(event, AmbientContext) and later(self.ambient, ts, eid):
             self.ambient = [ts, eid, event.session_id, list(event.memory_ids)]
         after = self._horizon_us()

@@ -108,6 +108,15 @@ def _pipeline_from_reference(ref: dict[str, Any]) -> Snapshot:
                 h["last_indexed_at"],
                 h["broken"],
                 h["broken_since"],
+                h["probed"],
+                h["missed"],
+                h["not_indexed_misses"],
+                h["below_threshold_misses"],
+                h["aliased_misses"],
+                h["outranked_misses"],
+                _r(h["aliasing_rate"]),
+                h["unreachable"],
+                _r(h["unreachable_share"]),
             )
             for agent, h in ref["pipeline_health"].items()
         },  # fmt: skip
@@ -278,11 +287,13 @@ def from_duckdb(query: Any) -> Snapshot:
             )
         },
         "pipeline_health": {
-            r[0]: (*r[1:5], _r(r[5]), _r(r[6]), _r(r[7]), *r[8:])
+            r[0]: (*r[1:5], _r(r[5]), _r(r[6]), _r(r[7]), *r[8:18], _r(r[18]), r[19], _r(r[20]))
             for r in query(
                 "SELECT agent_id, written, indexed, pending, unindexed, pipeline_coverage, "
                 "semantic_recall_rate, ambient_trigger_rate, epoch_us(last_written_at), "
-                "epoch_us(last_indexed_at), broken, epoch_us(broken_since) FROM pipeline_health"
+                "epoch_us(last_indexed_at), broken, epoch_us(broken_since), probed, missed, "
+                "not_indexed_misses, below_threshold_misses, aliased_misses, outranked_misses, "
+                "aliasing_rate, unreachable, unreachable_share FROM pipeline_health"
             )
         },
     }

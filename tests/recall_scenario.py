@@ -1,5 +1,6 @@
 """Recall pipeline events for tests: one builder per kind, and four agents shaped like the
-recall paper's table (healthy, never indexed, indexing stops halfway, repetitive names)."""
+recall paper's table (healthy, never indexed, indexing stops halfway, repetitive names: one
+daily note a day, so a probe's misses are aliased)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def paper_agents() -> list[dict[str, Any]]:
         events.append(written(f"s-w{n}", n * 60, f"s{n}", "stops"))  # stops halfway
         if n < 5:
             events.append(indexed(f"s-i{n}", n * 60 + 2, f"s{n}", "stops"))
-        events += [written(f"r-w{n}", n * 60, f"r{n}", "repetitive"),
+        events += [written(f"r-w{n}", n * 60, f"r{n}", "repetitive", f"daily-2026-11-{n + 1:02d}.md"),
                    indexed(f"r-i{n}", n * 60 + 1, f"r{n}", "repetitive"),
                    probe(f"r-p{n}", 3000 + n, f"r{n}", ["r0", "r1", "r2"],
                          [0.5, 0.45, 0.4], "repetitive")]  # fmt: skip

@@ -236,6 +236,9 @@ def reference(
     return tables
 
 
+MISS_REASONS = ("not_indexed", "below_threshold", "aliased", "outranked")
+
+
 def _name_key(name: str | None) -> str:
     """Lowercased, letters only (contract section 9)."""
     return "".join(c for c in (name or "").lower() if c.isalpha())
@@ -283,6 +286,7 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         indexed: dict[str, int] = {}
         index_times: list[int] = []
         latest_probe: dict[str, bool] = {}
+        latest_probe_id: dict[str, str] = {}
         ambient: list[str] | None = None
         for e in evs:
             t, mid = parse(e["ts"]), e.get("memory_id")
@@ -304,6 +308,7 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
                                          "rank": rank, "ts": t, "top": ids[:k],
                                          "in_top": rank is not None and rank <= k}  # fmt: skip
                 latest_probe[mid] = hit  # sorted: the last one is the latest
+                latest_probe_id[mid] = e["event_id"]
             elif e["kind"] == "ambient_context":
                 ambient = e["memory_ids"]
         unindexed_since: list[int] = []
@@ -329,6 +334,12 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         oldest = min(unindexed_since, default=None)
         broken = oldest is not None and not any(t >= oldest for t in index_times)
         in_ambient = len(set(ambient or ()) & written.keys())
+        reasons = [probes[eid]["miss_reason"] for eid in latest_probe_id.values()]
+        split = {r: reasons.count(r) for r in MISS_REASONS}
+        unreachable = [
+            mid for mid in written
+            if memories[(agent, mid)]["status"] == "unindexed" and mid not in (ambient or ())
+        ]  # fmt: skip
         health[agent] = {
             "written": n_written,
             "indexed": n_indexed,
@@ -347,6 +358,12 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             "last_indexed_at": max(index_times, default=None),
             "broken": broken,
             "broken_since": oldest if broken else None,
+            "probed": len(latest_probe),
+            "missed": len(latest_probe) - sum(latest_probe.values()),
+            **{f"{r}_misses": n for r, n in split.items()},
+            "aliasing_rate": split["aliased"] / len(latest_probe) if latest_probe else None,
+            "unreachable": len(unreachable),
+            "unreachable_share": len(unreachable) / n_written if n_written else None,
         }
     return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health}
 

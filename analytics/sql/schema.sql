@@ -461,12 +461,37 @@ probes AS (
     FROM latest_probes
     GROUP BY agent_id
 ),
+-- each probed memory's latest probe, by why it missed: with the hits they make up `probed`
+latest_reasons AS (
+    SELECT agent_id, miss_reason
+    FROM recall_probes
+    QUALIFY row_number() OVER (PARTITION BY agent_id, memory_id ORDER BY ts DESC, event_id DESC) = 1
+),
+misses AS (
+    SELECT agent_id,
+           count(*) FILTER (WHERE miss_reason = 'not_indexed') AS not_indexed_misses,
+           count(*) FILTER (WHERE miss_reason = 'below_threshold') AS below_threshold_misses,
+           count(*) FILTER (WHERE miss_reason = 'aliased') AS aliased_misses,
+           count(*) FILTER (WHERE miss_reason = 'outranked') AS outranked_misses
+    FROM latest_reasons
+    GROUP BY agent_id
+),
 ambient AS (
     SELECT a.agent_id, count(DISTINCT m.memory_id) AS in_ambient
     FROM (SELECT agent_id, unnest(ambient_memory_ids) AS memory_id FROM pipeline_agents) AS a
     JOIN memory_pipeline m
       ON m.agent_id = a.agent_id AND m.memory_id = a.memory_id AND m.written_at IS NOT NULL
     GROUP BY a.agent_id
+),
+-- written memories past the deadline unindexed and not in the latest ambient context: no
+-- path brings them back (a pending one may still be indexed)
+unreachable AS (
+    SELECT m.agent_id, count(*) AS unreachable
+    FROM memory_pipeline m
+    LEFT JOIN pipeline_agents a USING (agent_id)
+    WHERE m.status = 'unindexed'
+      AND NOT list_contains(coalesce(a.ambient_memory_ids, []::VARCHAR[]), m.memory_id)
+    GROUP BY m.agent_id
 ),
 agents AS (
     SELECT agent_id FROM memory_pipeline
@@ -488,9 +513,21 @@ SELECT g.agent_id,
        coalesce(a.last_indexed_at, m.last_memory_indexed_at) AS last_indexed_at,
        a.broken_since IS NOT NULL AS broken,
        a.broken_since,
-       coalesce(p.probed, 0) AS probed
+       coalesce(p.probed, 0) AS probed,
+       coalesce(p.probed, 0) - coalesce(p.hits, 0) AS missed,
+       coalesce(r.not_indexed_misses, 0) AS not_indexed_misses,
+       coalesce(r.below_threshold_misses, 0) AS below_threshold_misses,
+       coalesce(r.aliased_misses, 0) AS aliased_misses,
+       coalesce(r.outranked_misses, 0) AS outranked_misses,
+       CASE WHEN coalesce(p.probed, 0) = 0 THEN NULL
+            ELSE coalesce(r.aliased_misses, 0)::DOUBLE / p.probed END AS aliasing_rate,
+       coalesce(u.unreachable, 0) AS unreachable,
+       CASE WHEN coalesce(m.written, 0) = 0 THEN NULL
+            ELSE coalesce(u.unreachable, 0)::DOUBLE / m.written END AS unreachable_share
 FROM agents g
 LEFT JOIN memories m USING (agent_id)
 LEFT JOIN probes p USING (agent_id)
+LEFT JOIN misses r USING (agent_id)
 LEFT JOIN pipeline_agents a USING (agent_id)
-LEFT JOIN ambient x USING (agent_id);
+LEFT JOIN ambient x USING (agent_id)
+LEFT JOIN unreachable u USING (agent_id);

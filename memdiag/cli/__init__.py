@@ -387,14 +387,19 @@ def build_parser() -> argparse.ArgumentParser:
         "POSTs as JSON to --webhook, each time a rule starts or stops holding.\n\n"
         "A rule:  EXPR OP NUMBER [for DURATION]   (the window, 5m by default, in event time)\n"
         "  EXPR:  followup_rate | ignored_share | reader_failures | retrieval_failures |\n"
-        "         misleading | dead_letters | pipeline_coverage | count(S) | rate(S) |\n"
-        "         ratio(S1, S2)\n"
+        "         misleading | dead_letters | pipeline_coverage | recall_probe_miss |\n"
+        "         count(S) | rate(S) | ratio(S1, S2), each optionally 'by ATTR[,ATTR]'\n"
+        "         (evaluated, fired and resolved apart for each value of ATTR)\n"
         "  S:     a counter, e.g. memdiag.dead_letter_total{reason=not_json}, or S - S2\n"
         "         (ignored_share is net of retrieval_feedback_retracted_total)\n"
         "e.g.     memdiag alert --rule 'followup_rate > 0.3 for 5m'\n"
         "pipeline_coverage alone means 'pipeline_coverage > 0': some agent's\n"
         "memdiag.unindexed_memory_total grew within the window (a memory missed its index\n"
         "deadline); it resolves after a window with none.\n"
+        "recall_probe_miss is per agent: the share of the agent's recall probes in the\n"
+        "window that missed, e.g. 'recall_probe_miss > 0.5 for 1h' fires for each agent\n"
+        "whose probes mostly miss (an indexer storing garbage keeps coverage at 100%) and\n"
+        "resolves when its probes hit again (or a window passes with none).\n"
         "A rules file has one rule a line, optionally named (NAME: RULE); # comments.",
     )
     alert.add_argument("--rule", action="append", metavar="RULE", help="a rule (repeatable)")

@@ -47,8 +47,11 @@ def cmd_alert(args: argparse.Namespace) -> int:
             return
         colour = "red" if d["state"] == "firing" else "green"
         value = "no data" if d["value"] is None else f"{d['value']:.4g}"
+        group = d.get("group")
+        where = (" for " + ", ".join(f"{k}={v}" for k, v in group.items())) if group else ""
         out.print(
-            f"[{colour}]{d['state'].upper():8}[/{colour}] {d['rule']}  value {value} "
+            f"[{colour}]{d['state'].upper():8}[/{colour}] {escape(d['rule'] + where)}  "
+            f"value {value} "
             f"(window {d['window_minutes']}m ending {d['at']})"
         )
 

@@ -412,7 +412,7 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
     )
     longest = max(len(r["agent_id"]) for r in rows)
     table.add_column("agent", overflow="fold", min_width=min(longest, 24))
-    for header in ("written", "unindexed", "PC", "SRR", "ATR"):
+    for header in ("written", "unindexed", "unreach.", "PC", "SRR", "ATR"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("broken since", no_wrap=True)
     for r in rows:
@@ -420,17 +420,40 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
             f"[bold red]{r['agent_id']}[/bold red]" if r["broken"] else r["agent_id"],
             f"{r['written']:,}",
             f"{r['unindexed']:,}",
+            f"{r['unreachable']:,}",
             _pct(r["pipeline_coverage"]),
             _pct(r["semantic_recall_rate"]),
             _pct(r["ambient_trigger_rate"]),
             _minute(r["broken_since"]) or "—",
         )
     out.print(table)
+    missing = [r for r in rows if r["missed"]]
+    if missing:
+        why = Table(title="why probes missed (each probed memory's latest probe)",
+                    title_justify="left", box=None)  # fmt: skip
+        why.add_column("agent", overflow="fold", min_width=min(longest, 24))
+        for header in ("probed", "missed", "not indexed", "below thr.", "aliased", "outranked"):
+            why.add_column(header, justify="right", no_wrap=True)
+        for r in missing:
+            aliased = f"{r['aliased_misses']:,} ({_pct(r['aliasing_rate'])})"
+            why.add_row(
+                r["agent_id"],
+                f"{r['probed']:,}",
+                f"{r['missed']:,}",
+                f"{r['not_indexed_misses']:,}",
+                f"{r['below_threshold_misses']:,}",
+                f"[yellow]{aliased}[/yellow]" if r["aliased_misses"] else aliased,
+                f"{r['outranked_misses']:,}",
+            )
+        out.print(why)
     out.print(
         "[dim]PC (pipeline coverage): indexed / written. SRR (semantic recall rate): probed "
         "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
-        "rate): written memories in the latest ambient context. Times UTC; --json for every "
-        "column (indexed, pending, probed, last_indexed_at...).[/dim]"
+        "rate): written memories in the latest ambient context. Unreach.: past the deadline "
+        "unindexed and not in the latest ambient context: no path brings them back. Aliased: "
+        "a memory with the same name key (another day's daily note) came back instead, its "
+        "share of the probed memories in brackets. Times UTC; --json for every column; "
+        "`memdiag explain-memory ID --agent A` for one memory.[/dim]"
     )
     if broken:
         out.print(

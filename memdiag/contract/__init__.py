@@ -22,6 +22,7 @@ DEAD_LETTERS = "memdiag.dead_letter_total"
 UNMATCHED_TURNS = "memdiag.unmatched_turn_total"
 LATE_EVENTS = "memdiag.late_event_total"
 UNINDEXED_MEMORIES = "memdiag.unindexed_memory_total"
+RECALL_PROBES = "memdiag.recall_probe_total"
 UNJUDGED_TURNS = "memdiag.unjudged_turn_total"
 
 # -- what each counter says, and what it over- or under-counts --------------------------
@@ -103,6 +104,14 @@ COUNTER_HELP: dict[str, str] = {
         "passed its deadline. An agent that never reports indexing counts every memory. Each "
         "increment is in the minute of the agent's event time that showed it."
     ),
+    RECALL_PROBES: (
+        "Recall probes, by agent and hit (true or false): the probed memory in the first k "
+        "results at or above the threshold. Each probe counts once, in the minute of its own "
+        "event time, whatever its memory's other probes said (pipeline_health's SRR counts "
+        "each memory's latest probe only); a redelivered probe may count again. A miss's "
+        "reason (not indexed, aliased...) is in DuckDB's recall_probes, not here: a late "
+        "write can change it."
+    ),
     UNJUDGED_TURNS: (
         "Turns from OpenTelemetry spans (a chat or LLM span) that injected memories but "
         "cannot be judged, by reason: no_output_messages (the span has no "
@@ -127,6 +136,7 @@ COUNTER_ATTRIBUTES: dict[str, frozenset[str]] = {
     RETRIEVAL_FAILURES: frozenset({"run_id"}),
     DEAD_LETTERS: frozenset({"reason"}),
     UNINDEXED_MEMORIES: frozenset({"agent_id"}),
+    RECALL_PROBES: frozenset({"agent_id", "hit"}),
     UNJUDGED_TURNS: frozenset({"reason"}),
 }
 

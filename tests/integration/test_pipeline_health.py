@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memdiag.contract import UNINDEXED_MEMORIES
+from memdiag.contract import RECALL_PROBES, UNINDEXED_MEMORIES
 from tests.compare import differences, from_duckdb, from_reference
 from tests.integration.conftest import Pipeline
 from tests.recall_scenario import paper_agents
@@ -61,11 +61,28 @@ def test_in_order_and_keyed(pipeline: Pipeline) -> None:
     assert breaks == [("never", "n0", True), ("stops", "s5", True)]
     # the counter on the counter topic: every unindexed memory of the broken agents, once
     counted: dict[str, int] = {}
+    probes: dict[tuple[str, str], int] = {}
     for _, rec in pipeline.consume(pipeline.settings.topics.counters):
         if rec.get("type") == "increment" and rec["name"] == UNINDEXED_MEMORIES:
             agent = rec["attributes"]["agent_id"]
             counted[agent] = counted.get(agent, 0) + rec["value"]
+        elif rec.get("type") == "increment" and rec["name"] == RECALL_PROBES:
+            key = (rec["attributes"]["agent_id"], rec["attributes"]["hit"])
+            probes[key] = probes.get(key, 0) + rec["value"]
     assert counted == {"never": 10, "stops": 5}
+    assert probes == {("healthy", "true"): 10, ("repetitive", "true"): 3,
+                      ("repetitive", "false"): 7}  # fmt: skip
+    # the recall alert, per agent: only the repetitive agent's probes mostly miss
+    alert = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "alert", "--rule", "recall_probe_miss > 0.5 for 1h",
+         "--from-beginning", "--stop-after-idle", "3", "--json", "--quiet"],
+        env={**pipeline.settings.as_env(), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert alert.returncode == 0, alert.stderr
+    alerts = [json.loads(line) for line in alert.stdout.splitlines()]
+    assert [(a["state"], a["group"]) for a in alerts] == [("firing", {"agent_id": "repetitive"})]
+    assert alerts[0]["value"] == pytest.approx(0.7)
     # the command an analyst runs
     out = subprocess.run(
         [sys.executable, "-m", "memdiag.cli", "query", "pipeline-health", "--agent", "stops",

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from memdiag.alert import Evaluator, RuleError, parse_rule, parse_rules_file
+from memdiag.alert import Alert, Evaluator, RuleError, parse_rule, parse_rules_file
 from memdiag.contract import COUNTER_ATTRIBUTES as ATTRIBUTES
 from memdiag.contract import COUNTER_HELP as HELP
 from memdiag.contract import FEEDBACK, FEEDBACK_RETRACTED, FOLLOWUPS, SEARCH_CALLS
@@ -357,3 +357,90 @@ def test_pipeline_coverage_fires_while_memories_go_unindexed_and_resolves_after(
             parse_rule(always_or_never)
     assert parse_rule("pipeline_coverage >= 1").threshold == 1.0
     assert parse_rule("pipeline_coverage for 10 m").window_us == 10 * 60_000_000  # as EXPR's
+
+
+def test_recall_probe_miss_fires_and_resolves_per_agent() -> None:
+    """The alias is grouped by agent: each agent's share of missed probes, apart. One agent
+    whose probes start to miss fires alone (the other's hits do not dilute it), resolves when
+    its probes hit again; an agent that goes quiet while firing resolves a window later."""
+    rule = parse_rule("recall_probe_miss > 0.5 for 10m")
+    assert (rule.fn, rule.by, rule.op, rule.threshold) == ("ratio", ("agent_id",), ">", 0.5)
+    ev = Evaluator([rule])
+    name = "memdiag.recall_probe_total"
+    states = []
+    for minute in range(60):
+        ev.add(*rollup(name, minute, 20, agent_id="healthy", hit="true"))  # always hits
+        ev.add(*rollup(name, minute, 1, agent_id="healthy", hit="false"))
+        if minute < 40:  # garbage indexed from minute 10 to 19, then repaired; quiet from 40
+            broken = 10 <= minute < 20
+            ev.add(*rollup(name, minute, 1 if broken else 4, agent_id="garbage", hit="true"))
+            ev.add(*rollup(name, minute, 4 if broken else 0, agent_id="garbage", hit="false"))
+        if minute == 45:
+            ev.add(*rollup(name, minute, 3, agent_id="quiet", hit="false"))
+        states += [(a.state, dict(a.group), minute, a.value) for a in ev.evaluate()]
+    # garbage: a broken minute has 4 misses of 5 probes, a good one 4 hits: the 10-minute
+    # window's share is 20/45 at 14, 24/46 at 15 (fires); 24/46 at 23, 20/45 at 24 (resolves)
+    assert [(s, g, m) for s, g, m, _ in states] == [
+        ("firing", {"agent_id": "garbage"}, 15),
+        ("resolved", {"agent_id": "garbage"}, 24),
+        ("firing", {"agent_id": "quiet"}, 45),
+        ("resolved", {"agent_id": "quiet"}, 55),  # a window without its probes: no value
+    ]
+    assert states[0][3] == pytest.approx(24 / 46) and states[-1][3] is None
+    d = Alert(rule, "firing", 0.6, 0, (("agent_id", "garbage"),)).as_dict()
+    assert d["group"] == {"agent_id": "garbage"}
+    assert "group" not in Alert(parse_rule("misleading > 0"), "firing", 1.0, 0).as_dict()
+
+
+def test_a_grouped_backlog_in_any_order_replays_the_same_alerts() -> None:
+    import random
+
+    rule = parse_rule("ratio(memdiag.recall_probe_total{hit=false}, recall_probe_total) "
+                      "by agent_id >= 0.5 for 5m")  # fmt: skip
+    name = "memdiag.recall_probe_total"
+    rollups = []
+    for minute in range(30):
+        for n, agent in enumerate(("a", "b", "c")):
+            missing = n * 5 <= minute < n * 5 + 8
+            rollups.append(rollup(name, minute, 3 if missing else 0, agent_id=agent, hit="false"))
+            rollups.append(rollup(name, minute, 1, agent_id=agent, hit="true"))
+    expected = None
+    for seed in range(5):
+        shuffled = list(rollups)
+        random.Random(seed).shuffle(shuffled)  # noqa: S311 - test data
+        ev = Evaluator([rule])
+        for doc, minute in shuffled:
+            ev.add(doc, minute)
+        got = [(a.state, a.group, a.at_us) for a in ev.replay()]
+        assert sorted({g for _, g, _ in got}) == [(("agent_id", x),) for x in "abc"]
+        assert [s for s, g, _ in got if g == (("agent_id", "a"),)] == ["firing", "resolved"]
+        expected = expected or got
+        assert got == expected
+
+
+def test_by_parses_and_groups_by_several_attributes() -> None:
+    rule = parse_rule("count(memdiag.dead_letter_total) by reason, topic > 2")
+    assert rule.by == ("reason", "topic")
+    ev = Evaluator([rule])
+    for _ in range(2):
+        ev.add(*rollup(DEAD_LETTER_NAME, 0, 3, reason="not_json", topic="t1"))
+        ev.add(*rollup(DEAD_LETTER_NAME, 0, 1, reason="not_json", topic="t2"))
+        ev.add(*rollup(DEAD_LETTER_NAME, 0, 9, reason="bad_value"))  # lacks `topic`: no group
+    alerts = ev.evaluate()
+    assert [(a.state, a.group) for a in alerts] == [
+        ("firing", (("reason", "not_json"), ("topic", "t1")))
+    ]
+    with pytest.raises(RuleError):
+        parse_rule("count(memdiag.dead_letter_total) by > 2")
+    # a rollup without the attribute never makes a group; ungrouped rules sum everything
+    ev2 = Evaluator([parse_rule("count(memdiag.dead_letter_total) > 12")])
+    ev2.add(*rollup(DEAD_LETTER_NAME, 0, 3, reason="not_json", topic="t1"))
+    ev2.add(*rollup(DEAD_LETTER_NAME, 0, 10, reason="bad_value"))
+    assert [a.group for a in ev2.evaluate()] == [()]
+
+
+DEAD_LETTER_NAME = "memdiag.dead_letter_total"
+
+
+def test_the_counter_schema_names_every_counter() -> None:
+    assert set(load_schema("counter")["$defs"]["name"]["enum"]) == set(HELP)

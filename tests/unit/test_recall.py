@@ -23,6 +23,7 @@ from memdiag.contract import (
     PENDING,
     PIPELINE_BREAK,
     PIPELINE_RECOVERED,
+    RECALL_PROBES,
     UNINDEXED,
     UNINDEXED_MEMORIES,
 )
@@ -209,9 +210,27 @@ def test_events_published_twice_change_nothing() -> None:
     state = dict(r.store.data)
     r.send(events)  # the whole batch published again
     r.send(events[::-1])
+    # every count but the probes' (a probe published again counts again, as its help says)
+    probes = (RECALL_PROBES, (("agent_id", "a1"), ("hit", "true")))
+    assert before[3].pop(probes) == 1 and r.counts.pop(probes) == 3
     assert (r.memories, r.probes, r.agents, r.counts) == before
     assert r.store.data == state
     assert [t["kind"] for t in r.transitions] == [PIPELINE_BREAK]  # raised once
+
+
+def test_each_probe_counts_once_by_agent_and_hit_in_its_minute() -> None:
+    r = Run().send([written("w1", 0, "m1"), indexed("i1", 1, "m1"),
+                    probe("p1", 90, "m1", ["m1"]), probe("p2", 150, "m1", ["m2", "m1"], [0.9, 0.1]),
+                    probe("p3", 155, "m1", ["m9"], agent="a2")])  # fmt: skip
+    assert {k: v for k, v in r.counts.items() if k[0] == RECALL_PROBES} == {
+        (RECALL_PROBES, (("agent_id", "a1"), ("hit", "true"))): 1,
+        (RECALL_PROBES, (("agent_id", "a1"), ("hit", "false"))): 1,  # below the threshold
+        (RECALL_PROBES, (("agent_id", "a2"), ("hit", "false"))): 1,
+    }
+    assert {m for (name, m) in r.minutes if name == RECALL_PROBES} == {
+        parse(at(60)),
+        parse(at(120)),  # each in the minute of its own ts
+    }
 
 
 def test_an_agent_that_breaks_and_recovers() -> None:
@@ -412,9 +431,12 @@ def test_the_view_matches_the_reference(tmp_path: Path, seed: int | None) -> Non
     assert set(got) == set(ref)
     for agent, h in ref.items():
         g = got[agent]
-        for col in ("written", "indexed", "pending", "unindexed", "broken"):
+        for col in ("written", "indexed", "pending", "unindexed", "broken", "probed", "missed",
+                    "not_indexed_misses", "below_threshold_misses", "aliased_misses",
+                    "outranked_misses", "unreachable"):  # fmt: skip
             assert g[col] == h[col], (agent, col)
-        for col in ("pipeline_coverage", "semantic_recall_rate", "ambient_trigger_rate"):
+        for col in ("pipeline_coverage", "semantic_recall_rate", "ambient_trigger_rate",
+                    "aliasing_rate", "unreachable_share"):  # fmt: skip
             assert g[col] == pytest.approx(h[col]), (agent, col)
         for col in ("last_written_at", "last_indexed_at", "broken_since"):
             want = h[col]
@@ -425,6 +447,12 @@ def test_the_view_matches_the_reference(tmp_path: Path, seed: int | None) -> Non
     assert got["stops"]["pipeline_coverage"] == pytest.approx(5 / 11) and got["stops"]["broken"]
     assert got["repetitive"]["semantic_recall_rate"] == pytest.approx(0.3)
     assert got["healthy"]["ambient_trigger_rate"] == pytest.approx(2 / 11)
+    # the repetitive agent loses its other seven to their look-alikes (names share a key)
+    assert (got["repetitive"]["aliased_misses"], got["repetitive"]["missed"]) == (7, 7)
+    assert got["repetitive"]["aliasing_rate"] == pytest.approx(0.7)
+    # never indexed: all ten past the deadline are unreachable but the two in the ambient
+    assert (got["never"]["unreachable"], got["healthy"]["unreachable"]) == (8, 0)
+    assert got["never"]["unreachable_share"] == pytest.approx(8 / 11)
 
 
 def test_a_new_deadline_sorts_the_backlog_again() -> None:
