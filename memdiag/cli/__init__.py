@@ -26,6 +26,7 @@ from memdiag.cli.analyst import (
 from memdiag.cli.calibrate import cmd_calibrate, non_negative, parse_windows
 from memdiag.cli.common import REPORT_EXTRA, err
 from memdiag.cli.explain import cmd_explain
+from memdiag.cli.memory import cmd_explain_memory
 from memdiag.cli.pipeline import cmd_demo, cmd_publish, cmd_run, cmd_sink, cmd_status, cmd_worker
 from memdiag.settings import ConfigError
 
@@ -201,6 +202,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--html", metavar="FILE", help="also write it as a self-contained HTML page"
     )
     explain.set_defaults(func=cmd_explain)
+
+    em = add(
+        "explain-memory",
+        "one memory's recall story: written, indexed, reachable, its probes and what outranked it",
+        "Everything DuckDB knows of one memory of one agent (memory ids are an agent's own):\n"
+        "when it was written and indexed, its status and name key, whether a path reaches it\n"
+        "(indexed, or in the agent's latest ambient context) or none does (unreachable), how\n"
+        "many of the agent's memories share its name key, and its probes, the latest first,\n"
+        "each with why it missed (not_indexed, below_threshold, aliased, outranked) and the\n"
+        "first k results that came back instead, the look-alikes marked. The latest miss says\n"
+        "where to look: the indexer, the threshold, the names, the ranking. An unknown id\n"
+        "lists the agent's memories whose latest probe missed.\n"
+        "e.g.     memdiag explain-memory daily-2026-11-03 --agent note-taker",
+    )
+    em.add_argument("memory_id", metavar="MEMORY_ID")
+    em.add_argument("--agent", required=True, metavar="AGENT_ID", help="the agent it belongs to")
+    em.add_argument("--limit", type=int, default=20, help="most probes shown (default 20)")
+    _db_and_json(em, "print the explanation as JSON")
+    em.set_defaults(func=cmd_explain_memory)
 
     cal = add(
         "calibrate",
