@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.queries import rows
 from memdiag.contract import FAILED_OUTCOMES
 from memdiag.contract.categories import classify
@@ -111,6 +112,7 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
         "never_searched": not agent,
         "turns": list(turns.values()),
         "outcome": None,
+        "pipeline": None,
         "weights": [],
     }
     judged = {m["observation_id"] for t in turns.values() for m in t["memories"]}
@@ -155,11 +157,22 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
                 f"{fired.reason}"
             )
     result["outcome"] = outcome
+    result["pipeline"] = _pipeline_at_outcome(con, session_id)
     result["weights"] = rows(con, "explain_weights", session_id=session_id)
     misleading = set(diag["misleading_observation_ids"])
     for w in result["weights"]:
         w["misleading"] = w["observation_id"] in misleading
     return result
+
+
+def _pipeline_at_outcome(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any] | None:
+    """The agent's memory pipeline at the outcome's time (``session_pipeline``): broken,
+    healthy, no_agent_id or no_memory_events; None for a file that predates the view."""
+    try:
+        found = rows(con, "explain_session_pipeline", session_id=session_id)
+    except DatabaseError:
+        return None
+    return found[0] if found else None
 
 
 def plural(n: int, singular: str, plural: str | None = None) -> str:

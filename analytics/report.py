@@ -198,7 +198,50 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
         ],
     )
     chart = chart_pipeline(pipeline_coverage_over_time(con), [a["agent_id"] for a in agents])
-    return f"{table}<div class=chart>{chart}</div>"
+    return f"{table}<div class=chart>{chart}</div>{_breaks_table(con)}"
+
+
+def _failed(side: dict[str, Any]) -> str:
+    rate = "n/a" if side["failure_rate"] is None else f"{side['failure_rate']:.0%}"
+    return f"{side['failed']}/{side['sessions']} ({rate})"
+
+
+def _breaks_table(con: duckdb.DuckDBPyConnection) -> str:
+    """Sessions during pipeline breaks against sessions while healthy (``memdiag breaks``)."""
+    from memdiag.analytics.breaks import break_impact
+
+    r = break_impact(con)
+    if not r["placed"]:
+        return (
+            "<p class=note>No session can be placed against its agent's pipeline: sessions "
+            "need an agent_id whose agent sends memory events.</p>"
+        )
+
+    def fmt(name: str, x: dict[str, Any]) -> dict[str, Any]:
+        ci = x["difference_ci"]
+        diff = "n/a" if x["difference"] is None else f"{x['difference'] * 100:+.0f} pts"
+        if ci and ci["low"] is not None:
+            diff += f" [{ci['low'] * 100:+.0f}, {ci['high'] * 100:+.0f}]"
+        if x["too_few"]:
+            diff += " (too few)"
+        return {"agent": name, "during": _failed(x["broken"]), "healthy": _failed(x["healthy"]),
+                "difference": diff}  # fmt: skip
+
+    table = _table(
+        [fmt("all agents", r["overall"])] + [fmt(a["agent_id"], a) for a in r["agents"]],
+        [("agent", "agent"), ("during", "failed during breaks"),
+         ("healthy", "failed while healthy"), ("difference", "difference [95% CI]")],
+    )  # fmt: skip
+    apart = r["apart"]
+    return (
+        "<h3>Sessions during pipeline breaks</h3>"
+        f"{table}<p class=note>{r['placed']} of {r['sessions']} sessions placed by their "
+        f"agent and outcome time against the spans their agent's pipeline was down "
+        f"({apart['no_agent_id']} name no agent and {apart['no_memory_events']} are of agents "
+        "without memory events: counted apart). Bootstrap interval, each side resampled apart; "
+        f"too few: under {r['min_sessions']} sessions on a side. Correlation, not cause "
+        "(<code>memdiag breaks</code>).</p>"
+    )
 
 
 def _table(

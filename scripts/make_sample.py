@@ -459,11 +459,59 @@ def memory_agents(seed: int) -> list[dict]:
     return out
 
 
+#: (agent, its sessions' failure rate while its pipeline is healthy, during its break)
+PIPELINE_SESSIONS = (("migrated-indexer", 0.45, 0.85), ("archivist", 0.45, 0.45))
+
+
+def pipeline_sessions(seed: int) -> list[dict]:
+    """Sessions of two memory agents, one every five minutes over the memory agents' five
+    hours: the migrated indexer's fail more once its indexer stopped (its break: the
+    episodes written after the 18th are never indexed), the archivist's never break. Each
+    searches its agent's episodes, sometimes again, then ends."""
+    r = random.Random(seed + 5)
+    out: list[dict] = []
+    stop = None  # when the migrated indexer's first never-indexed episode was written
+    for e in memory_agents(seed):
+        if e["kind"] == "memory_written" and e["memory_id"] == "ep-ops-runbook-018":
+            stop = e["ts"]
+    for agent, healthy, broken in PIPELINE_SESSIONS:
+        for n in range(60):
+            t = BASE + timedelta(minutes=5 * n, seconds=r.uniform(0, 240))
+            sid = f"ses_{agent}_{n:02d}"
+            scope = {"session_id": sid, "agent_id": agent}
+            first = [f"ep-{agent}-{r.randrange(30):03d}"]
+            out.append({"kind": "search", "event_id": f"s-{sid}", "ts": ts(t), **scope,
+                        "query": f"{agent} runbook step {n}", "result_ids": first})  # fmt: skip
+            # a second search, a followup (new query, new results, within the window) as
+            # often as in the coding sessions and whatever the outcome: no signal of its own
+            refine = r.random() < 0.45
+            out.append({"kind": "search", "event_id": f"s2-{sid}",
+                        "ts": ts(t + timedelta(seconds=r.uniform(5, 25))), **scope,
+                        "query": f"{agent} runbook step {n} rollback" if refine
+                        else f"{agent} runbook step {n}",
+                        "result_ids": [f"ep-{agent}-{r.randrange(30, 60):03d}"] if refine
+                        else first})  # fmt: skip
+            end = t + timedelta(seconds=r.uniform(30, 50))
+            during = agent == "migrated-indexer" and stop is not None and ts(end) >= stop
+            failed = r.random() < (broken if during else healthy)
+            calls = [{"tool": "edit", "file": "runbook.md", "success": True}]
+            errors = []
+            if failed:
+                calls.append({"tool": "pytest", "file": "tests/test_runbook.py", "success": False})
+                errors.append({"message": "1 test failed", "tool": "pytest", "recoverable": False})
+            out.append({"kind": "session_outcome", "event_id": f"o-{sid}", "ts": ts(end),
+                        **scope, "outcome": "rejected" if failed else "accepted",
+                        "tool_calls": calls, "files_modified": ["runbook.md"],
+                        "errors": errors})  # fmt: skip
+    return out
+
+
 def make(sessions: int, seed: int) -> list[str]:
     sample = Sample(seed)
     events = [e for i in range(sessions) for e in sample.session(i)]
     events += judgements(seed)
     events += memory_agents(seed)
+    events += pipeline_sessions(seed)
     events.sort(key=lambda e: e["ts"])  # sessions interleave, as on a live stream (stable sort)
     lines = [json.dumps(e, separators=(",", ":")) for e in events]
     r = random.Random(seed + 1)

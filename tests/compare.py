@@ -120,6 +120,10 @@ def _pipeline_from_reference(ref: dict[str, Any]) -> Snapshot:
             )
             for agent, h in ref["pipeline_health"].items()
         },  # fmt: skip
+        "pipeline_break_spans": {
+            k: (r["until"], r["first_memory_id"], r["memories"])
+            for k, r in ref["pipeline_break_spans"].items()
+        },
     }
 
 
@@ -294,6 +298,13 @@ def from_duckdb(query: Any) -> Snapshot:
                 "epoch_us(last_indexed_at), broken, epoch_us(broken_since), probed, missed, "
                 "not_indexed_misses, below_threshold_misses, aliased_misses, outranked_misses, "
                 "aliasing_rate, unreachable, unreachable_share FROM pipeline_health"
+            )
+        },
+        "pipeline_break_spans": {
+            (r[0], r[1]): tuple(r[2:])
+            for r in query(
+                "SELECT agent_id, epoch_us(since), epoch_us(until), first_memory_id, memories "
+                "FROM pipeline_break_spans"
             )
         },
     }

@@ -279,6 +279,7 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
     memories: dict[tuple[str, str], dict[str, Any]] = {}
     probes: dict[str, dict[str, Any]] = {}
     health: dict[str, dict[str, Any]] = {}
+    spans: dict[tuple[str, int], dict[str, Any]] = {}
     for agent, evs in by_agent.items():
         evs = sorted(evs, key=lambda e: (parse(e["ts"]), e["event_id"]))
         clock = parse(evs[-1]["ts"])
@@ -329,6 +330,17 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         for probe in probes.values():  # why each probe missed, from every event of the agent
             if probe["agent_id"] == agent:
                 probe["miss_reason"] = _miss_reason(probe, written, indexed)
+        # when the pipeline was down, in hindsight: from a write that no (first) index of any
+        # memory followed within the deadline, to the next one; spans sharing it are one
+        firsts = sorted(indexed.values())
+        down: dict[int | None, list[tuple[int, str]]] = {}
+        for mid, (w, _) in written.items():
+            until = next((t for t in firsts if t >= w), None)
+            if (clock if until is None else until) // 1000 - w // 1000 > deadline_ms:
+                down.setdefault(until, []).append((w, mid))
+        for until, ms_ in down.items():
+            w0, first = min(ms_)
+            spans[(agent, w0)] = {"until": until, "first_memory_id": first, "memories": len(ms_)}
         n_written = len(written)
         n_indexed = sum(1 for mid in written if mid in indexed)
         oldest = min(unindexed_since, default=None)
@@ -365,7 +377,29 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             "unreachable": len(unreachable),
             "unreachable_share": len(unreachable) / n_written if n_written else None,
         }
-    return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health}
+    return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health,
+            "pipeline_break_spans": spans}  # fmt: skip
+
+
+def session_pipeline_reference(
+    sessions: list[dict[str, Any]], spans: dict[tuple[str, int], dict[str, Any]],
+    agents: set[str],
+) -> dict[str, tuple[str, int | None]]:  # fmt: skip
+    """Each session's pipeline_state and the since of the span it fell in, from
+    ``sessions`` (``session_id``, ``agent_id``, ``ts`` in µs) and the spans above; ``agents``
+    are those with memory events."""
+    out: dict[str, tuple[str, int | None]] = {}
+    for s in sessions:
+        agent, t = s.get("agent_id"), s["ts"]
+        if agent is None:
+            out[s["session_id"]] = ("no_agent_id", None)
+        elif agent not in agents:
+            out[s["session_id"]] = ("no_memory_events", None)
+        else:
+            hit = [since for (a, since), sp in spans.items() if a == agent and since <= t
+                   and (sp["until"] is None or t < sp["until"])]  # fmt: skip
+            out[s["session_id"]] = ("broken", hit[0]) if hit else ("healthy", None)
+    return out
 
 
 def _ledgers(

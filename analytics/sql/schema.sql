@@ -531,3 +531,42 @@ LEFT JOIN misses r USING (agent_id)
 LEFT JOIN pipeline_agents a USING (agent_id)
 LEFT JOIN ambient x USING (agent_id)
 LEFT JOIN unreachable u USING (agent_id);
+
+-- When each agent's pipeline was down, by the events, in hindsight (docs/rules.md, "Sessions
+-- during breaks"): from the first write that no index event followed within the deadline,
+-- to the next index event (NULL: still down). The index events are the memories' first
+-- (memory_pipeline.indexed_at); a span's memories all wait for the same next index, so the
+-- spans of one agent never overlap. A view: late events move it by themselves.
+CREATE OR REPLACE VIEW pipeline_break_spans AS
+WITH starts AS (
+    SELECT m.agent_id, m.memory_id, m.written_at,
+           (SELECT min(i.indexed_at) FROM memory_pipeline i
+            WHERE i.agent_id = m.agent_id AND i.indexed_at >= m.written_at) AS until,
+           a.clock, coalesce(a.deadline_seconds, 600) AS deadline_seconds
+    FROM memory_pipeline m
+    JOIN pipeline_agents a USING (agent_id)
+    WHERE m.written_at IS NOT NULL
+)
+SELECT agent_id, min(written_at) AS since, until,
+       arg_min(memory_id, (written_at, memory_id)) AS first_memory_id,
+       count(*) AS memories
+FROM starts
+WHERE epoch_ms(coalesce(until, clock)) - epoch_ms(written_at) > deadline_seconds * 1000
+GROUP BY agent_id, until;
+
+-- Each session with an outcome, and whether its agent's pipeline was down at the outcome's
+-- time (pipeline_break_spans): pipeline_state is broken or healthy, or no_agent_id (the
+-- session names no agent) or no_memory_events (its agent sent none): those two are counted
+-- apart, never as healthy.
+CREATE OR REPLACE VIEW session_pipeline AS
+SELECT s.session_id, s.agent_id, s.outcome, s.failure_category,
+       s.outcome IN ('rejected', 'rework') AS failed, s.ts,
+       CASE WHEN s.agent_id IS NULL THEN 'no_agent_id'
+            WHEN a.agent_id IS NULL THEN 'no_memory_events'
+            WHEN b.since IS NOT NULL THEN 'broken'
+            ELSE 'healthy' END AS pipeline_state,
+       b.since AS break_since, b.until AS break_until, b.first_memory_id AS break_first_memory_id
+FROM session_diagnostics s
+LEFT JOIN pipeline_agents a ON a.agent_id = s.agent_id
+LEFT JOIN pipeline_break_spans b
+       ON b.agent_id = s.agent_id AND s.ts >= b.since AND (b.until IS NULL OR s.ts < b.until);

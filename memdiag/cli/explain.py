@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,24 @@ def _scope(ex: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def pipeline_line(ex: dict[str, Any]) -> str | None:
+    """The agent's memory pipeline at the outcome, when it was down (or cannot be told)."""
+    p = ex.get("pipeline")
+    if p is None or p["pipeline_state"] != "broken":
+        return None
+    since = p["break_since"].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    until = (
+        "still down"
+        if p["break_until"] is None
+        else "until " + p["break_until"].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    )
+    return (
+        f"[bold red]memory pipeline down[/bold red] at the outcome: nothing indexed since "
+        f"{since} ({until}; first missed memory {escape(str(p['break_first_memory_id']))}): "
+        "memories written meanwhile could not be found (`memdiag breaks` compares)"
+    )
+
+
 def _at(seconds: float) -> str:
     return f"+{seconds:,.1f} s"
 
@@ -63,6 +82,9 @@ def print_explanation(ex: dict[str, Any]) -> None:
         )
     else:
         out.print(f"[green bold]{escape(o['outcome'])}[/green bold]")
+    line = pipeline_line(ex)
+    if line:
+        out.print(line)
     summary = [search_summary(ex), turn_summary(ex)]
     if o is not None and o["misleading_observation_ids"]:
         n = len(o["misleading_observation_ids"])

@@ -111,3 +111,81 @@ def print_memory(ex: dict[str, Any]) -> None:
         "results at or above the threshold. Reasons: not_indexed, below_threshold, aliased "
         "(a look-alike by name key came back), outranked. Times UTC; --json for all.[/dim]"
     )
+
+
+def cmd_breaks(args: argparse.Namespace) -> int:
+    from memdiag.analytics.breaks import break_impact
+
+    con = open_db(args)
+    try:
+        r = break_impact(con, resamples=args.resamples, seed=args.seed, level=args.level)
+    finally:
+        con.close()
+    if args.json:
+        print_json(r)
+    else:
+        print_breaks(r)
+    return 0
+
+
+def _rate(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
+def _points(r: dict[str, Any]) -> str:
+    if r["difference"] is None:
+        return "n/a"
+    text = f"{r['difference'] * 100:+.0f}"
+    ci = r["difference_ci"]
+    if ci and ci["low"] is not None:
+        text += f" [{ci['low'] * 100:+.0f}, {ci['high'] * 100:+.0f}]"
+    return text
+
+
+def print_breaks(r: dict[str, Any]) -> None:
+    apart = r["apart"]
+    head = (
+        f"{r['placed']:,} of {r['sessions']:,} sessions placed against their agent's memory "
+        "pipeline"
+    )
+    if apart["no_agent_id"] or apart["no_memory_events"]:
+        head += (
+            f" ({apart['no_agent_id']:,} name no agent, {apart['no_memory_events']:,} are of "
+            "agents without memory events: counted apart)"
+        )
+    out.print(head)
+    if not r["placed"]:
+        err.print(
+            "no session can be placed: sessions need an agent_id, and their agent memory "
+            "events on memdiag.memory"
+        )
+        return
+    o = r["overall"]
+    table = Table(title="failed sessions: during pipeline breaks vs while healthy",
+                  title_justify="left", box=None)  # fmt: skip
+    table.add_column("agent", overflow="fold", min_width=10)
+    for header in ("breaks", "during breaks", "while healthy", "Δ points [95% CI]"):
+        table.add_column(header, justify="right", no_wrap=True)
+
+    def side(x: dict[str, Any]) -> str:
+        return f"{x['failed']:,}/{x['sessions']:,} ({_rate(x['failure_rate'])})"
+
+    def row(name: str, x: dict[str, Any], breaks: str) -> None:
+        diff = _points(x)
+        if x["too_few"]:
+            diff = f"[dim]{diff} *[/dim]"
+        elif x["difference_ci"] and (x["difference_ci"]["low"] or 0) > 0:
+            diff = f"[bold red]{diff}[/bold red]"
+        table.add_row(name, breaks, side(x["broken"]), side(x["healthy"]), diff)
+
+    row("[bold]all agents[/bold]", o, "")
+    for a in r["agents"]:
+        row(escape(a["agent_id"]), a, str(len(a["breaks"])) if a["breaks"] else "—")
+    out.print(table)
+    out.print(
+        f"[dim]During a break: the outcome fell in a span in which the agent's pipeline was "
+        f"down (pipeline_break_spans). Intervals: {r['resamples']:,} bootstrap resamples of "
+        f"each side apart, seed {r['seed']}. *: too few, under {r['min_sessions']} sessions on "
+        "a side. Bold red: the interval is above 0.[/dim]"
+    )
+    out.print("[dim]caveats: " + "; ".join(escape(c) for c in r["caveats"]) + "[/dim]")

@@ -286,11 +286,12 @@ def test_calibrate_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
     result = memdiag("calibrate", "--db", str(db), "--json", "--resamples", "500")
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)
-    assert r["population"]["sessions"] == 300 and r["population"]["failed"] == 150
+    # 300 coding sessions (150 fail) and 120 of two memory agents (68 fail, 22 in a break)
+    assert r["population"]["sessions"] == 420 and r["population"]["failed"] == 218
     assert [w["window_seconds"] for w in r["windows"]] == [10, 30, 60, 120]
     # at the stream's window, the recomputation is the stream's verdict on every row
     check = r["stream_check"]
-    assert (check["window_seconds"], check["checked"], check["disagree"]) == (30.0, 874, 0)
+    assert (check["window_seconds"], check["checked"], check["disagree"]) == (30.0, 1114, 0)
     assert check["window_at_least"] <= 30 < check["window_below"]
     with duckdb.connect(str(db), read_only=True) as con:
         [(followups, sessions_with)] = con.execute(
@@ -330,6 +331,17 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     assert health["archivist"]["semantic_recall_rate"] > 0.9
     assert health["proving-medqa"]["semantic_recall_rate"] < 0.5
     assert health["proving-medqa"]["ambient_trigger_rate"] == pytest.approx(10 / 72)
+    # the repetitive names agent: its misses are its look-alikes; no agent of unique names
+    assert health["proving-medqa"]["aliased_misses"] == health["proving-medqa"]["missed"] > 20
+    assert health["archivist"]["aliased_misses"] == 0
+    assert "aliased" in html and "Sessions during pipeline breaks" in html
+    breaks = json.loads(memdiag("breaks", "--db", str(db), "--json").stdout)
+    agent = next(a for a in breaks["agents"] if a["agent_id"] == "migrated-indexer")
+    assert agent["difference_ci"]["low"] > 0 and not agent["too_few"]  # fails more in its break
+    assert agent["breaks"] and agent["breaks"][0]["until"] is None
+    em = memdiag("explain-memory", "ep-proving-medqa-004", "--agent", "proving-medqa",
+                 "--db", str(db), "--json")  # fmt: skip
+    assert json.loads(em.stdout)["latest"]["miss_reason"] == "aliased"
     one = memdiag("query", "pipeline-health", "--agent", "archivist", "--db", str(db))
     assert one.returncode == 0 and "archivist" in one.stdout and "cold-notes" not in one.stdout
     none = memdiag("query", "pipeline-health", "--agent", "nobody", "--db", str(db))

@@ -21,7 +21,7 @@ from tests.reference import pipeline_reference
 
 pytestmark = pytest.mark.integration
 
-PIPELINE_TABLES = ("memory_pipeline", "recall_probes", "pipeline_health")
+PIPELINE_TABLES = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans")
 
 
 def expected(events: list[dict[str, Any]]) -> dict[str, Any]:

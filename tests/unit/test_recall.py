@@ -31,6 +31,7 @@ from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.settings import Settings
 from memdiag.streams.agent import break_since, ever_unindexed, probe_verdict, status
 from memdiag.streams.stages.recall import RecallStage
+from tests.compare import differences, from_duckdb, from_reference
 from tests.inmemory import World
 from tests.recall_scenario import ambient, at, indexed, paper_agents, probe, written
 from tests.reference import parse, pipeline_reference
@@ -453,6 +454,9 @@ def test_the_view_matches_the_reference(tmp_path: Path, seed: int | None) -> Non
     # never indexed: all ten past the deadline are unreachable but the two in the ambient
     assert (got["never"]["unreachable"], got["healthy"]["unreachable"]) == (8, 0)
     assert got["never"]["unreachable_share"] == pytest.approx(8 / 11)
+    spans = pipeline_snapshot(tmp_path / "s.duckdb", r.records)["pipeline_break_spans"]
+    assert spans == {("never", parse(at(0))): (None, "n0", 10),  # the late ones still pend
+                     ("stops", parse(at(300))): (None, "s5", 5)}  # fmt: skip
 
 
 def test_a_new_deadline_sorts_the_backlog_again() -> None:
@@ -483,3 +487,39 @@ def test_the_head_stays_small_as_a_broken_agent_goes_on() -> None:
     assert r.agents["a1"]["unindexed"] == 3000 - 61  # the last 600 s pending
     r.send([indexed(f"i{n}", 30_000 + n, f"m{n:05d}") for n in range(3000)])
     assert not any(k.startswith("mb:") for k in r.store.data)  # indexed: out of the backlog
+
+
+PIPELINE_VIEWS = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans")
+
+
+def pipeline_snapshot(path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    sink = DuckDBSink(path)
+    sink.init()
+    sink.write(records)
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        snap = from_duckdb(lambda q: con.execute(q).fetchall())
+    finally:
+        con.close()
+    return {t: snap[t] for t in PIPELINE_VIEWS}
+
+
+@settings(max_examples=40, deadline=None)
+@given(memory_events(), st.randoms(use_true_random=False))
+def test_every_verdict_and_rate_of_the_views_in_any_order(
+    tmp_path_factory: pytest.TempPathFactory, events: list[dict[str, Any]], rnd: random.Random
+) -> None:
+    """Generated agents through the recall stage in a random batching and order (with
+    redeliveries) and the real sink: every column of the views (miss reasons, the split,
+    aliasing, unreachable, the break spans) is the independent reference's."""
+    ref = from_reference({**{k: {} for k in EMPTY_SESSION_TABLES}, **pipeline_reference(events)})
+    want = {t: ref[t] for t in PIPELINE_VIEWS}
+    got = pipeline_snapshot(tmp_path_factory.mktemp("v") / "v.duckdb",
+                            Run().send(*batches_of(events, rnd)).records)  # fmt: skip
+    assert differences(want, got) == []
+
+
+EMPTY_SESSION_TABLES = ("searches", "retrieval_feedback", "session_diagnostics",
+                        "observation_weight_history", "observation_weights",
+                        "observation_strength", "observation_strength_history",
+                        "graph_weights", "graph_weight_history")  # fmt: skip

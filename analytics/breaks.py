@@ -1,0 +1,104 @@
+"""``memdiag breaks``: do sessions fail more while their agent's memory pipeline is down?
+
+The recall paper's natural experiment, from the data memdiag already has: each session with
+an outcome is joined, by its agent and the outcome's event time, to the spans during which
+that agent's pipeline was down (the ``session_pipeline`` view over ``pipeline_break_spans``,
+docs/rules.md "Sessions during breaks"). The failure rate of the sessions during a break is
+compared with that of the sessions while healthy, overall and per agent, with a percentile
+bootstrap interval of the difference: the two groups resampled apart (stratified), seeded,
+so the same data gives the same interval. Sessions that name no agent, or whose agent sent
+no memory events, cannot be placed: they are counted apart, never as healthy.
+
+Correlation only, as for ``calibrate``: a break often comes with other trouble (a deploy, an
+outage), and sessions of one agent are not independent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from memdiag.analytics.calibrate import interval
+from memdiag.analytics.queries import rows
+
+#: fewer sessions than this on either side: the comparison is shown, and said too small
+MIN_SESSIONS = 20
+CAVEATS = (
+    "correlation, not cause: a pipeline break often comes with other trouble (a deploy, an "
+    "outage, a new task mix) that fails sessions by itself",
+    "sessions of one agent are not independent, and breaks cluster in time: the interval "
+    "resamples sessions and is too narrow when a few agents or one bad hour dominate",
+    "a break is known by its events: an agent whose indexer acknowledges garbage is never "
+    "'broken' here (see recall_probe_miss)",
+    "a small sample gives wide intervals: read the interval, not the point",
+)
+
+
+def _rates(
+    failed_b: np.ndarray, failed_h: np.ndarray, resamples: int, seed: int, level: float
+) -> dict[str, Any]:
+    """Failure rates during breaks and while healthy, their difference and its interval."""
+    nb, nh = len(failed_b), len(failed_h)
+    rb = float(failed_b.mean()) if nb else None
+    rh = float(failed_h.mean()) if nh else None
+    result: dict[str, Any] = {
+        "broken": {"sessions": nb, "failed": int(failed_b.sum()), "failure_rate": rb},
+        "healthy": {"sessions": nh, "failed": int(failed_h.sum()), "failure_rate": rh},
+        "difference": None if rb is None or rh is None else rb - rh,
+        "difference_ci": None,
+        "ratio": None if rb is None or not rh else rb / rh,
+        "too_few": nb < MIN_SESSIONS or nh < MIN_SESSIONS,
+    }
+    if rb is not None and rh is not None and resamples > 0:
+        rng = np.random.default_rng(seed)
+        # a resample's failure count on each side is binomial in the side's own rate
+        diff: np.ndarray = rng.binomial(nb, rb, resamples) / nb
+        diff -= rng.binomial(nh, rh, resamples) / nh
+        result["difference_ci"] = interval(diff, level)
+    return result
+
+
+def break_impact(
+    con: duckdb.DuckDBPyConnection, resamples: int = 10_000, seed: int = 0, level: float = 0.95
+) -> dict[str, Any]:
+    """The comparison overall and per agent (agents with sessions on both sides first)."""
+    sessions = rows(con, "session_pipeline")
+    placed = [s for s in sessions if s["pipeline_state"] in ("broken", "healthy")]
+    apart = {
+        state: sum(1 for s in sessions if s["pipeline_state"] == state)
+        for state in ("no_agent_id", "no_memory_events")
+    }
+
+    def split(group: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        b = np.array([bool(s["failed"]) for s in group if s["pipeline_state"] == "broken"])
+        h = np.array([bool(s["failed"]) for s in group if s["pipeline_state"] == "healthy"])
+        return b.astype(bool), h.astype(bool)
+
+    overall = _rates(*split(placed), resamples, seed, level)
+    agents = []
+    for n, agent in enumerate(sorted({s["agent_id"] for s in placed})):
+        mine = [s for s in placed if s["agent_id"] == agent]
+        r = _rates(*split(mine), resamples, seed + 1 + n, level)
+        r["agent_id"] = agent
+        r["breaks"] = sorted(
+            {(s["break_since"], s["break_until"]) for s in mine if s["break_since"] is not None},
+            key=lambda b: b[0],
+        )
+        r["breaks"] = [{"since": a, "until": b} for a, b in r["breaks"]]
+        agents.append(r)
+    agents.sort(key=lambda r: (r["broken"]["sessions"] == 0, -(r["difference"] or 0),
+                               r["agent_id"]))  # fmt: skip
+    return {
+        "sessions": len(sessions),
+        "placed": len(placed),
+        "apart": apart,
+        "overall": overall,
+        "agents": agents,
+        "resamples": resamples,
+        "seed": seed,
+        "level": level,
+        "min_sessions": MIN_SESSIONS,
+        "caveats": list(CAVEATS),
+    }

@@ -1,0 +1,152 @@
+"""Sessions during pipeline breaks: the ``session_pipeline`` view against the reference's
+join on generated agents and sessions (the spans through the recall stage and the real sink,
+in random batchings), and ``memdiag breaks``' comparison by hand."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memdiag.analytics.breaks import _rates, break_impact
+from memdiag.analytics.db import init_schema
+from memdiag.analytics.sink import DuckDBSink
+from memdiag.cli import main
+from tests.recall_scenario import at, indexed, written
+from tests.reference import parse, pipeline_reference, session_pipeline_reference
+from tests.unit.test_recall import Run, batches_of, memory_events
+
+
+def add_session(con: duckdb.DuckDBPyConnection, sid: str, agent: str | None, s: float,
+                failed: bool) -> None:  # fmt: skip
+    con.execute(
+        "INSERT INTO session_diagnostics (session_id, outcome, injected_observation_ids, "
+        "injected_graph_entity_ids, injected_graph_edge_keys, helpful_observation_ids, "
+        "misleading_observation_ids, ignored_observation_ids, search_count, followup_count, ts, "
+        "agent_id, event_id) VALUES (?, ?, [], [], [], [], [], [], 0, 0, ?, ?, ?)",
+        [sid, "rejected" if failed else "accepted", at(s), agent, f"o-{sid}"],
+    )
+
+
+def database(path: Path, events: list[dict[str, Any]], rnd: random.Random) -> None:
+    sink = DuckDBSink(path)
+    sink.init()
+    sink.write(Run().send(*batches_of(events, rnd)).records)
+
+
+@st.composite
+def sessions(draw: Any) -> list[dict[str, Any]]:
+    return [
+        {"session_id": f"s{i}", "agent_id": draw(st.sampled_from(["a1", "a2", "a3", None])),
+         "s": draw(st.integers(0, 48)) * 37.5, "failed": draw(st.booleans())}
+        for i in range(draw(st.integers(0, 12)))
+    ]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(memory_events(), sessions(), st.randoms(use_true_random=False))
+def test_each_session_is_placed_as_the_reference_places_it(
+    tmp_path_factory: pytest.TempPathFactory, events: list[dict[str, Any]],
+    ses: list[dict[str, Any]], rnd: random.Random,
+) -> None:  # fmt: skip
+    path = tmp_path_factory.mktemp("b") / "b.duckdb"
+    database(path, events, rnd)
+    con = duckdb.connect(str(path))
+    try:
+        for s in ses:
+            add_session(con, s["session_id"], s["agent_id"], s["s"], s["failed"])
+        got = {
+            sid: (state, None if since is None else int(since.timestamp() * 1_000_000))
+            for sid, state, since in con.execute(
+                "SELECT session_id, pipeline_state, break_since FROM session_pipeline"
+            ).fetchall()
+        }
+    finally:
+        con.close()
+    spans = pipeline_reference(events)["pipeline_break_spans"]
+    agents = {e["agent_id"] for e in events}
+    want = session_pipeline_reference([{**s, "ts": parse(at(s["s"]))} for s in ses], spans, agents)
+    assert got == want
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """Agent b1 stops indexing after its third write (at 120 s); b2 never breaks."""
+    events = []
+    for n in range(6):
+        events.append(written(f"w{n}", n * 60, f"m{n}", "b1"))
+        events.append(written(f"x{n}", n * 60, f"y{n}", "b2"))
+        events.append(indexed(f"xi{n}", n * 60 + 5, f"y{n}", "b2"))
+        if n < 2:
+            events.append(indexed(f"i{n}", n * 60 + 5, f"m{n}", "b1"))
+    events.append(written("late", 2000, "m-late", "b1"))  # the clock passes the deadline
+    events.append(written("late2", 2000, "y-late", "b2"))
+    path = tmp_path / "b.duckdb"
+    database(path, events, random.Random(0))
+    con = duckdb.connect(str(path))
+    for n in range(4):  # b1: before the break (< 120 s) 1 of 4 fail; during it 2 of 4
+        add_session(con, f"pre{n}", "b1", 10 * n, n == 0)
+        add_session(con, f"brk{n}", "b1", 600 + 100 * n, n < 2)
+    add_session(con, "b2-1", "b2", 500, False)
+    add_session(con, "anon", None, 500, True)
+    add_session(con, "stranger", "zz", 500, True)
+    con.close()
+    return path
+
+
+def test_the_comparison_by_hand(db: Path) -> None:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        spans = con.execute("SELECT agent_id, since, until, memories FROM pipeline_break_spans"
+                            ).fetchall()  # fmt: skip
+        assert [(a, s.isoformat()[11:19], u, n) for a, s, u, n in spans] == [
+            ("b1", "09:02:00", None, 4)  # m2..m5, nothing indexed after; the late one pends
+        ]
+        r = break_impact(con, resamples=2000)
+    finally:
+        con.close()
+    assert (r["sessions"], r["placed"], r["apart"]) == (
+        11, 9, {"no_agent_id": 1, "no_memory_events": 1}
+    )  # fmt: skip
+    o = r["overall"]
+    assert (o["broken"]["sessions"], o["broken"]["failed"]) == (4, 2)
+    assert (o["healthy"]["sessions"], o["healthy"]["failed"]) == (5, 1)
+    assert o["difference"] == pytest.approx(2 / 4 - 1 / 5) and o["too_few"]
+    ci = o["difference_ci"]
+    assert ci["low"] <= o["difference"] <= ci["high"]
+    b1 = next(a for a in r["agents"] if a["agent_id"] == "b1")
+    assert len(b1["breaks"]) == 1 and b1["breaks"][0]["until"] is None
+    assert break_impact(duckdb.connect(str(db), read_only=True), resamples=2000) == r  # seeded
+
+
+def test_the_interval_is_the_session_bootstrap() -> None:
+    """Each side resampled apart: the binomial draw is what resampling its sessions gives."""
+    rng = np.random.default_rng(1)
+    b = rng.random(60) < 0.6
+    h = rng.random(90) < 0.3
+    got = _rates(b, h, 20_000, 0, 0.95)["difference_ci"]
+    idx_b = rng.integers(0, len(b), (20_000, len(b)))
+    idx_h = rng.integers(0, len(h), (20_000, len(h)))
+    naive = b[idx_b].mean(axis=1) - h[idx_h].mean(axis=1)
+    low, high = np.quantile(naive, [0.025, 0.975])
+    assert got["low"] == pytest.approx(low, abs=0.02) and got["high"] == pytest.approx(
+        high, abs=0.02
+    )
+
+
+def test_the_command(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["breaks", "--db", str(db), "--resamples", "500"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "b1" in text and "+25 [" in text and "*: too few" in text and "counted apart" in text
+    empty = db.parent / "empty.duckdb"
+    con = duckdb.connect(str(empty))
+    init_schema(con)
+    con.close()
+    assert main(["breaks", "--db", str(empty), "--json"]) == 0
+    assert '"placed": 0' in capsys.readouterr().out
