@@ -65,10 +65,13 @@ def rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[
     """``analytics/sql/NAME.sql`` with ``params`` bound; each row as a dict."""
     try:
         cur = con.execute(upgraded(con, sql(name)), params)
-    except (duckdb.CatalogException, duckdb.InvalidInputException) as exc:
+    except (duckdb.CatalogException, duckdb.InvalidInputException, duckdb.BinderException) as exc:
         # a missing table, or (on a caller's own connection, where DuckDB looks for a Python
-        # variable of a missing table's name) one that found something else of that name
+        # variable of a missing table's name) one that found something else of that name, or
+        # a view an older sink stored without a column this version reads
         if isinstance(exc, duckdb.InvalidInputException) and "replacement scan" not in str(exc):
+            raise
+        if isinstance(exc, duckdb.BinderException) and "Referenced column" not in str(exc):
             raise
         raise DatabaseError(
             f"this DuckDB file lacks part of memdiag's schema ({str(exc).splitlines()[0]}); "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memdiag.contract import (
+    COUNTER_ATTRIBUTES,
     COUNTER_HELP,
     DEAD_LETTERS,
     FEEDBACK,
@@ -190,10 +191,18 @@ def parse_rule(text: str, label: str = "") -> Rule:
     if window < MINUTE_US:
         raise RuleError("the window is at least 1m: rollups are per minute")
     by = tuple(a.strip() for a in call.group("by").split(",")) if call.group("by") else ()
+    series = tuple(_net(a) for a in args)
+    carried = set().union(*(COUNTER_ATTRIBUTES[s.name] for x in series for s in (x, *x.minus)))
+    for attr in by:
+        if attr not in carried:
+            raise RuleError(
+                f"by {attr}: no counter of the rule carries it; they carry: "
+                + (", ".join(sorted(carried)) or "nothing")
+            )
     return Rule(
         text.strip(),
         fn,
-        tuple(_net(a) for a in args),
+        series,
         m.group("op"),
         float(m.group("num")),
         window,
@@ -284,58 +293,54 @@ class Evaluator:
         self.totals[(rollup["name"], attrs, minute_us)] = int(rollup["value"])
         self.now_us = max(self.now_us, minute_us)
 
-    def value(self, rule: Rule, group: Group = ()) -> float | None:
-        """The rule's value over its window, of the rollups whose attributes are ``group``'s
-        values (all of them for ``()``)."""
+    def values(self, rule: Rule) -> dict[Group, float | None]:
+        """The rule's value over its window per group (``{(): v}`` without ``by``), from one
+        pass over the window's rollups. The groups are every value of the ``by`` attributes a
+        rollup of the rule's series has in the window, and those firing (so a group that goes
+        quiet resolves, with no value)."""
         start = self.now_us - rule.window_us  # minutes in (start, now]
+        terms = [(i, s, -1 if m else 1) for i, series in enumerate(rule.series)
+                 for m, s in ((False, series), *((True, x) for x in series.minus))]  # fmt: skip
+        sums: dict[Group, list[int]] = {g: [0] * len(rule.series)
+                                        for g in self.firing.get(rule.text, ())}  # fmt: skip
+        if not rule.by:
+            sums.setdefault((), [0] * len(rule.series))
+        for (name, attrs, minute), v in self.totals.items():
+            if not start < minute <= self.now_us:
+                continue
+            a = dict(attrs)
+            if rule.by:
+                if not all(k in a for k in rule.by):
+                    continue
+                group: Group = tuple((k, a[k]) for k in rule.by)
+            else:
+                group = ()
+            for i, series, sign in terms:
+                if series.matches(name, a):
+                    sums.setdefault(group, [0] * len(rule.series))[i] += sign * v
         # a net series is never below 0 (a take-back whose count was lost: a restarted
         # minute, an older version's state), and a ratio needs a positive denominator
-        sums = [
-            max(
-                0,
-                self._sum(series, start, group)
-                - sum(self._sum(m, start, group) for m in series.minus),
-            )
-            for series in rule.series
-        ]
+        return {g: self._value(rule, [max(0, x) for x in s]) for g, s in sums.items()}
+
+    @staticmethod
+    def _value(rule: Rule, sums: list[int]) -> float | None:
         if rule.fn == "count":
             return float(sums[0])
         if rule.fn == "rate":
             return sums[0] / (rule.window_us / 1_000_000)
         return sums[0] / sums[1] if sums[1] else None
 
-    def groups(self, rule: Rule) -> set[Group]:
-        """The groups a rule is evaluated for now: ``{()}`` without ``by``; with it, every
-        value of its attributes a rollup of its series has in the window, and those firing
-        (so a group that goes quiet resolves)."""
-        if not rule.by:
-            return {()}
-        start = self.now_us - rule.window_us
-        names = {s.name for series in rule.series for s in (series, *series.minus)}
-        seen = set(self.firing.get(rule.text, ()))
-        for name, attrs, minute in self.totals:
-            if start < minute <= self.now_us and name in names:
-                a = dict(attrs)
-                if all(k in a for k in rule.by):
-                    seen.add(tuple((k, a[k]) for k in rule.by))
-        return seen
-
-    def _sum(self, series: Series, start: int, group: Group = ()) -> int:
-        """The series' increments in the minutes of ``(start, now]`` (of ``group``)."""
-        total = 0
-        for (name, attrs, minute), v in self.totals.items():
-            if start < minute <= self.now_us:
-                a = dict(attrs)
-                if series.matches(name, a) and all(a.get(k) == g for k, g in group):
-                    total += v
-        return total
+    def value(self, rule: Rule, group: Group = ()) -> float | None:
+        """The rule's value over its window (of ``group``, for a rule with ``by``)."""
+        return self.values(rule).get(group)
 
     def evaluate(self, forget: bool = True) -> list[Alert]:
         alerts = []
         for rule in self.rules:
             firing = self.firing.setdefault(rule.text, set())
-            for group in sorted(self.groups(rule)):
-                value = self.value(rule, group)
+            values = self.values(rule)
+            for group in sorted(values):
+                value = values[group]
                 holds = value is not None and OPS[rule.op](value, rule.threshold)
                 if holds != (group in firing):
                     if holds:

@@ -336,6 +336,9 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         down: dict[int | None, list[tuple[int, str]]] = {}
         for mid, (w, _) in written.items():
             until = next((t for t in firsts if t >= w), None)
+            own = indexed.get(mid)  # its own index, stamped before its write: ends it there
+            if own is not None and own < w:
+                until = w
             if (clock if until is None else until) // 1000 - w // 1000 > deadline_ms:
                 down.setdefault(until, []).append((w, mid))
         for until, ms_ in down.items():

@@ -539,9 +539,12 @@ LEFT JOIN unreachable u USING (agent_id);
 -- spans of one agent never overlap. A view: late events move it by themselves.
 CREATE OR REPLACE VIEW pipeline_break_spans AS
 WITH starts AS (
+    -- the next index at or after the write; a memory's own index stamped before its write
+    -- (clocks apart) ends its own wait at the write
     SELECT m.agent_id, m.memory_id, m.written_at,
-           (SELECT min(i.indexed_at) FROM memory_pipeline i
-            WHERE i.agent_id = m.agent_id AND i.indexed_at >= m.written_at) AS until,
+           least((SELECT min(i.indexed_at) FROM memory_pipeline i
+                  WHERE i.agent_id = m.agent_id AND i.indexed_at >= m.written_at),
+                 CASE WHEN m.indexed_at < m.written_at THEN m.written_at END) AS until,
            a.clock, coalesce(a.deadline_seconds, 600) AS deadline_seconds
     FROM memory_pipeline m
     JOIN pipeline_agents a USING (agent_id)
@@ -551,7 +554,7 @@ SELECT agent_id, min(written_at) AS since, until,
        arg_min(memory_id, (written_at, memory_id)) AS first_memory_id,
        count(*) AS memories
 FROM starts
-WHERE epoch_ms(coalesce(until, clock)) - epoch_ms(written_at) > deadline_seconds * 1000
+WHERE epoch_ms(coalesce(until, clock)) - epoch_ms(written_at) > round(deadline_seconds * 1000)
 GROUP BY agent_id, until;
 
 -- Each session with an outcome, and whether its agent's pipeline was down at the outcome's

@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
         "A rule:  EXPR OP NUMBER [for DURATION]   (the window, 5m by default, in event time)\n"
         "  EXPR:  followup_rate | ignored_share | reader_failures | retrieval_failures |\n"
         "         misleading | dead_letters | pipeline_coverage | recall_probe_miss |\n"
-        "         count(S) | rate(S) | ratio(S1, S2), each optionally 'by ATTR[,ATTR]'\n"
+        "         count(S) | rate(S) | ratio(S1, S2), these three optionally 'by ATTR[,ATTR]'\n"
         "         (evaluated, fired and resolved apart for each value of ATTR)\n"
         "  S:     a counter, e.g. memdiag.dead_letter_total{reason=not_json}, or S - S2\n"
         "         (ignored_share is net of retrieval_feedback_retracted_total)\n"

@@ -419,20 +419,21 @@ def test_a_grouped_backlog_in_any_order_replays_the_same_alerts() -> None:
 
 
 def test_by_parses_and_groups_by_several_attributes() -> None:
-    rule = parse_rule("count(memdiag.dead_letter_total) by reason, topic > 2")
-    assert rule.by == ("reason", "topic")
+    rule = parse_rule("count(memdiag.recall_probe_total) by agent_id, hit > 2")
+    assert rule.by == ("agent_id", "hit")
     ev = Evaluator([rule])
+    name = "memdiag.recall_probe_total"
     for _ in range(2):
-        ev.add(*rollup(DEAD_LETTER_NAME, 0, 3, reason="not_json", topic="t1"))
-        ev.add(*rollup(DEAD_LETTER_NAME, 0, 1, reason="not_json", topic="t2"))
-        ev.add(*rollup(DEAD_LETTER_NAME, 0, 9, reason="bad_value"))  # lacks `topic`: no group
+        ev.add(*rollup(name, 0, 3, agent_id="a", hit="false"))
+        ev.add(*rollup(name, 0, 1, agent_id="a", hit="true"))
+        ev.add(*rollup(name, 0, 9, agent_id="b"))  # lacks `hit`: in no group
     alerts = ev.evaluate()
     assert [(a.state, a.group) for a in alerts] == [
-        ("firing", (("reason", "not_json"), ("topic", "t1")))
+        ("firing", (("agent_id", "a"), ("hit", "false")))
     ]
     with pytest.raises(RuleError):
         parse_rule("count(memdiag.dead_letter_total) by > 2")
-    # a rollup without the attribute never makes a group; ungrouped rules sum everything
+    # ungrouped rules sum every attribute set
     ev2 = Evaluator([parse_rule("count(memdiag.dead_letter_total) > 12")])
     ev2.add(*rollup(DEAD_LETTER_NAME, 0, 3, reason="not_json", topic="t1"))
     ev2.add(*rollup(DEAD_LETTER_NAME, 0, 10, reason="bad_value"))
@@ -444,3 +445,8 @@ DEAD_LETTER_NAME = "memdiag.dead_letter_total"
 
 def test_the_counter_schema_names_every_counter() -> None:
     assert set(load_schema("counter")["$defs"]["name"]["enum"]) == set(HELP)
+
+
+def test_by_an_attribute_no_counter_carries_is_refused() -> None:
+    with pytest.raises(RuleError, match="by agent: no counter of the rule carries it"):
+        parse_rule("ratio(recall_probe_total{hit=false}, recall_probe_total) by agent > 0.5")

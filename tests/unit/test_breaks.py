@@ -150,3 +150,18 @@ def test_the_command(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     con.close()
     assert main(["breaks", "--db", str(empty), "--json"]) == 0
     assert '"placed": 0' in capsys.readouterr().out
+
+
+def test_an_index_stamped_before_its_write_ends_no_span(tmp_path: Path) -> None:
+    """Writer and indexer clocks apart: the index's ts precedes the write's. Indexed, not a
+    break (as pipeline_health says), and the reference agrees."""
+    events = [indexed("i0", 0.2, "m0", "c1"), written("w0", 0.5, "m0", "c1"),
+              written("w1", 1000, "m1", "c1"), indexed("i1", 1001, "m1", "c1")]  # fmt: skip
+    database(tmp_path / "c.duckdb", events, random.Random(0))
+    con = duckdb.connect(str(tmp_path / "c.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM pipeline_break_spans").fetchall() == [(0,)]
+        assert con.execute("SELECT broken FROM pipeline_health").fetchall() == [(False,)]
+    finally:
+        con.close()
+    assert pipeline_reference(events)["pipeline_break_spans"] == {}
