@@ -15,6 +15,7 @@ outage), and sessions of one agent are not independent.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import duckdb
@@ -25,6 +26,7 @@ from memdiag.analytics.queries import rows
 
 #: fewer sessions than this on either side: the comparison is shown, and said too small
 MIN_SESSIONS = 20
+LEVEL = 0.95
 CAVEATS = (
     "correlation, not cause: a pipeline break often comes with other trouble (a deploy, an "
     "outage, a new task mix) that fails sessions by itself",
@@ -37,8 +39,9 @@ CAVEATS = (
 
 
 def _rates(
-    failed_b: np.ndarray, failed_h: np.ndarray, resamples: int, seed: int, level: float
-) -> dict[str, Any]:
+    failed_b: np.ndarray, failed_h: np.ndarray, resamples: int, seed: int | list[int],
+    level: float,
+) -> dict[str, Any]:  # fmt: skip
     """Failure rates during breaks and while healthy, their difference and its interval."""
     nb, nh = len(failed_b), len(failed_h)
     rb = float(failed_b.mean()) if nb else None
@@ -60,10 +63,29 @@ def _rates(
     return result
 
 
+def side_text(side: dict[str, Any]) -> str:
+    """One side of a comparison: ``19/24 (79%)``."""
+    rate = "n/a" if side["failure_rate"] is None else f"{side['failure_rate']:.0%}"
+    return f"{side['failed']:,}/{side['sessions']:,} ({rate})"
+
+
+def difference_text(r: dict[str, Any]) -> str:
+    """A comparison's difference in points with its interval: ``+62 [+44, +79]``."""
+    if r["difference"] is None:
+        return "n/a"
+    text = f"{r['difference'] * 100:+.0f}"
+    ci = r["difference_ci"]
+    if ci and ci["low"] is not None:
+        text += f" [{ci['low'] * 100:+.0f}, {ci['high'] * 100:+.0f}]"
+    return text
+
+
 def break_impact(
-    con: duckdb.DuckDBPyConnection, resamples: int = 10_000, seed: int = 0, level: float = 0.95
+    con: duckdb.DuckDBPyConnection, resamples: int = 10_000, seed: int = 0
 ) -> dict[str, Any]:
-    """The comparison overall and per agent (agents with sessions on both sides first)."""
+    """The comparison overall and per agent: the agents with sessions during a break
+    first, the largest difference first. Each agent's resamples are seeded by the seed and
+    its id, so another agent's sessions never move its interval."""
     sessions = rows(con, "session_pipeline")
     placed = [s for s in sessions if s["pipeline_state"] in ("broken", "healthy")]
     apart = {
@@ -76,17 +98,15 @@ def break_impact(
         h = np.array([bool(s["failed"]) for s in group if s["pipeline_state"] == "healthy"])
         return b.astype(bool), h.astype(bool)
 
-    overall = _rates(*split(placed), resamples, seed, level)
+    overall = _rates(*split(placed), resamples, seed, LEVEL)
     agents = []
-    for n, agent in enumerate(sorted({s["agent_id"] for s in placed})):
+    for agent in sorted({s["agent_id"] for s in placed}):
         mine = [s for s in placed if s["agent_id"] == agent]
-        r = _rates(*split(mine), resamples, seed + 1 + n, level)
+        r = _rates(*split(mine), resamples, [seed, zlib.crc32(agent.encode())], LEVEL)
+        spans = {(s["break_since"], s["break_until"]) for s in mine if s["break_since"]}
+        # the spans its sessions fell in (a span without a session is not here)
+        r["breaks"] = [{"since": a, "until": b} for a, b in sorted(spans, key=lambda x: x[0])]
         r["agent_id"] = agent
-        r["breaks"] = sorted(
-            {(s["break_since"], s["break_until"]) for s in mine if s["break_since"] is not None},
-            key=lambda b: b[0],
-        )
-        r["breaks"] = [{"since": a, "until": b} for a, b in r["breaks"]]
         agents.append(r)
     agents.sort(key=lambda r: (r["broken"]["sessions"] == 0, -(r["difference"] or 0),
                                r["agent_id"]))  # fmt: skip
@@ -98,7 +118,7 @@ def break_impact(
         "agents": agents,
         "resamples": resamples,
         "seed": seed,
-        "level": level,
+        "level": LEVEL,
         "min_sessions": MIN_SESSIONS,
         "caveats": list(CAVEATS),
     }

@@ -55,18 +55,18 @@ def explain_memory(
         for r in rows(con, "explain_memory_names", agent_id=agent_id, memory_ids=ids)
     }
     key = memory["name_key"] if memory else None
+    unknown: dict[str, Any] = {"name": None, "status": None, "name_key": None}
     for p in probes:
+        top = [(r, names.get(r, unknown)) for r in p.pop("top_ids") or ()]
         p["top"] = [
             {
                 "memory_id": r,
-                "name": names.get(r, {}).get("name"),
-                "status": names.get(r, {}).get("status"),
+                "name": n["name"],
+                "status": n["status"],
                 "is_target": r == memory_id,
-                "look_alike": bool(key)
-                and r != memory_id
-                and names.get(r, {}).get("name_key") == key,
+                "look_alike": bool(key) and r != memory_id and n["name_key"] == key,
             }
-            for r in p.pop("top_ids") or ()
+            for r, n in top
         ]
         p["instead"] = [t["memory_id"] for t in p["top"] if not t["is_target"]]
     reasons = Counter(p["miss_reason"] for p in probes if not p["hit"])

@@ -201,14 +201,9 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
     return f"{table}<div class=chart>{chart}</div>{_breaks_table(con)}"
 
 
-def _failed(side: dict[str, Any]) -> str:
-    rate = "n/a" if side["failure_rate"] is None else f"{side['failure_rate']:.0%}"
-    return f"{side['failed']}/{side['sessions']} ({rate})"
-
-
 def _breaks_table(con: duckdb.DuckDBPyConnection) -> str:
     """Sessions during pipeline breaks against sessions while healthy (``memdiag breaks``)."""
-    from memdiag.analytics.breaks import break_impact
+    from memdiag.analytics.breaks import break_impact, difference_text, side_text
 
     r = break_impact(con)
     if not r["placed"]:
@@ -218,19 +213,14 @@ def _breaks_table(con: duckdb.DuckDBPyConnection) -> str:
         )
 
     def fmt(name: str, x: dict[str, Any]) -> dict[str, Any]:
-        ci = x["difference_ci"]
-        diff = "n/a" if x["difference"] is None else f"{x['difference'] * 100:+.0f} pts"
-        if ci and ci["low"] is not None:
-            diff += f" [{ci['low'] * 100:+.0f}, {ci['high'] * 100:+.0f}]"
-        if x["too_few"]:
-            diff += " (too few)"
-        return {"agent": name, "during": _failed(x["broken"]), "healthy": _failed(x["healthy"]),
-                "difference": diff}  # fmt: skip
+        diff = difference_text(x) + (" (too few)" if x["too_few"] else "")
+        return {"agent": name, "during": side_text(x["broken"]),
+                "healthy": side_text(x["healthy"]), "difference": diff}  # fmt: skip
 
     table = _table(
         [fmt("all agents", r["overall"])] + [fmt(a["agent_id"], a) for a in r["agents"]],
         [("agent", "agent"), ("during", "failed during breaks"),
-         ("healthy", "failed while healthy"), ("difference", "difference [95% CI]")],
+         ("healthy", "failed while healthy"), ("difference", "difference, points [95% CI]")],
     )  # fmt: skip
     apart = r["apart"]
     return (

@@ -9,13 +9,13 @@ A rule reads ``EXPR OP NUMBER [for DURATION]``:
 
 ``EXPR`` is an alias (see :data:`ALIASES`), ``count(S)`` (the sum over the window),
 ``rate(S)`` (per second over the window) or ``ratio(S1, S2)`` (sum of S1 over sum of S2; no
-value while S2 is 0), optionally followed by ``by ATTR[, ATTR...]``: the rule is then
+value while S2 is 0); these three take ``by ATTR[, ATTR...]``: the rule is then
 evaluated apart for each value of those attributes seen in the window, and fires and
 resolves for each apart (``ratio(recall_probe_total{hit=false}, recall_probe_total) by
 agent_id > 0.5``: each agent whose probes mostly miss).
 A series ``S`` is a counter name (``agentmemory.`` and ``agentmemory.smart_search.`` may be
-left out) with optional ``{attr=value, ...}``
-filters; without filters it sums every attribute set. ``S - T - ...`` subtracts other
+left out) with optional ``{attr=value, ...}`` filters; without filters it sums every
+attribute set. ``S - T - ...`` subtracts other
 series from it: a counter net of what was taken back, as ``ignored_share`` is
 (``retrieval_feedback_total`` less ``retrieval_feedback_retracted_total``). ``for DURATION``
 is the window (``5m`` by default), in event time: it ends at the newest minute any rollup

@@ -395,22 +395,31 @@ CREATE OR REPLACE MACRO name_key(name) AS regexp_replace(lower(name), '[^\p{L}]'
 -- outranked; NULL for a hit. A view over the memories as they stand, so a late write or index
 -- event changes the reason by itself.
 CREATE OR REPLACE VIEW recall_probes AS
+WITH aliased AS (
+    -- missed probes with a look-alike among their first k: each result id looked up by key
+    SELECT r.event_id
+    FROM (SELECT p.event_id, p.agent_id, p.memory_id, name_key(t.name) AS name_key,
+                 unnest(p.top_ids[1:coalesce(p.k, 3)]) AS other
+          FROM recall_probe_events p
+          JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
+          WHERE NOT p.hit AND name_key(t.name) <> '') AS r
+    JOIN memory_pipeline o
+      ON o.agent_id = r.agent_id AND o.memory_id = r.other AND name_key(o.name) = r.name_key
+    WHERE r.other <> r.memory_id
+    GROUP BY r.event_id
+)
 SELECT p.agent_id, p.memory_id, p.hit, p.rank,
        CASE
            WHEN p.hit THEN NULL
            WHEN t.indexed_at IS NULL OR t.indexed_at > p.ts THEN 'not_indexed'
            WHEN p.rank IS NOT NULL AND p.rank <= coalesce(p.k, 3) THEN 'below_threshold'
-           WHEN coalesce(name_key(t.name), '') <> '' AND EXISTS (
-               SELECT 1 FROM memory_pipeline o
-               WHERE o.agent_id = p.agent_id AND o.memory_id <> p.memory_id
-                 AND list_contains(p.top_ids[1:coalesce(p.k, 3)], o.memory_id)
-                 AND name_key(o.name) = name_key(t.name)
-           ) THEN 'aliased'
+           WHEN a.event_id IS NOT NULL THEN 'aliased'
            ELSE 'outranked'
        END AS miss_reason,
        p.ts, p.event_id, p.score, p.k, p.threshold, p.result_count, p.top_ids, p.ingested_at
 FROM recall_probe_events p
-LEFT JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id;
+LEFT JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
+LEFT JOIN aliased a ON a.event_id = p.event_id;
 
 -- One row per agent: what its memories' rows do not say.
 CREATE TABLE IF NOT EXISTS pipeline_agents (
@@ -538,16 +547,19 @@ LEFT JOIN unreachable u USING (agent_id);
 -- (memory_pipeline.indexed_at); a span's memories all wait for the same next index, so the
 -- spans of one agent never overlap. A view: late events move it by themselves.
 CREATE OR REPLACE VIEW pipeline_break_spans AS
-WITH starts AS (
-    -- the next index at or after the write; a memory's own index stamped before its write
-    -- (clocks apart) ends its own wait at the write
+WITH indexes AS (
+    SELECT agent_id, indexed_at FROM memory_pipeline WHERE indexed_at IS NOT NULL
+),
+starts AS (
+    -- the next index at or after the write (an as-of join: the first one not before it); a
+    -- memory's own index stamped before its write (clocks apart) ends its own wait there
     SELECT m.agent_id, m.memory_id, m.written_at,
-           least((SELECT min(i.indexed_at) FROM memory_pipeline i
-                  WHERE i.agent_id = m.agent_id AND i.indexed_at >= m.written_at),
+           least(i.indexed_at,
                  CASE WHEN m.indexed_at < m.written_at THEN m.written_at END) AS until,
            a.clock, coalesce(a.deadline_seconds, 600) AS deadline_seconds
     FROM memory_pipeline m
     JOIN pipeline_agents a USING (agent_id)
+    ASOF LEFT JOIN indexes i ON i.agent_id = m.agent_id AND i.indexed_at >= m.written_at
     WHERE m.written_at IS NOT NULL
 )
 SELECT agent_id, min(written_at) AS since, until,

@@ -23,7 +23,7 @@ from memdiag.cli.analyst import (
     cmd_report_scores,
     cmd_runs,
 )
-from memdiag.cli.calibrate import cmd_calibrate, non_negative, parse_windows
+from memdiag.cli.calibrate import cmd_calibrate, non_negative, parse_windows, positive
 from memdiag.cli.common import REPORT_EXTRA, err
 from memdiag.cli.explain import cmd_explain
 from memdiag.cli.memory import cmd_breaks, cmd_explain_memory
@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     em.add_argument("memory_id", metavar="MEMORY_ID")
     em.add_argument("--agent", required=True, metavar="AGENT_ID", help="the agent it belongs to")
-    em.add_argument("--limit", type=int, default=20, help="most probes shown (default 20)")
+    em.add_argument("--limit", type=positive, default=20, help="most probes shown (default 20)")
     _db_and_json(em, "print the explanation as JSON")
     em.set_defaults(func=cmd_explain_memory)
 
@@ -230,17 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
         "MEMDIAG_INDEX_DEADLINE_SECONDS of a write, until the next index: the view\n"
         "pipeline_break_spans), and compares the failure rate (rejected or rework) of the\n"
         "sessions during breaks with that of the sessions while healthy, for all agents and\n"
-        "per agent: both rates, the difference in points with a bootstrap interval (each side\n"
-        "resampled apart, seeded), and the ratio in --json. Sessions without an agent_id, or\n"
+        "per agent: both rates, the difference in points with a 95% bootstrap interval (each\n"
+        "side resampled apart, seeded), and the ratio in --json. Sessions without an agent_id, or\n"
         "of agents that sent no memory events, are counted apart. A side with fewer than 20\n"
         "sessions is marked too few. Correlation, not cause: a break often comes with other\n"
         "trouble.",
     )
     _db_and_json(brk, "print the comparison as JSON")
-    brk.add_argument("--resamples", type=int, default=10_000,
-                     help="bootstrap resamples (default 10000)")  # fmt: skip
+    brk.add_argument("--resamples", type=non_negative, default=10_000,
+                     help="bootstrap resamples (default 10000; 0: no intervals)")  # fmt: skip
     brk.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    brk.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     brk.set_defaults(func=cmd_breaks)
 
     cal = add(

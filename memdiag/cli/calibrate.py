@@ -34,6 +34,16 @@ def non_negative(text: str) -> int:
     return value
 
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return value
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from memdiag.analytics import queries
     from memdiag.analytics.calibrate import calibrate, load, stream_check

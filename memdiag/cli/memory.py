@@ -118,7 +118,7 @@ def cmd_breaks(args: argparse.Namespace) -> int:
 
     con = open_db(args)
     try:
-        r = break_impact(con, resamples=args.resamples, seed=args.seed, level=args.level)
+        r = break_impact(con, resamples=args.resamples, seed=args.seed)
     finally:
         con.close()
     if args.json:
@@ -128,21 +128,9 @@ def cmd_breaks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rate(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.0%}"
-
-
-def _points(r: dict[str, Any]) -> str:
-    if r["difference"] is None:
-        return "n/a"
-    text = f"{r['difference'] * 100:+.0f}"
-    ci = r["difference_ci"]
-    if ci and ci["low"] is not None:
-        text += f" [{ci['low'] * 100:+.0f}, {ci['high'] * 100:+.0f}]"
-    return text
-
-
 def print_breaks(r: dict[str, Any]) -> None:
+    from memdiag.analytics.breaks import difference_text, side_text
+
     apart = r["apart"]
     head = (
         f"{r['placed']:,} of {r['sessions']:,} sessions placed against their agent's memory "
@@ -167,16 +155,13 @@ def print_breaks(r: dict[str, Any]) -> None:
     for header in ("breaks", "during breaks", "while healthy", "Δ points [95% CI]"):
         table.add_column(header, justify="right", no_wrap=True)
 
-    def side(x: dict[str, Any]) -> str:
-        return f"{x['failed']:,}/{x['sessions']:,} ({_rate(x['failure_rate'])})"
-
     def row(name: str, x: dict[str, Any], breaks: str) -> None:
-        diff = _points(x)
+        diff = difference_text(x)
         if x["too_few"]:
             diff = f"[dim]{diff} *[/dim]"
         elif x["difference_ci"] and (x["difference_ci"]["low"] or 0) > 0:
             diff = f"[bold red]{diff}[/bold red]"
-        table.add_row(name, breaks, side(x["broken"]), side(x["healthy"]), diff)
+        table.add_row(name, breaks, side_text(x["broken"]), side_text(x["healthy"]), diff)
 
     row("[bold]all agents[/bold]", o, "")
     for a in r["agents"]:

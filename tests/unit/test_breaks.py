@@ -123,6 +123,14 @@ def test_the_comparison_by_hand(db: Path) -> None:
     b1 = next(a for a in r["agents"] if a["agent_id"] == "b1")
     assert len(b1["breaks"]) == 1 and b1["breaks"][0]["until"] is None
     assert break_impact(duckdb.connect(str(db), read_only=True), resamples=2000) == r  # seeded
+    # another agent's sessions never move an agent's interval (seeded by its own id)
+    con = duckdb.connect(str(db))
+    con.execute("INSERT INTO pipeline_agents (agent_id) VALUES ('a0')")  # sorts before b1
+    add_session(con, "a-first", "a0", 500, True)
+    con.close()
+    again = break_impact(duckdb.connect(str(db), read_only=True), resamples=2000)
+    assert again["placed"] == r["placed"] + 1
+    assert next(a for a in again["agents"] if a["agent_id"] == "b1") == b1
 
 
 def test_the_interval_is_the_session_bootstrap() -> None:
