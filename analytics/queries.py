@@ -38,6 +38,17 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def parse_duration(value: str, flag: str = "--window") -> float:
+    """A duration (``90m``, ``24h``, ``7d``, ``2w``, ``30s``) in seconds, above zero."""
+    match = _RELATIVE.match(value)
+    seconds = 0.0
+    if match:
+        seconds = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))}).total_seconds()
+    if seconds <= 0:
+        raise ValueError(f"{flag} {value!r}: give a duration above zero (30m, 24h, 7d, 2w)")
+    return seconds
+
+
 #: Columns added to a table after files were written without them: (table, column, type).
 #: A reader opens files read-only and cannot upgrade them (the sink does, on its next
 #: start), so until then it reads the column as NULL: unknown.
@@ -152,3 +163,17 @@ def pipeline_coverage_over_time(
 ) -> list[dict[str, Any]]:
     """Pipeline coverage per agent and bucket of ``written_at`` (the report's chart)."""
     return rows(con, "pipeline_coverage_over_time", buckets=buckets)
+
+
+#: ``query recall-trend --by``: the time grains, in seconds
+TREND_GRAINS = {"hour": 3600, "day": 86_400, "week": 7 * 86_400}
+
+
+def recall_trend(
+    con: duckdb.DuckDBPyConnection, by: str = "day", agent: str | None = None
+) -> list[dict[str, Any]]:
+    """SRR and ATR per agent and bucket: of time (``by`` a grain of :data:`TREND_GRAINS`,
+    UTC) or of the agent's memory count (``by="memory-count"``)."""
+    if by == "memory-count":
+        return rows(con, "recall_by_memory_count", agent_id=agent)
+    return rows(con, "recall_trend", bucket_seconds=TREND_GRAINS[by], agent_id=agent)

@@ -15,9 +15,21 @@ from typing import Any
 import duckdb
 
 from memdiag import __version__
+from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.explain import explain, search_summary, timeline, turn_summary
-from memdiag.analytics.queries import pipeline_coverage_over_time, pipeline_health, rows
-from memdiag.analytics.status import feedback_per_observation, followup_over_time, status
+from memdiag.analytics.queries import (
+    TREND_GRAINS,
+    pipeline_coverage_over_time,
+    pipeline_health,
+    recall_trend,
+    rows,
+)
+from memdiag.analytics.status import (
+    feedback_per_observation,
+    followup_over_time,
+    span_text,
+    status,
+)
 
 USED, IGNORED = "#2a9d8f", "#e76f51"
 READER, RETRIEVAL, CORRECT, OTHER = "#f4a261", "#e63946", "#2a9d8f", "#adb5bd"
@@ -50,6 +62,7 @@ details:target { border-color: #457b9d; }
 """
 FAILED_SESSIONS = 10  # the newest failed sessions the report lists and embeds
 PIPELINE_AGENTS = 12  # agents drawn in the coverage chart (broken first: all in the table)
+TREND_BUCKETS = 60  # most time buckets in the recall trend chart (it picks its grain by them)
 
 
 def _svg(fig: Any) -> str:
@@ -62,7 +75,7 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog: the SVG sits inside HTML
 
 
-def _figure(width: float = 6.4, height: float = 3.2) -> tuple[Any, Any]:
+def _figure(width: float = 6.4, height: float = 3.2, ncols: int = 1) -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,7 +91,7 @@ def _figure(width: float = 6.4, height: float = 3.2) -> tuple[Any, Any]:
             "axes.spines.right": False,
         }
     )
-    return plt.subplots(figsize=(width, height))
+    return plt.subplots(1, ncols, figsize=(width, height))
 
 
 def chart_failures(categories: list[dict[str, Any]]) -> str:
@@ -159,6 +172,88 @@ def chart_pipeline(points: list[dict[str, Any]], order: list[str]) -> str:
     return _svg(fig)
 
 
+def trend_grain(first: datetime | None, last: datetime | None) -> str:
+    """The report's time grain for the recall trends: the finest of hour, day and week that
+    keeps them within :data:`TREND_BUCKETS` buckets."""
+    if first is None or last is None:
+        return "day"
+    seconds = (last - first).total_seconds()
+    for grain, size in TREND_GRAINS.items():
+        if seconds / size < TREND_BUCKETS:
+            return grain
+    return "week"
+
+
+def chart_recall_trend(points: list[dict[str, Any]], order: list[str], x: str, title: str,
+                       xlabel: str, date_format: str = "%Y-%m-%d") -> str:  # fmt: skip
+    """SRR (left) and ATR (right) per agent against ``x`` (a time or the memory count), one
+    line per agent, the agents in ``order``, at most :data:`PIPELINE_AGENTS` of them."""
+    fig, (left, right) = _figure(width=8.4, height=3.0, ncols=2)
+    agents: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        agents.setdefault(p["agent_id"], []).append(p)
+    for agent, series in [(a, agents[a]) for a in order if a in agents][:PIPELINE_AGENTS]:
+        for ax, key in ((left, "semantic_recall_rate"), (right, "ambient_trigger_rate")):
+            known = [p for p in series if p[key] is not None]
+            ax.plot([p[x] for p in known], [p[key] * 100 for p in known], marker="o",
+                    markersize=3, label=agent)  # fmt: skip
+    import matplotlib.dates as mdates
+
+    ends = sorted({p[x] for p in points}) if x == "memory_count_to" else []
+    for ax, name in ((left, "recall (SRR), %"), (right, "ambient (ATR), %")):
+        ax.set_ylim(-5, 105)
+        ax.set_ylabel(name)
+        ax.set_xlabel(xlabel)
+        if x == "memory_count_to":  # a power-of-two axis, labelled by the counts themselves
+            ax.set_xscale("symlog", base=2, linthresh=1)
+            ax.set_xticks(ends, [f"{e:,}" for e in ends])
+            ax.minorticks_off()
+            if ends:
+                ax.set_xlim(ends[0] * 0.75 if ends[0] else -0.5, ends[-1] * 1.3)
+        elif agents:
+            starts = sorted({p[x] for p in points})  # ticks on the buckets, six at most
+            ax.set_xticks(starts[:: -(-len(starts) // 6)])
+            ax.xaxis.set_major_formatter(mdates.DateFormatter(date_format, tz=UTC))
+    if x == "bucket_start" and agents:
+        fig.autofmt_xdate()
+    if agents:
+        below = -0.5 if x == "bucket_start" else -0.25  # under the slanted dates
+        left.legend(loc="upper center", bbox_to_anchor=(1.1, below), ncol=4, frameon=False)
+    fig.suptitle(title, x=0.01, ha="left", fontsize=10)
+    return _svg(fig)
+
+
+def _recall_trends(con: duckdb.DuckDBPyConnection, order: list[str]) -> str:
+    """SRR and ATR over time and against the memory count (``query recall-trend``)."""
+    try:
+        span = rows(con, "recall_span")[0]
+    except DatabaseError:  # a file from before the trends
+        return "<p>Start <code>memdiag sink</code> on this file once to see the recall trends.</p>"
+    if span["first"] is None:
+        return "<p>No recall probes or ambient contexts: no trends.</p>"
+    grain = trend_grain(span["first"], span["last"])
+    over_time = chart_recall_trend(
+        recall_trend(con, grain), order, "bucket_start",
+        f"Recall by {grain}: does it fall over time?", f"{grain} starting (UTC)",
+        "%m-%d %H:%M" if grain == "hour" else "%Y-%m-%d",
+    )  # fmt: skip
+    by_count = chart_recall_trend(
+        recall_trend(con, "memory-count"), order, "memory_count_to",
+        "Recall by memory count: does it fall as memory grows?",
+        "memories written by then (up to)",
+    )  # fmt: skip
+    return (
+        "<h3>Recall trends</h3>"
+        f"<div class=chart>{over_time}</div><div class=chart>{by_count}</div>"
+        f"<p class=note>SRR of each memory's latest probe in the {grain} (or at that memory "
+        "count); ATR the mean over the ambient contexts there of the share of the agent's "
+        "memories written by then that the context names: it falls as memory grows unless "
+        "the context grows too. Aliasing (look-alike names piling up) makes SRR fall with the "
+        "memory count; a sudden fall in time is a change in the pipeline "
+        "(<code>memdiag status</code> flags it; <code>memdiag query recall-trend</code>).</p>"
+    )
+
+
 def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) -> str:
     if p is None:
         return (
@@ -197,8 +292,26 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
             ("broken_since", "broken since"),
         ],
     )
-    chart = chart_pipeline(pipeline_coverage_over_time(con), [a["agent_id"] for a in agents])
-    return f"{table}<div class=chart>{chart}</div>{_breaks_table(con)}"
+    order = [a["agent_id"] for a in agents]
+    chart = chart_pipeline(pipeline_coverage_over_time(con), order)
+    return (f"{table}{_recall_fell(p)}<div class=chart>{chart}</div>{_recall_trends(con, order)}"
+            f"{_breaks_table(con)}")  # fmt: skip
+
+
+def _recall_fell(p: dict[str, Any]) -> str:
+    """The agents whose recall fell from their previous window, as ``status`` says."""
+    f = p.get("recall_fell")
+    if not f or not f["agents"]:
+        return ""
+    window = span_text(f["window_seconds"])
+    items = "".join(
+        f"<li><b>{html.escape(a['agent_id'])}</b>: {a['previous_semantic_recall_rate']:.0%} "
+        f"({a['previous_probed']} probed) → {a['semantic_recall_rate']:.0%} "
+        f"({a['probed']} probed)</li>"
+        for a in f["agents"]
+    )
+    return (f"<p class=failed>Recall fell by more than {f['drop_points']:g} points, the last "
+            f"{window} against the {window} before:</p><ul>{items}</ul>")  # fmt: skip
 
 
 def _breaks_table(con: duckdb.DuckDBPyConnection) -> str:

@@ -261,6 +261,15 @@ _RECALL_PROBE = pa.schema(
         ("top_ids", pa.list_(pa.string())),
     ]
 )
+_AMBIENT_CONTEXT = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("session_id", pa.string()),
+        ("memory_ids", _IDS),
+        ("ts", pa.string()),
+    ]
+)
 _PIPELINE_AGENT = pa.schema(
     [
         ("agent_id", pa.string()),
@@ -319,6 +328,7 @@ SPECS: dict[str, TableSpec] = {
         "upsert_memory_pipeline", ("agent_id", "memory_id"), _MEMORY_PIPELINE
     ),
     "recall_probe": TableSpec("upsert_recall_probes", ("event_id",), _RECALL_PROBE),
+    "ambient_context": TableSpec("upsert_ambient_contexts", ("event_id",), _AMBIENT_CONTEXT),
     "pipeline_agent": TableSpec("upsert_pipeline_agents", ("agent_id",), _PIPELINE_AGENT),
     "pipeline_break": TableSpec("upsert_pipeline_breaks", ("agent_id", "episode"), _PIPELINE_BREAK),
     "pipeline_recovered": TableSpec(

@@ -3,6 +3,8 @@ report, read from DuckDB in one place."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import duckdb
@@ -26,12 +28,49 @@ _FRESHNESS_MEMORY = """
 """
 
 
+@dataclass(frozen=True)
+class RecallWatch:
+    """When ``status`` says an agent's recall fell (docs/rules.md, "Recall trends"): its SRR
+    in the last ``window_seconds`` up to its clock is more than ``drop_points`` (absolute
+    percentage points) below its SRR in the window before, each of at least ``min_probed``
+    probed memories."""
+
+    window_seconds: float = 86_400.0
+    drop_points: float = 20.0
+    min_probed: int = 10
+
+
+def span_text(seconds: float) -> str:
+    """A window as a person writes it: 90s, 30m, 24h, 7d."""
+    for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
+def recall_falls(con: duckdb.DuckDBPyConnection, watch: RecallWatch) -> list[dict[str, Any]]:
+    """The agents whose SRR fell by more than ``watch.drop_points`` from their previous
+    window, the largest fall first. Decided on the counts (exact fractions), so an agent on
+    the edge does not flip with float rounding."""
+    fell = []
+    for r in rows(con, "recall_change", window_seconds=watch.window_seconds):
+        if min(r["probed"], r["previous_probed"]) < max(watch.min_probed, 1):
+            continue
+        change = (Fraction(r["hits"], r["probed"])
+                  - Fraction(r["previous_hits"], r["previous_probed"])) * 100  # fmt: skip
+        if -change > Fraction(str(watch.drop_points)):
+            fell.append({**r, "change_points": float(change)})
+    return sorted(fell, key=lambda r: (r["change_points"], r["agent_id"]))
+
+
 #: the judged turns a memory needs before it counts as dead weight (as ``query
 #: unused-memories`` by default)
 UNUSED_MIN_INJECTIONS = 5
 
 
-def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[str, Any]:
+def status(
+    con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5, recall: RecallWatch | None = None
+) -> dict[str, Any]:
     followup = rows(con, "status_followup")[0]
     feedback = rows(con, "status_feedback")[0]
     judged = feedback["used"] + feedback["ignored"]
@@ -42,7 +81,7 @@ def status(con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5) -> dict[
     dead = rows(con, "status_dead_letters")
     unused = rows(con, "unused_memories", min_injections=UNUSED_MIN_INJECTIONS, since=None,
                   limit=top)  # fmt: skip
-    pipeline = pipeline_summary(con)
+    pipeline = pipeline_summary(con, recall or RecallWatch())
     memory = _FRESHNESS_MEMORY if pipeline is not None else ""
     fresh = con.execute(_FRESHNESS.format(memory=memory)).fetchone() or (None, None)
     return {
@@ -82,13 +121,21 @@ def feedback_per_observation(
     return rows(con, "feedback_per_observation", limit=limit)
 
 
-def pipeline_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+def pipeline_summary(
+    con: duckdb.DuckDBPyConnection, recall: RecallWatch | None = None
+) -> dict[str, Any] | None:
     """The status line of the recall pipeline: the agents broken, then the worst coverage and
-    recall. None for a file written before memdiag had it (its sink upgrades it)."""
+    recall, and the agents whose recall fell (``recall``). None for a file written before
+    memdiag had it (its sink upgrades it)."""
+    watch = recall or RecallWatch()
     try:
         agents = pipeline_health(con)
     except DatabaseError:
         return None
+    try:
+        falls: list[dict[str, Any]] | None = recall_falls(con, watch)
+    except DatabaseError:  # a file from before the trends: the sink upgrades it
+        falls = None
 
     def worst(column: str) -> dict[str, Any] | None:
         known = [a for a in agents if a[column] is not None]
@@ -106,4 +153,12 @@ def pipeline_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         ],
         "worst_coverage": worst("pipeline_coverage"),
         "worst_recall": worst("semantic_recall_rate"),
+        "recall_fell": None
+        if falls is None
+        else {
+            "window_seconds": watch.window_seconds,
+            "drop_points": watch.drop_points,
+            "min_probed": watch.min_probed,
+            "agents": falls,
+        },
     }

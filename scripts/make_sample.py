@@ -10,7 +10,9 @@ memory that makes them fail, some never search. Two benchmark runs (a baseline a
 candidate with a better reranker) judge the same 150 questions twice each. Four agents'
 memory pipelines are shaped like the recall paper's table: one healthy, one whose indexer
 was orphaned partway (a migration), one never indexed, and one with repetitive episode names
-that its own name's probe rarely finds. The billing agent's knowledge graph holds one stale
+that its own name's probe finds less as they pile up; a fifth's query embedder was swapped
+partway (every memory indexed, no probe finds one after it). Hourly probe sweeps give the
+trends. The billing agent's knowledge graph holds one stale
 edge (svc_billing WRITES_TO ledger_v1) that misleads the sessions it is injected into, and
 every deploy turn is injected a changelog memory no answer needs (dead weight). A few
 deliberately bad lines show the dead-letter path.
@@ -403,7 +405,11 @@ MEMORY_AGENTS = (
     ("migrated-indexer", 30, 18, True, "ops-runbook"),
     ("cold-notes", 12, 0, True, "notes"),
     ("proving-medqa", 72, None, False, "proving-medqa"),
+    ("swapped-embedder", 36, None, True, "handoff"),
 )
+#: the agent whose query embedder was swapped for one its index was not built with, and
+#: when: every memory is still indexed (coverage 100%), no probe finds anything after it
+SWAPPED, SWAP_AT = "swapped-embedder", BASE + timedelta(hours=4, minutes=15)
 NAME_WORDS = (
     "rollback drill pager rotation quota bump vendor outage schema freeze canary split audit "
     "trail cache stampede budget review tenant split token leak retry storm index rebuild "
@@ -441,6 +447,7 @@ def memory_agents(seed: int) -> list[dict]:
             # the probe: a query made from the episode's name. Distinctive names are found
             # when indexed (nine in ten); repetitive ones lose to their look-alikes
             found = indexed and r.random() < (0.92 if distinctive else 0.4)
+            found = found and not (agent == SWAPPED and sweep >= SWAP_AT)
             others = [f"ep-{slug}-{k:03d}" for k in r.sample(range(episodes), 4) if k != n][:3]
             if found:
                 rank = r.choice([0, 0, 1, 2])
@@ -456,6 +463,53 @@ def memory_agents(seed: int) -> list[dict]:
         out.append({"kind": "ambient_context", "event_id": f"ac-{agent}",
                     "ts": ts(sweep + timedelta(minutes=5)), "agent_id": agent,
                     "session_id": f"ambient-{agent}", "memory_ids": ids[-10:]})  # fmt: skip
+    return out
+
+
+def memory_sweeps(memory: list[dict], seed: int) -> list[dict]:
+    """Hourly probe sweeps before the last one, each of every memory written by then, and an
+    ambient context after each (the last ten names then): the trends. Distinctive names are
+    found nine in ten when indexed; repetitive ones less as their look-alikes pile up (the
+    paper's "recall decays as memory grows"); the swapped embedder finds nothing after its
+    swap."""
+    r = random.Random(seed + 7)
+    written: dict[str, list[tuple[datetime, str]]] = {}
+    indexed: dict[str, datetime] = {}
+    for e in memory:
+        t = datetime.fromisoformat(e["ts"].replace("Z", "+00:00"))
+        if e["kind"] == "memory_written":
+            written.setdefault(e["agent_id"], []).append((t, e["memory_id"]))
+        elif e["kind"] == "memory_indexed":
+            indexed[e["memory_id"]] = t
+    distinctive = {a: d for a, _, _, d, _ in MEMORY_AGENTS}
+    out: list[dict] = []
+    for hour in range(1, 6):
+        sweep = BASE + timedelta(hours=hour)
+        for agent, memories in written.items():
+            ids = [mid for t, mid in sorted(memories) if t <= sweep - timedelta(minutes=1)]
+            for n, mid in enumerate(ids):
+                is_indexed = mid in indexed and indexed[mid] <= sweep
+                odds = 0.92 if distinctive[agent] else min(0.92, 28 / len(ids))
+                found = is_indexed and r.random() < odds
+                found = found and not (agent == SWAPPED and sweep >= SWAP_AT)
+                others = [o for o in r.sample(ids, min(4, len(ids))) if o != mid][:3]
+                if found:
+                    rank = r.choice([0, 0, 1, 2])
+                    results = others[:rank] + [mid] + others[rank:]
+                    scores = sorted((round(r.uniform(0.36, 0.82), 2) for _ in results),
+                                    reverse=True)  # fmt: skip
+                else:
+                    results = others + ([mid] if is_indexed and not distinctive[agent] else [])
+                    scores = sorted((round(r.uniform(0.2, 0.6), 2) for _ in results),
+                                    reverse=True)  # fmt: skip
+                out.append({"kind": "recall_probe", "event_id": f"rp-{agent}-h{hour}-{n:03d}",
+                            "ts": ts(sweep + timedelta(seconds=n)), "agent_id": agent,
+                            "memory_id": mid, "result_ids": results, "scores": scores, "k": 3,
+                            "threshold": 0.35})  # fmt: skip
+            out.append({"kind": "ambient_context", "event_id": f"ac-{agent}-h{hour}",
+                        "ts": ts(sweep + timedelta(minutes=5)), "agent_id": agent,
+                        "session_id": f"ambient-{agent}-h{hour}",
+                        "memory_ids": ids[-10:]})  # fmt: skip
     return out
 
 
@@ -510,7 +564,8 @@ def make(sessions: int, seed: int) -> list[str]:
     sample = Sample(seed)
     events = [e for i in range(sessions) for e in sample.session(i)]
     events += judgements(seed)
-    events += memory_agents(seed)
+    memory = memory_agents(seed)
+    events += memory + memory_sweeps(memory, seed)
     events += pipeline_sessions(seed)
     events.sort(key=lambda e: e["ts"])  # sessions interleave, as on a live stream (stable sort)
     lines = [json.dumps(e, separators=(",", ":")) for e in events]

@@ -27,6 +27,8 @@ The rules, all in event time (the agent's own events, never their arrival order)
   ``event_id`` for "latest" and the smaller for "first", so the result never depends on
   which arrived first. Each probe counts in ``memdiag.recall_probe_total{agent_id, hit}``,
   in the minute of its own ``ts``.
+- Every probe and every ambient context is also sent as a row of its own (a function of the
+  event alone), for the trends: SRR and ATR over time and against the memory count.
 
 Redelivery. Every rule is a minimum, a maximum or a latest-by-``(ts, event_id)``, so an
 event applied twice changes nothing.
@@ -272,8 +274,10 @@ class Agent:
             out.diagnostic(self.agent_id, row)
             out.count(RECALL_PROBES, at_us=ts, agent_id=self.agent_id,
                       hit="true" if row["hit"] else "false")  # fmt: skip
-        elif isinstance(event, AmbientContext) and later(self.ambient, ts, eid):
-            self.ambient = [ts, eid, event.session_id, list(event.memory_ids)]
+        elif isinstance(event, AmbientContext):
+            out.diagnostic(self.agent_id, self._ambient_row(event))
+            if later(self.ambient, ts, eid):
+                self.ambient = [ts, eid, event.session_id, list(event.memory_ids)]
         after = self._horizon_us()
         if after > before:  # the clock moved: memories it turned unindexed
             for memory_id in self._between(before, after):
@@ -383,6 +387,18 @@ class Agent:
             "result_count": len(p.result_ids),
             "top_ids": list(p.result_ids[: int(p.k)]),  # what `aliased` reads (miss_reason)
             "ts": format_ts(p.ts_us),
+        }
+
+    def _ambient_row(self, a: AmbientContext) -> dict[str, Any]:
+        """Every ambient context, kept for the trends (ATR over time and memory count); the
+        latest one is also the agent's summary's."""
+        return {
+            "kind": "ambient_context",
+            "event_id": a.event_id,
+            "agent_id": self.agent_id,
+            "session_id": a.session_id,
+            "memory_ids": list(a.memory_ids),
+            "ts": format_ts(a.ts_us),
         }
 
     def summary(self) -> dict[str, Any]:

@@ -12,6 +12,11 @@ from typing import Any
 from memdiag.contract import FEEDBACK, FEEDBACK_RETRACTED
 from memdiag.contract.envelope import MINUTE_US
 from memdiag.schemas.decode import parse_ts
+from tests.reference import (
+    recall_by_memory_count_reference,
+    recall_change_reference,
+    recall_trend_reference,
+)
 
 Snapshot = dict[str, dict[Any, tuple[Any, ...]]]
 
@@ -124,7 +129,33 @@ def _pipeline_from_reference(ref: dict[str, Any]) -> Snapshot:
             k: (r["until"], r["first_memory_id"], r["memories"])
             for k, r in ref["pipeline_break_spans"].items()
         },
+        "recall_trend": {
+            k: (r["written"], *_trend(r))
+            for k, r in recall_trend_reference(ref, TREND_BUCKET_S * 1_000_000).items()
+        },
+        "recall_by_day": {
+            k: (r["written"], *_trend(r))
+            for k, r in recall_trend_reference(ref, 86_400_000_000).items()
+        },
+        "recall_by_memory_count": {
+            k: (r["memory_count_to"], *_trend(r))
+            for k, r in recall_by_memory_count_reference(ref).items()
+        },
+        "recall_change": {
+            a: (r["window_end"], r["probed"], r["hits"], r["previous_probed"], r["previous_hits"])
+            for a, r in recall_change_reference(ref, CHANGE_WINDOW_S * 1_000_000).items()
+        },
     }
+
+
+#: the bucket and window the snapshot reads recall_trend and recall_change with (seconds)
+TREND_BUCKET_S = 300
+CHANGE_WINDOW_S = 600
+
+
+def _trend(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["probed"], r["hits"], _r(r["semantic_recall_rate"]), r["ambient_contexts"],
+            _r(r["ambient_trigger_rate"]))  # fmt: skip
 
 
 def _edge(e: dict[str, str]) -> str:
@@ -305,6 +336,36 @@ def from_duckdb(query: Any) -> Snapshot:
             for r in query(
                 "SELECT agent_id, epoch_us(since), epoch_us(until), first_memory_id, memories "
                 "FROM pipeline_break_spans"
+            )
+        },
+        "recall_trend": {
+            (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
+            for r in query(
+                "SELECT agent_id, epoch_us(bucket_start), written, probed, hits, "
+                "semantic_recall_rate, ambient_contexts, ambient_trigger_rate "
+                f"FROM recall_trend(bucket_seconds := {TREND_BUCKET_S})"
+            )
+        },
+        "recall_by_day": {
+            (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
+            for r in query(
+                "SELECT agent_id, epoch_us(CAST(day AS TIMESTAMP)), written, probed, hits, "
+                "semantic_recall_rate, ambient_contexts, ambient_trigger_rate FROM recall_by_day"
+            )
+        },
+        "recall_by_memory_count": {
+            (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
+            for r in query(
+                "SELECT agent_id, memory_count_from, memory_count_to, probed, hits, "
+                "semantic_recall_rate, ambient_contexts, ambient_trigger_rate "
+                "FROM recall_by_memory_count"
+            )
+        },
+        "recall_change": {
+            r[0]: tuple(r[1:])
+            for r in query(
+                "SELECT agent_id, epoch_us(window_end), probed, hits, previous_probed, "
+                f"previous_hits FROM recall_change(window_seconds := {CHANGE_WINDOW_S})"
             )
         },
     }

@@ -130,7 +130,7 @@ class Tables:
                 self.graph[record["id"]] = record
         elif kind == "memory_pipeline":
             self.recall[(kind, record["agent_id"], record["memory_id"])] = record
-        elif kind in ("pipeline_agent", "recall_probe"):
+        elif kind in ("pipeline_agent", "recall_probe", "ambient_context"):
             self.recall[(kind, record["agent_id"], record.get("event_id"))] = record
         elif kind in ("pipeline_break", "pipeline_recovered"):
             self.recall[("episode", record["agent_id"], record["episode"])] = record

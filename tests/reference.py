@@ -280,6 +280,8 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
     probes: dict[str, dict[str, Any]] = {}
     health: dict[str, dict[str, Any]] = {}
     spans: dict[tuple[str, int], dict[str, Any]] = {}
+    points: list[dict[str, Any]] = []  # every probe and ambient context, for the trends
+    clocks: dict[str, int] = {}
     for agent, evs in by_agent.items():
         evs = sorted(evs, key=lambda e: (parse(e["ts"]), e["event_id"]))
         clock = parse(evs[-1]["ts"])
@@ -289,6 +291,7 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         latest_probe: dict[str, bool] = {}
         latest_probe_id: dict[str, str] = {}
         ambient: list[str] | None = None
+        clocks[agent] = clock
         for e in evs:
             t, mid = parse(e["ts"]), e.get("memory_id")
             if e["kind"] == "memory_written" and mid not in written:
@@ -312,6 +315,18 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
                 latest_probe_id[mid] = e["event_id"]
             elif e["kind"] == "ambient_context":
                 ambient = e["memory_ids"]
+        for e in evs:  # the trends' points: each against every write of the agent by its ts
+            t = parse(e["ts"])
+            by_then = {mid for mid, (w, _) in written.items() if w <= t}
+            if e["kind"] == "recall_probe":
+                points.append({"kind": "probe", "agent_id": agent, "ts": t,
+                               "event_id": e["event_id"], "memory_id": e["memory_id"],
+                               "hit": probes[e["event_id"]]["hit"], "memory_count": len(by_then)})  # fmt: skip
+            elif e["kind"] == "ambient_context":
+                named = len(set(e["memory_ids"]) & by_then)
+                points.append({"kind": "ambient", "agent_id": agent, "ts": t,
+                               "event_id": e["event_id"], "memory_count": len(by_then),
+                               "atr": named / len(by_then) if by_then else None})  # fmt: skip
         unindexed_since: list[int] = []
         for mid in written.keys() | indexed.keys():
             w = written.get(mid, (None, None))[0]
@@ -381,7 +396,76 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             "unreachable_share": len(unreachable) / n_written if n_written else None,
         }
     return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health,
-            "pipeline_break_spans": spans}  # fmt: skip
+            "pipeline_break_spans": spans, "trend_points": points, "clocks": clocks,
+            "writes": {k: r["written_at"] for k, r in memories.items()
+                       if r["written_at"] is not None}}  # fmt: skip
+
+
+def memory_count_bucket(n: int) -> tuple[int, int]:
+    """(from, to) of the power-of-two bucket of a memory count: 0, 1, 2, 3-4, 5-8, ..."""
+    if n <= 1:
+        return n, n
+    to = 1
+    while to < n:
+        to *= 2
+    return to // 2 + 1, to
+
+
+def _aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """SRR of each memory's latest probe (ts, then event_id) among ``points``; ATR the mean
+    of their ambient contexts' (those with a rate)."""
+    latest: dict[str, tuple[int, str, bool]] = {}
+    for p in points:
+        if p["kind"] == "probe":
+            key = (p["ts"], p["event_id"], p["hit"])
+            if p["memory_id"] not in latest or key > latest[p["memory_id"]]:
+                latest[p["memory_id"]] = key
+    rates = [p["atr"] for p in points if p["kind"] == "ambient" and p["atr"] is not None]
+    hits = sum(1 for _, _, hit in latest.values() if hit)
+    return {
+        "probed": len(latest),
+        "hits": hits,
+        "semantic_recall_rate": hits / len(latest) if latest else None,
+        "ambient_contexts": sum(1 for p in points if p["kind"] == "ambient"),
+        "ambient_trigger_rate": sum(rates) / len(rates) if rates else None,
+    }
+
+
+def recall_trend_reference(ref: dict[str, Any], bucket_us: int) -> dict[tuple[str, int], Any]:
+    """``recall_trend(bucket_seconds)``: (agent, bucket start µs) -> the bucket's figures and
+    the agent's memory count at its end."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for p in ref["trend_points"]:
+        groups.setdefault((p["agent_id"], p["ts"] // bucket_us * bucket_us), []).append(p)
+    out = {}
+    for (agent, start), pts in groups.items():
+        written = sum(1 for (a, _), w in ref["writes"].items()
+                      if a == agent and w < start + bucket_us)  # fmt: skip
+        out[(agent, start)] = {"written": written, **_aggregate(pts)}
+    return out
+
+
+def recall_by_memory_count_reference(ref: dict[str, Any]) -> dict[tuple[str, int], Any]:
+    """``recall_by_memory_count``: (agent, bucket's lower end) -> its upper end and figures."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for p in ref["trend_points"]:
+        groups.setdefault((p["agent_id"], *memory_count_bucket(p["memory_count"])), []).append(p)
+    return {(a, lo): {"memory_count_to": hi, **_aggregate(pts)}
+            for (a, lo, hi), pts in groups.items()}  # fmt: skip
+
+
+def recall_change_reference(ref: dict[str, Any], window_us: int) -> dict[str, Any]:
+    """``recall_change(window_seconds)``: per agent with probes, SRR in the window up to its
+    clock and in the window before it."""
+    out = {}
+    for agent in {p["agent_id"] for p in ref["trend_points"] if p["kind"] == "probe"}:
+        end = ref["clocks"][agent]
+        probes = [p for p in ref["trend_points"] if p["agent_id"] == agent and p["kind"] == "probe"]
+        now = _aggregate([p for p in probes if end - window_us < p["ts"] <= end])
+        before = _aggregate([p for p in probes if end - 2 * window_us < p["ts"] <= end - window_us])
+        out[agent] = {"window_end": end, "probed": now["probed"], "hits": now["hits"],
+                      "previous_probed": before["probed"], "previous_hits": before["hits"]}  # fmt: skip
+    return out
 
 
 def session_pipeline_reference(

@@ -421,6 +421,17 @@ FROM recall_probe_events p
 LEFT JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
 LEFT JOIN aliased a ON a.event_id = p.event_id;
 
+-- One row per ambient_context event: what was injected as ambient cues, and when (the latest
+-- one is also pipeline_agents'; the trends read them all).
+CREATE TABLE IF NOT EXISTS ambient_contexts (
+    event_id    VARCHAR PRIMARY KEY,
+    agent_id    VARCHAR NOT NULL,
+    session_id  VARCHAR,
+    memory_ids  VARCHAR[],
+    ts          TIMESTAMPTZ NOT NULL,
+    ingested_at TIMESTAMPTZ
+);
+
 -- One row per agent: what its memories' rows do not say.
 CREATE TABLE IF NOT EXISTS pipeline_agents (
     agent_id           VARCHAR PRIMARY KEY,
@@ -585,3 +596,182 @@ FROM session_diagnostics s
 LEFT JOIN pipeline_agents a ON a.agent_id = s.agent_id
 LEFT JOIN pipeline_break_spans b
        ON b.agent_id = s.agent_id AND s.ts >= b.since AND (b.until IS NULL OR s.ts < b.until);
+
+-- The memory-count bucket of n (docs/rules.md, "Recall trends"): powers of two, so 1, 2, 3-4,
+-- 5-8, 9-16, ...; the bucket's upper end (0 and 1 are their own).
+CREATE OR REPLACE MACRO memory_count_bucket(n) AS
+    CASE WHEN n <= 1 THEN n ELSE CAST(1 AS BIGINT) << length(bin(n - 1)) END;
+
+-- Every probe and every ambient context with the agent's memory count at its ts (memories
+-- with a memory_written at or before it): a probe's hit, an ambient context's share of those
+-- memories it names (its ATR). What the trends aggregate.
+CREATE OR REPLACE VIEW recall_trend_points AS
+WITH counts AS (
+    SELECT agent_id, written_at,
+           count(*) OVER (PARTITION BY agent_id ORDER BY written_at
+                          RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS n
+    FROM memory_pipeline
+    WHERE written_at IS NOT NULL
+),
+points AS (
+    SELECT 'probe' AS kind, agent_id, ts, event_id, memory_id, hit, NULL::VARCHAR[] AS memory_ids
+    FROM recall_probe_events
+    UNION ALL
+    SELECT 'ambient', agent_id, ts, event_id, NULL, NULL, memory_ids
+    FROM ambient_contexts
+),
+named AS (
+    -- of each ambient context, the distinct memories it names written by its ts
+    SELECT a.event_id, count(DISTINCT m.memory_id) AS in_context
+    FROM (SELECT event_id, agent_id, ts, unnest(memory_ids) AS memory_id
+          FROM ambient_contexts) AS a
+    JOIN memory_pipeline m
+      ON m.agent_id = a.agent_id AND m.memory_id = a.memory_id AND m.written_at <= a.ts
+    GROUP BY a.event_id
+)
+SELECT p.kind, p.agent_id, p.ts, p.event_id, p.memory_id, p.hit,
+       coalesce(c.n, 0) AS memory_count,
+       CASE WHEN p.kind = 'ambient' THEN coalesce(x.in_context, 0) END AS in_context,
+       CASE WHEN p.kind = 'ambient' AND coalesce(c.n, 0) > 0
+            THEN coalesce(x.in_context, 0)::DOUBLE / c.n END AS ambient_trigger_rate
+FROM points p
+ASOF LEFT JOIN counts c ON c.agent_id = p.agent_id AND p.ts >= c.written_at
+LEFT JOIN named x ON x.event_id = p.event_id AND p.kind = 'ambient';
+
+-- SRR and ATR per agent and time bucket of bucket_seconds (UTC-aligned, from the epoch):
+-- SRR of each memory's latest probe in the bucket, ATR the mean of the bucket's ambient
+-- contexts', written the agent's memory count at the bucket's end. A row for each bucket
+-- with a probe or an ambient context.
+CREATE OR REPLACE MACRO recall_trend(bucket_seconds := 86400) AS TABLE
+WITH points AS (
+    SELECT *, epoch_us(ts) // CAST(round(bucket_seconds * 1e6) AS BIGINT) AS bucket
+    FROM recall_trend_points
+),
+latest AS (
+    SELECT agent_id, bucket, hit
+    FROM points
+    WHERE kind = 'probe'
+    QUALIFY row_number() OVER (PARTITION BY agent_id, bucket, memory_id
+                               ORDER BY ts DESC, event_id DESC) = 1
+),
+probes AS (
+    SELECT agent_id, bucket, count(*) AS probed, count(*) FILTER (WHERE hit) AS hits
+    FROM latest GROUP BY agent_id, bucket
+),
+ambient AS (
+    SELECT agent_id, bucket, count(*) AS ambient_contexts,
+           avg(ambient_trigger_rate) AS ambient_trigger_rate
+    FROM points WHERE kind = 'ambient' GROUP BY agent_id, bucket
+),
+buckets AS (
+    SELECT agent_id, bucket,
+           make_timestamptz((bucket + 1) * CAST(round(bucket_seconds * 1e6) AS BIGINT))
+               AS bucket_end
+    FROM (SELECT agent_id, bucket FROM probes UNION SELECT agent_id, bucket FROM ambient)
+),
+counts AS (
+    SELECT agent_id, written_at,
+           count(*) OVER (PARTITION BY agent_id ORDER BY written_at
+                          RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS n
+    FROM memory_pipeline
+    WHERE written_at IS NOT NULL
+)
+SELECT b.agent_id,
+       make_timestamptz(b.bucket * CAST(round(bucket_seconds * 1e6) AS BIGINT))
+           AS bucket_start,
+       coalesce(c.n, 0) AS written,
+       coalesce(p.probed, 0) AS probed,
+       coalesce(p.hits, 0) AS hits,
+       CASE WHEN coalesce(p.probed, 0) > 0 THEN p.hits::DOUBLE / p.probed END
+           AS semantic_recall_rate,
+       coalesce(a.ambient_contexts, 0) AS ambient_contexts,
+       a.ambient_trigger_rate
+FROM buckets b
+ASOF LEFT JOIN counts c ON c.agent_id = b.agent_id AND b.bucket_end > c.written_at
+LEFT JOIN probes p ON p.agent_id = b.agent_id AND p.bucket = b.bucket
+LEFT JOIN ambient a ON a.agent_id = b.agent_id AND a.bucket = b.bucket;
+
+-- recall_trend by UTC day.
+CREATE OR REPLACE VIEW recall_by_day AS
+SELECT agent_id, CAST(timezone('UTC', bucket_start) AS DATE) AS day, written, probed, hits,
+       semantic_recall_rate, ambient_contexts, ambient_trigger_rate
+FROM recall_trend(bucket_seconds := 86400);
+
+-- SRR and ATR per agent and memory-count bucket (memory_count_bucket): "does recall decay as
+-- memory grows". SRR of each memory's latest probe in the bucket, ATR the mean of the
+-- bucket's ambient contexts'.
+CREATE OR REPLACE VIEW recall_by_memory_count AS
+WITH points AS (
+    SELECT *, memory_count_bucket(memory_count) AS memory_count_to FROM recall_trend_points
+),
+latest AS (
+    SELECT agent_id, memory_count_to, hit
+    FROM points
+    WHERE kind = 'probe'
+    QUALIFY row_number() OVER (PARTITION BY agent_id, memory_count_to, memory_id
+                               ORDER BY ts DESC, event_id DESC) = 1
+),
+probes AS (
+    SELECT agent_id, memory_count_to, count(*) AS probed, count(*) FILTER (WHERE hit) AS hits
+    FROM latest GROUP BY agent_id, memory_count_to
+),
+ambient AS (
+    SELECT agent_id, memory_count_to, count(*) AS ambient_contexts,
+           avg(ambient_trigger_rate) AS ambient_trigger_rate
+    FROM points WHERE kind = 'ambient' GROUP BY agent_id, memory_count_to
+)
+SELECT agent_id,
+       CASE WHEN memory_count_to <= 1 THEN memory_count_to ELSE memory_count_to // 2 + 1 END
+           AS memory_count_from,
+       memory_count_to,
+       coalesce(p.probed, 0) AS probed,
+       coalesce(p.hits, 0) AS hits,
+       CASE WHEN coalesce(p.probed, 0) > 0 THEN p.hits::DOUBLE / p.probed END
+           AS semantic_recall_rate,
+       coalesce(a.ambient_contexts, 0) AS ambient_contexts,
+       a.ambient_trigger_rate
+FROM probes p
+FULL JOIN ambient a USING (agent_id, memory_count_to);
+
+-- Per agent, SRR in the window_seconds up to its clock (the newest ts of its memory events)
+-- and in the window before: each memory's latest probe in the window (window_end -
+-- window_seconds, window_end], and the same before it. What `status` flags a fall of.
+CREATE OR REPLACE MACRO recall_change(window_seconds := 86400) AS TABLE
+WITH ends AS (
+    SELECT p.agent_id, epoch_us(coalesce(any_value(a.clock), max(p.ts))) AS end_us
+    FROM recall_probe_events p
+    LEFT JOIN pipeline_agents a USING (agent_id)
+    GROUP BY p.agent_id
+),
+placed AS (
+    SELECT p.agent_id, p.memory_id, p.hit, p.ts, p.event_id,
+           CASE WHEN epoch_us(p.ts) > e.end_us - CAST(round(window_seconds * 1e6) AS BIGINT)
+                THEN 'current' ELSE 'previous' END AS side
+    FROM recall_probe_events p
+    JOIN ends e USING (agent_id)
+    WHERE epoch_us(p.ts) > e.end_us - 2 * CAST(round(window_seconds * 1e6) AS BIGINT)
+      AND epoch_us(p.ts) <= e.end_us
+),
+latest AS (
+    SELECT agent_id, side, hit
+    FROM placed
+    QUALIFY row_number() OVER (PARTITION BY agent_id, side, memory_id
+                               ORDER BY ts DESC, event_id DESC) = 1
+),
+sides AS (
+    SELECT agent_id,
+           count(*) FILTER (WHERE side = 'current') AS probed,
+           count(*) FILTER (WHERE side = 'current' AND hit) AS hits,
+           count(*) FILTER (WHERE side = 'previous') AS previous_probed,
+           count(*) FILTER (WHERE side = 'previous' AND hit) AS previous_hits
+    FROM latest GROUP BY agent_id
+)
+SELECT e.agent_id, make_timestamptz(e.end_us) AS window_end,
+       coalesce(s.probed, 0) AS probed, coalesce(s.hits, 0) AS hits,
+       CASE WHEN s.probed > 0 THEN s.hits::DOUBLE / s.probed END AS semantic_recall_rate,
+       coalesce(s.previous_probed, 0) AS previous_probed,
+       coalesce(s.previous_hits, 0) AS previous_hits,
+       CASE WHEN s.previous_probed > 0 THEN s.previous_hits::DOUBLE / s.previous_probed END
+           AS previous_semantic_recall_rate
+FROM ends e
+LEFT JOIN sides s USING (agent_id);

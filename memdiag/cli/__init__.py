@@ -186,6 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
         "recall rate, ambient trigger rate; broken agents first",
     )
     q.add_argument("--agent", metavar="AGENT_ID", help="only this agent_id")
+    q = question(
+        "recall-trend",
+        "per agent: semantic recall rate (SRR) and ambient trigger rate (ATR) by day (hour, "
+        "week) or by memory-count bucket: does recall decay over time, or as memory grows",
+    )
+    q.add_argument("--agent", metavar="AGENT_ID", help="only this agent_id")
+    q.add_argument("--by", choices=("day", "hour", "week", "memory-count"), default="day",
+                   help="UTC days (default), hours or weeks, or the agent's memory count at "
+                   "each probe (1, 2, 3-4, 5-8, ...)")  # fmt: skip
     explain = add(
         "explain",
         "one session's story: searches, turns, outcome, misleading memories",
@@ -418,6 +427,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--top", type=int, default=5, help="misleading memories shown (default 5)"
     )
     status_p.add_argument("--runs", type=int, default=5, help="benchmark runs shown (default 5)")
+    status_p.add_argument(
+        "--recall-window", default="24h", metavar="DURATION",
+        help="flag an agent whose semantic recall rate (SRR) in this window up to its newest "
+        "memory event fell from the window before (default 24h; 30m, 6h, 7d)",
+    )  # fmt: skip
+    status_p.add_argument(
+        "--recall-drop", type=float, default=20.0, metavar="POINTS",
+        help="by more than this many percentage points, absolute (default 20)",
+    )  # fmt: skip
+    status_p.add_argument(
+        "--recall-min-probed", type=int, default=10, metavar="N",
+        help="only when each window has at least N probed memories (default 10)",
+    )  # fmt: skip
     status_p.set_defaults(func=cmd_status)
 
     alert = add(

@@ -25,6 +25,7 @@ from memdiag.cli.render import (
     print_gate,
     print_observation_stats,
     print_pipeline_health,
+    print_recall_trend,
     rich_table,
 )
 
@@ -66,6 +67,8 @@ def cmd_query(args: argparse.Namespace) -> int:
             result = queries.failure_distribution(con, args.org, args.project, since)
         elif args.question == "pipeline-health":
             result = queries.pipeline_health(con, args.agent)
+        elif args.question == "recall-trend":
+            result = queries.recall_trend(con, args.by, args.agent)
         elif args.question == "unused-memories":
             if args.min_injections < 1:
                 err.print("[red]error:[/red] --min-injections must be at least 1")
@@ -84,6 +87,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         print_observation_stats(result)
     elif args.question == "pipeline-health":
         print_pipeline_health(result, args.agent)
+    elif args.question == "recall-trend":
+        print_recall_trend(result, args.by, args.agent)
     elif args.question == "observation-history":
         if not result:
             err.print(f"no verdicts recorded for observation {args.observation_id}")

@@ -171,11 +171,22 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from memdiag.analytics.status import status
+    from memdiag.analytics.queries import parse_duration
+    from memdiag.analytics.status import RecallWatch, status
 
+    try:
+        window = parse_duration(args.recall_window, "--recall-window")
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    if args.recall_min_probed < 1 or args.recall_drop < 0:
+        err.print("[red]error:[/red] --recall-min-probed must be at least 1 and --recall-drop "
+                  "at least 0")  # fmt: skip
+        return 2
+    watch = RecallWatch(window, args.recall_drop, args.recall_min_probed)
     con = open_db(args)
     try:
-        st = status(con, top=args.top, runs=args.runs)
+        st = status(con, top=args.top, runs=args.runs, recall=watch)
     finally:
         con.close()
     if args.json:

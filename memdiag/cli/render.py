@@ -294,6 +294,9 @@ def print_status(st: dict[str, Any], db: str) -> None:
         + (f"  ({failed / total:.0%} failed)" if total else ""),
     )
     head.add_row("memory pipeline", pipeline_line(st.get("pipeline")))
+    fell = recall_fell_line(st.get("pipeline"))
+    if fell:
+        head.add_row("recall", fell)
     fresh = st["freshness"]
     newest = fresh["newest_event"]
     head.add_row(
@@ -389,6 +392,29 @@ def pipeline_line(p: dict[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
+def recall_fell_line(p: dict[str, Any] | None) -> str | None:
+    """The agents whose SRR fell from their previous window (``status``), or that none did;
+    None without memory events."""
+    from memdiag.analytics.status import span_text
+
+    if p is None or not p["agents"] or p.get("recall_fell") is None:
+        return None
+    f = p["recall_fell"]
+    window = span_text(f["window_seconds"])
+    rule = (f"the last {window} against the {window} before, by more than "
+            f"{f['drop_points']:g} points, {f['min_probed']}+ probed memories each")  # fmt: skip
+    if not f["agents"]:
+        return f"no agent's recall fell [dim]({rule})[/dim]"
+    shown = [
+        f"{a['agent_id']} {_pct(a['previous_semantic_recall_rate'])} → "
+        f"{_pct(a['semantic_recall_rate'])}"
+        for a in f["agents"][:4]
+    ]
+    more = f", and {len(f['agents']) - 4} more" if len(f["agents"]) > 4 else ""
+    return (f"[bold red]fell for {len(f['agents'])} agent{'s' if len(f['agents']) != 1 else ''}"
+            f"[/bold red]: {', '.join(shown)}{more} [dim]({rule})[/dim]")  # fmt: skip
+
+
 def _minute(v: datetime | None) -> str | None:
     return None if v is None else v.astimezone(UTC).strftime("%m-%d %H:%M")
 
@@ -462,3 +488,49 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
             "agent that never reports memory_indexed shows as broken: memdiag cannot know "
             "otherwise.[/dim]"
         )
+
+
+def print_recall_trend(rows: list[dict[str, Any]], by: str, agent: str | None) -> None:
+    """``query recall-trend``: one table per agent, oldest bucket (or smallest memory count)
+    first, with a bar of the SRR."""
+    if not rows:
+        err.print(
+            f"no recall probes or ambient contexts for agent {agent!r}"
+            if agent
+            else "no recall probes or ambient contexts yet: publish recall_probe and "
+            "ambient_context to memdiag.memory"
+        )
+        return
+    agents: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        agents.setdefault(r["agent_id"], []).append(r)
+    by_count = by == "memory-count"
+    for name, series in agents.items():
+        title = f"{name}: recall by memory count" if by_count else f"{name}: recall by {by} (UTC)"
+        table = Table(title=title, title_justify="left", box=None)
+        table.add_column("memories" if by_count else by, no_wrap=True)
+        if not by_count:
+            table.add_column("written", justify="right")
+        for header in ("probed", "SRR", "", "contexts", "ATR"):
+            table.add_column(header, justify="right" if header else "left", no_wrap=True)
+        for r in series:
+            if by_count:
+                lo, hi = r["memory_count_from"], r["memory_count_to"]
+                first = [f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"]
+            else:
+                start = r["bucket_start"].astimezone(UTC)
+                fmt = "%Y-%m-%d %H:%M" if by == "hour" else "%Y-%m-%d"
+                first = [start.strftime(fmt), f"{r['written']:,}"]
+            srr = r["semantic_recall_rate"]
+            bar = "" if srr is None else "█" * round(10 * srr)
+            contexts, atr = f"{r['ambient_contexts']:,}", _pct(r["ambient_trigger_rate"])
+            table.add_row(*first, f"{r['probed']:,}", _pct(srr), bar, contexts, atr)
+        out.print(table)
+    out.print(
+        "[dim]SRR: of the memories probed in the bucket, those their own (latest) probe there "
+        "found. ATR: the mean, over the bucket's ambient contexts, of the share of the agent's "
+        "memories written by then that the context names. "
+        + ("Memories: the agent's written memories at each probe or context. "
+           if by_count else "Written: the agent's memories written by the bucket's end. ")
+        + "--json for every column.[/dim]"
+    )  # fmt: skip

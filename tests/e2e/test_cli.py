@@ -315,10 +315,11 @@ def test_publish_without_a_broker_is_one_clear_line(small_file: Path) -> None:
 
 
 def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
-    """The demo's four memory agents: the broken two in `status` and in the report, and the
-    paper's shapes in `query pipeline-health`."""
+    """The demo's five memory agents: the broken two in `status` and in the report, the
+    paper's shapes in `query pipeline-health`, and the trends: recall decaying as the
+    repetitive agent's memory grows, and the swapped embedder's fall flagged by `status`."""
     db, page, stdout = demo
-    assert "memory pipeline" in stdout and "2 of 4 agents broken" in stdout
+    assert "memory pipeline" in stdout and "2 of 5 agents broken" in stdout
     assert "cold-notes" in stdout and "migrated-indexer" in stdout
     html = page.read_text()
     assert "Recall pipeline" in html and html.count("BROKEN") == 2
@@ -349,6 +350,26 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)["pipeline"]
     assert [b["agent_id"] for b in st["broken"]] == ["cold-notes", "migrated-indexer"]
     assert st["worst_coverage"]["agent_id"] == "cold-notes"
+    # the trends: an embedder swap keeps coverage at 100% and takes recall to zero
+    assert health["swapped-embedder"]["pipeline_coverage"] == 1.0
+    assert health["swapped-embedder"]["semantic_recall_rate"] == 0.0
+    assert st["recall_fell"]["agents"] == []  # all of it within the default 24h window
+    hourly = json.loads(memdiag("status", "--db", str(db), "--json", "--recall-window", "1h")
+                        .stdout)["pipeline"]["recall_fell"]  # fmt: skip
+    assert [a["agent_id"] for a in hourly["agents"]] == ["swapped-embedder"]
+    assert hourly["agents"][0]["previous_semantic_recall_rate"] > 0.8
+    assert "recall" in memdiag("status", "--db", str(db), "--recall-window", "1h").stdout
+    bad = memdiag("status", "--db", str(db), "--recall-window", "0h")
+    assert bad.returncode == 2 and "--recall-window" in bad.stderr
+    by_count = json.loads(memdiag("query", "recall-trend", "--by", "memory-count", "--agent",
+                                  "proving-medqa", "--db", str(db), "--json").stdout)  # fmt: skip
+    srr = [r["semantic_recall_rate"] for r in by_count]
+    assert len(srr) >= 4 and srr[0] > 0.9 > 0.5 > srr[-1]  # decays as memory grows
+    atr = [r["ambient_trigger_rate"] for r in by_count]
+    assert atr == sorted(atr, reverse=True)  # ten names of ever more memories
+    hours = memdiag("query", "recall-trend", "--by", "hour", "--db", str(db))
+    assert hours.returncode == 0 and "swapped-embedder: recall by hour" in hours.stdout
+    assert "Recall trends" in html and "Recall by memory count" in html
 
 
 def test_the_readme_otel_example_runs_as_written(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from tests.reference import pipeline_reference
 
 pytestmark = pytest.mark.integration
 
-PIPELINE_TABLES = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans")
+PIPELINE_TABLES = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans",
+                   "recall_trend", "recall_by_day", "recall_by_memory_count", "recall_change")  # fmt: skip
 
 
 def expected(events: list[dict[str, Any]]) -> dict[str, Any]:

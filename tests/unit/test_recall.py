@@ -51,6 +51,7 @@ class Run:
         self.memories: dict[tuple[str, str], dict[str, Any]] = {}
         self.probes: dict[str, dict[str, Any]] = {}
         self.agents: dict[str, dict[str, Any]] = {}
+        self.contexts: dict[str, dict[str, Any]] = {}
         self.transitions: list[dict[str, Any]] = []
         self.episodes: dict[tuple[str, str], dict[str, Any]] = {}
         self.counts: Counter[Any] = Counter()
@@ -85,6 +86,8 @@ class Run:
                         self.probes[r["event_id"]] = r
                     elif r["kind"] == "pipeline_agent":
                         self.agents[r["agent_id"]] = r
+                    elif r["kind"] == "ambient_context":
+                        self.contexts[r["event_id"]] = r
                     else:
                         self.transitions.append(r)
                         self._episode(r)
@@ -294,7 +297,9 @@ def memory_events(draw: Any) -> list[dict[str, Any]]:
     for i in range(n):
         agent = draw(st.sampled_from(AGENTS))
         mid = draw(st.sampled_from(MEMORIES))
-        s = draw(st.integers(0, 40)) * 37.5  # ties and the 600 s boundary both happen
+        # ties and the 600 s boundary both happen; and some near the next midnight (the day
+        # trend)
+        s = draw(st.integers(0, 40)) * 37.5 + draw(st.sampled_from([0, 0, 0, 54_000 - 750]))
         kind = draw(st.sampled_from(["w", "w", "i", "p", "a"]))
         eid = f"e{i:02d}"
         if kind == "w":
@@ -489,7 +494,8 @@ def test_the_head_stays_small_as_a_broken_agent_goes_on() -> None:
     assert not any(k.startswith("mb:") for k in r.store.data)  # indexed: out of the backlog
 
 
-PIPELINE_VIEWS = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans")
+PIPELINE_VIEWS = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans",
+                  "recall_trend", "recall_by_day", "recall_by_memory_count", "recall_change")  # fmt: skip
 
 
 def pipeline_snapshot(path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
