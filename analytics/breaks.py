@@ -6,8 +6,10 @@ that agent's pipeline was down (the ``session_pipeline`` view over ``pipeline_br
 docs/rules.md "Sessions during breaks"). The failure rate of the sessions during a break is
 compared with that of the sessions while healthy, overall and per agent, with a percentile
 bootstrap interval of the difference: the two groups resampled apart (stratified), seeded,
-so the same data gives the same interval. Sessions that name no agent, or whose agent sent
-no memory events, cannot be placed: they are counted apart, never as healthy.
+so the same data gives the same interval; when a side is at 0% or 100% (a bootstrap has no
+spread there), Newcombe's hybrid score interval instead. Sessions that name no agent, or
+whose agent sent no memory events, cannot be placed: they are counted apart, never as
+healthy.
 
 Correlation only, as for ``calibrate``: a break often comes with other trouble (a deploy, an
 outage), and sessions of one agent are not independent.
@@ -15,7 +17,9 @@ outage), and sessions of one agent are not independent.
 
 from __future__ import annotations
 
+import math
 import zlib
+from statistics import NormalDist
 from typing import Any
 
 import duckdb
@@ -55,12 +59,40 @@ def _rates(
         "too_few": nb < MIN_SESSIONS or nh < MIN_SESSIONS,
     }
     if rb is not None and rh is not None and resamples > 0:
-        rng = np.random.default_rng(seed)
-        # a resample's failure count on each side is binomial in the side's own rate
-        diff: np.ndarray = rng.binomial(nb, rb, resamples) / nb
-        diff -= rng.binomial(nh, rh, resamples) / nh
-        result["difference_ci"] = interval(diff, level)
+        fb, fh = result["broken"]["failed"], result["healthy"]["failed"]
+        if fb in (0, nb) or fh in (0, nh):
+            # a side at 0% or 100% never varies in a resample: its bootstrap interval would
+            # have no width on that side. Newcombe's score interval has.
+            result["difference_ci"] = {**newcombe(fb, nb, fh, nh, level), "method": "newcombe"}
+        else:
+            rng = np.random.default_rng(seed)
+            # a resample's failure count on each side is binomial in the side's own rate
+            diff: np.ndarray = rng.binomial(nb, rb, resamples) / nb
+            diff -= rng.binomial(nh, rh, resamples) / nh
+            found = interval(diff, level)
+            result["difference_ci"] = None if found is None else {**found, "method": "bootstrap"}
     return result
+
+
+def wilson(x: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of the share ``x / n`` (``n`` > 0)."""
+    p = x / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def newcombe(x1: int, n1: int, x2: int, n2: int, level: float) -> dict[str, float]:
+    """Newcombe's hybrid score interval of ``x1/n1 - x2/n2`` (1998, method 10): each side's
+    Wilson interval, combined; well-behaved at 0% and 100%, where a bootstrap has no spread."""
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p1, p2 = x1 / n1, x2 / n2
+    l1, u1 = wilson(x1, n1, z)
+    l2, u2 = wilson(x2, n2, z)
+    d = p1 - p2
+    return {"low": d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2),
+            "high": d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)}  # fmt: skip
 
 
 def side_text(side: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ one list in event time, which the terminal and the HTML page both render.
 from __future__ import annotations
 
 from collections import OrderedDict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
@@ -173,6 +173,25 @@ def _pipeline_at_outcome(con: duckdb.DuckDBPyConnection, session_id: str) -> dic
     except DatabaseError:
         return None
     return found[0] if found else None
+
+
+def pipeline_down(ex: dict[str, Any]) -> tuple[str, str] | None:
+    """When the session ended while its agent's memory pipeline was down: the words to
+    stress and the rest, plain text (the terminal and the HTML mark them up); else None."""
+    p = ex.get("pipeline")
+    if p is None or p["pipeline_state"] != "broken":
+        return None
+    since = p["break_since"].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    until = (
+        "still down"
+        if p["break_until"] is None
+        else "until " + p["break_until"].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    )
+    return "memory pipeline down", (
+        f" at the outcome: nothing indexed since {since} UTC ({until}; first missed memory "
+        f"{p['break_first_memory_id']}): memories written meanwhile could not be found "
+        "(`memdiag breaks` compares)"
+    )
 
 
 def plural(n: int, singular: str, plural: str | None = None) -> str:

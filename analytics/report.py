@@ -16,7 +16,13 @@ import duckdb
 
 from memdiag import __version__
 from memdiag.analytics.db import DatabaseError
-from memdiag.analytics.explain import explain, search_summary, timeline, turn_summary
+from memdiag.analytics.explain import (
+    explain,
+    pipeline_down,
+    search_summary,
+    timeline,
+    turn_summary,
+)
 from memdiag.analytics.queries import (
     TREND_GRAINS,
     pipeline_coverage_over_time,
@@ -584,8 +590,9 @@ def explain_fragment(ex: dict[str, Any]) -> str:
     if o is None:
         verdict = "no outcome yet: the session is open, or its outcome is late"
     elif o["failed"]:
+        category = e(o["failure_category"] or "unknown")
         verdict = (
-            f'<span class="failed">{e(o["outcome"])}</span> · <b>{e(o["failure_category"])}</b>'
+            f'<span class="failed">{e(o["outcome"])}</span> · <b>{category}</b>'
             f" — {e(o['rule'] or '')}"
         )
     else:
@@ -600,6 +607,9 @@ def explain_fragment(ex: dict[str, Any]) -> str:
             '<p class="failed"><b>Never searched</b>: the agent did not ask its memory in this '
             "session.</p>"
         )
+    down = pipeline_down(ex)
+    if down is not None:
+        parts.append(f'<p class="failed"><b>{e(down[0])}</b>{e(down[1])}</p>')
     trs = []
     for item in timeline(ex):
         at = f'<td class="n">+{item["at"]:,.1f} s</td>'
@@ -626,7 +636,7 @@ def explain_fragment(ex: dict[str, Any]) -> str:
             )
         else:
             oc = item["outcome"]
-            cat = f" · {e(oc['failure_category'])}" if oc["failed"] else ""
+            cat = f" · {e(oc['failure_category'] or 'unknown')}" if oc["failed"] else ""
             trs.append(
                 f"<tr>{at}<td>outcome {e(oc['event_id'])}</td><td>{e(oc['outcome'])}{cat}</td></tr>"
             )

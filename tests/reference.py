@@ -240,8 +240,8 @@ MISS_REASONS = ("not_indexed", "below_threshold", "aliased", "outranked")
 
 
 def _name_key(name: str | None) -> str:
-    """Lowercased, letters only (contract section 9)."""
-    return "".join(c for c in (name or "").lower() if c.isalpha())
+    """Lowercased, letters only (contract section 9); the final sigma as sigma."""
+    return "".join(c for c in (name or "").lower() if c.isalpha()).replace("ς", "σ")
 
 
 def _miss_reason(

@@ -387,7 +387,9 @@ ALTER TABLE recall_probe_events ADD COLUMN IF NOT EXISTS top_ids VARCHAR[];  -- 
 
 -- A memory name's key for aliasing (contract section 9): lowercased, every character that is
 -- not a (Unicode) letter removed: `daily-2026-11-01.md` and `daily-2026-11-02.md` share `dailymd`.
-CREATE OR REPLACE MACRO name_key(name) AS regexp_replace(lower(name), '[^\p{L}]', '', 'g');
+-- The final sigma is folded into sigma (lowercasing may give either, by position).
+CREATE OR REPLACE MACRO name_key(name) AS
+    regexp_replace(replace(lower(name), 'ς', 'σ'), '[^\p{L}]', '', 'g');
 
 -- Each probe with why it missed: the first that holds of not_indexed (no memory_indexed of the
 -- target at or before the probe), below_threshold (in the first k, scored below the

@@ -240,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pipeline_break_spans), and compares the failure rate (rejected or rework) of the\n"
         "sessions during breaks with that of the sessions while healthy, for all agents and\n"
         "per agent: both rates, the difference in points with a 95% bootstrap interval (each\n"
-        "side resampled apart, seeded), and the ratio in --json. Sessions without an agent_id, or\n"
+        "side resampled apart, seeded; Newcombe's score interval when a side is at 0% or\n"
+        "100%), and the ratio in --json. Sessions without an agent_id, or\n"
         "of agents that sent no memory events, are counted apart. A side with fewer than 20\n"
         "sessions is marked too few. Correlation, not cause: a break often comes with other\n"
         "trouble.",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -47,21 +46,13 @@ def _scope(ex: dict[str, Any]) -> str:
 
 
 def pipeline_line(ex: dict[str, Any]) -> str | None:
-    """The agent's memory pipeline at the outcome, when it was down (or cannot be told)."""
-    p = ex.get("pipeline")
-    if p is None or p["pipeline_state"] != "broken":
+    """The agent's memory pipeline at the outcome, when it was down."""
+    from memdiag.analytics.explain import pipeline_down
+
+    down = pipeline_down(ex)
+    if down is None:
         return None
-    since = p["break_since"].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    until = (
-        "still down"
-        if p["break_until"] is None
-        else "until " + p["break_until"].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    )
-    return (
-        f"[bold red]memory pipeline down[/bold red] at the outcome: nothing indexed since "
-        f"{since} ({until}; first missed memory {escape(str(p['break_first_memory_id']))}): "
-        "memories written meanwhile could not be found (`memdiag breaks` compares)"
-    )
+    return f"[bold red]{down[0]}[/bold red]{escape(down[1])}"
 
 
 def _at(seconds: float) -> str:

@@ -173,3 +173,38 @@ def test_an_index_stamped_before_its_write_ends_no_span(tmp_path: Path) -> None:
     finally:
         con.close()
     assert pipeline_reference(events)["pipeline_break_spans"] == {}
+
+
+def test_explain_says_the_pipeline_was_down_in_the_terminal_and_the_html(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session that ended during its agent's break says so in `explain` and in its HTML
+    page; one before the break says nothing of it."""
+    assert main(["explain", "brk0", "--db", str(db)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "memory pipeline down at the outcome" in text and "first missed memory m2" in text
+    page = tmp_path / "brk0.html"
+    assert main(["explain", "brk0", "--db", str(db), "--html", str(page)]) == 0
+    html = page.read_text()
+    assert "<b>memory pipeline down</b> at the outcome" in html and "still down" in html
+    capsys.readouterr()
+    assert main(["explain", "pre1", "--db", str(db)]) == 0
+    assert "pipeline down" not in capsys.readouterr().out
+
+
+def test_a_side_at_zero_or_all_gets_a_score_interval_with_width() -> None:
+    """0 of 25 healthy sessions failed: the bootstrap has no spread there, Newcombe's
+    interval has; its values are the paper's (Newcombe 1998, method 10: 56/70 - 48/80)."""
+    from memdiag.analytics.breaks import newcombe
+
+    ci = newcombe(56, 70, 48, 80, 0.95)
+    assert (ci["low"], ci["high"]) == (pytest.approx(0.0524, abs=5e-4),
+                                       pytest.approx(0.3339, abs=5e-4))  # fmt: skip
+    r = _rates(np.array([True] * 10 + [False] * 15), np.zeros(25, dtype=bool), 2000, 0, 0.95)
+    ci = r["difference_ci"]
+    assert ci["method"] == "newcombe" and ci["low"] < r["difference"] - 0.1
+    assert 0 < ci["low"] < r["difference"] < ci["high"] < 1
+    both = _rates(np.ones(30, dtype=bool), np.zeros(30, dtype=bool), 2000, 0, 0.95)
+    assert both["difference_ci"]["high"] == pytest.approx(1.0) and both["difference_ci"]["low"] < 1
+    mixed = _rates(np.array([True, False] * 15), np.array([True, False, False] * 10), 2000, 0, 0.95)
+    assert mixed["difference_ci"]["method"] == "bootstrap"

@@ -290,6 +290,10 @@ AGENTS = ("a1", "a2")
 MEMORIES = tuple(f"m{i}" for i in range(8))
 
 
+NAMES = st.sampled_from([None, "", "2026-11-01", "daily-2026-11-01.md", "Daily 02.md",
+                         "ΟΔΟΣ-1", "οδος 2", "plan-a", "Plan B", "日記-3"])  # fmt: skip
+
+
 @st.composite
 def memory_events(draw: Any) -> list[dict[str, Any]]:
     n = draw(st.integers(1, 25))
@@ -303,7 +307,8 @@ def memory_events(draw: Any) -> list[dict[str, Any]]:
         kind = draw(st.sampled_from(["w", "w", "i", "p", "a"]))
         eid = f"e{i:02d}"
         if kind == "w":
-            events.append(written(eid, s, mid, agent, name=f"name-{mid}-{i}"))
+            # names that share a key (aliasing), that do not, and that have none
+            events.append(written(eid, s, mid, agent, name=draw(NAMES)))
         elif kind == "i":
             events.append(indexed(eid, s, mid, agent))
         elif kind == "p":
