@@ -94,6 +94,14 @@ def test_in_order_and_keyed(pipeline: Pipeline) -> None:
     assert (row["agent_id"], row["written"], row["indexed"], row["broken"]) == (
         "stops", 11, 5, True
     )  # fmt: skip
+    trend = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "query", "recall-trend", "--by", "memory-count",
+         "--agent", "repetitive", "--json", "--db", pipeline.settings.duckdb_path],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    # its ten probes at ten memories (9-16), three hits; its one context at eleven
+    assert [(r["memory_count_to"], r["probed"], r["hits"], r["ambient_contexts"])
+            for r in json.loads(trend.stdout)] == [(16, 10, 3, 1)]  # fmt: skip
 
 
 def test_shuffled_unkeyed_and_batched(pipeline: Pipeline) -> None:
