@@ -17,6 +17,8 @@ from memdiag.analytics.db import DatabaseError, sql
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+#: the longest ``parse_duration`` takes: ten years
+MAX_DURATION_SECONDS = 3650 * 86_400.0
 
 
 def parse_since(value: str | None, now: datetime | None = None) -> datetime | None:
@@ -43,9 +45,14 @@ def parse_duration(value: str, flag: str = "--window") -> float:
     match = _RELATIVE.match(value)
     seconds = 0.0
     if match:
-        seconds = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))}).total_seconds()
-    if seconds <= 0:
-        raise ValueError(f"{flag} {value!r}: give a duration above zero (30m, 24h, 7d, 2w)")
+        try:
+            seconds = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))}).total_seconds()
+        except OverflowError:
+            seconds = float("inf")
+    if not 0 < seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(
+            f"{flag} {value!r}: give a duration above zero and at most ten years (30m, 24h, 7d, 2w)"
+        )
     return seconds
 
 
@@ -167,6 +174,9 @@ def pipeline_coverage_over_time(
 
 #: ``query recall-trend --by``: the time grains, in seconds
 TREND_GRAINS = {"hour": 3600, "day": 86_400, "week": 7 * 86_400}
+#: where the trend's time buckets are aligned (the ``recall_trend`` macro's): a Monday, 00:00
+#: UTC, so days are UTC days and weeks start on Monday
+TREND_ORIGIN = datetime(1970, 1, 5, tzinfo=UTC)
 
 
 def recall_trend(

@@ -25,6 +25,7 @@ from memdiag.analytics.explain import (
 )
 from memdiag.analytics.queries import (
     TREND_GRAINS,
+    TREND_ORIGIN,
     pipeline_coverage_over_time,
     pipeline_health,
     recall_trend,
@@ -183,9 +184,10 @@ def trend_grain(first: datetime | None, last: datetime | None) -> str:
     keeps them within :data:`TREND_BUCKETS` buckets."""
     if first is None or last is None:
         return "day"
-    seconds = (last - first).total_seconds()
+    origin = TREND_ORIGIN.timestamp()
     for grain, size in TREND_GRAINS.items():
-        if seconds / size < TREND_BUCKETS:
+        buckets = (last.timestamp() - origin) // size - (first.timestamp() - origin) // size + 1
+        if buckets <= TREND_BUCKETS:
             return grain
     return "week"
 
@@ -300,24 +302,37 @@ def _pipeline_section(con: duckdb.DuckDBPyConnection, p: dict[str, Any] | None) 
     )
     order = [a["agent_id"] for a in agents]
     chart = chart_pipeline(pipeline_coverage_over_time(con), order)
+    fell = p.get("recall_fell") or {"agents": [], "stopped_probing": []}
+    first = [a["agent_id"] for a in fell["agents"] + fell["stopped_probing"]]
+    order = first + [a for a in order if a not in first]  # the trends draw these first
     return (f"{table}{_recall_fell(p)}<div class=chart>{chart}</div>{_recall_trends(con, order)}"
             f"{_breaks_table(con)}")  # fmt: skip
 
 
 def _recall_fell(p: dict[str, Any]) -> str:
-    """The agents whose recall fell from their previous window, as ``status`` says."""
+    """The agents whose recall fell from their previous window, or whose probes stopped, as
+    ``status`` says."""
     f = p.get("recall_fell")
-    if not f or not f["agents"]:
+    if not f or not (f["agents"] or f["stopped_probing"]):
         return ""
     window = span_text(f["window_seconds"])
+
+    def when(a: dict[str, Any]) -> str:
+        return a["window_end"].astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
     items = "".join(
-        f"<li><b>{html.escape(a['agent_id'])}</b>: {a['previous_semantic_recall_rate']:.0%} "
-        f"({a['previous_probed']} probed) → {a['semantic_recall_rate']:.0%} "
-        f"({a['probed']} probed)</li>"
+        f"<li><b>{html.escape(a['agent_id'])}</b>: {a['previous_semantic_recall_rate']:.1%} "
+        f"({a['previous_probed']} probed) → {a['semantic_recall_rate']:.1%} "
+        f"({a['probed']} probed), as of {when(a)}</li>"
         for a in f["agents"]
+    ) + "".join(
+        f"<li><b>{html.escape(a['agent_id'])}</b>: probes stopped ({a['previous_probed']} "
+        f"probed the {window} before, none since), as of {when(a)}</li>"
+        for a in f["stopped_probing"]
     )
-    return (f"<p class=failed>Recall fell by more than {f['drop_points']:g} points, the last "
-            f"{window} against the {window} before:</p><ul>{items}</ul>")  # fmt: skip
+    return (f"<p class=failed>Recall fell by more than {f['drop_points']:g} points (and "
+            f"{f['min_z']:g} standard errors), the last {window} against the {window} "
+            f"before:</p><ul>{items}</ul>")  # fmt: skip
 
 
 def _breaks_table(con: duckdb.DuckDBPyConnection) -> str:

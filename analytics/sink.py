@@ -381,6 +381,10 @@ class DuckDBSink:
         buffer = self._buffers.get(record.get("kind", ""))
         if buffer is None:
             kind = str(record.get("kind"))
+            if kind not in self.unknown_kinds:  # once a kind: a newer worker than this sink
+                log.warning("the sink has no table for diagnostic kind %r and skips it: a "
+                            "worker newer than the sink? Upgrade the sink first, then replay "
+                            "memdiag.diagnostics to keep them", kind)  # fmt: skip
             self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + 1
             return
         buffer.append(record)

@@ -3,6 +3,7 @@ report, read from DuckDB in one place."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -33,11 +34,16 @@ class RecallWatch:
     """When ``status`` says an agent's recall fell (docs/rules.md, "Recall trends"): its SRR
     in the last ``window_seconds`` up to its clock is more than ``drop_points`` (absolute
     percentage points) below its SRR in the window before, each of at least ``min_probed``
-    probed memories."""
+    probed memories, and the fall is at least :data:`RECALL_FALL_Z` standard errors."""
 
     window_seconds: float = 86_400.0
     drop_points: float = 20.0
     min_probed: int = 10
+
+
+#: a fall must also be this many standard errors (pooled two-proportion z): one-sided, about
+#: 2% false alarms per agent and check when nothing changed, however small the windows
+RECALL_FALL_Z = 2.0
 
 
 def span_text(seconds: float) -> str:
@@ -48,19 +54,48 @@ def span_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def recall_falls(con: duckdb.DuckDBPyConnection, watch: RecallWatch) -> list[dict[str, Any]]:
-    """The agents whose SRR fell by more than ``watch.drop_points`` from their previous
-    window, the largest fall first. Decided on the counts (exact fractions), so an agent on
-    the edge does not flip with float rounding."""
-    fell = []
+def fall_z(hits: int, probed: int, previous_hits: int, previous_probed: int) -> float:
+    """The pooled two-proportion z of a fall (positive: SRR fell); 0 without variance."""
+    pooled = (hits + previous_hits) / (probed + previous_probed)
+    var = pooled * (1 - pooled) * (1 / probed + 1 / previous_probed)
+    return 0.0 if var <= 0 else (previous_hits / previous_probed - hits / probed) / math.sqrt(var)
+
+
+def recall_judgement(con: duckdb.DuckDBPyConnection, watch: RecallWatch) -> dict[str, Any]:
+    """Each probing agent's SRR in its last window against the window before:
+    ``fell`` (more than ``watch.drop_points`` lower, and :data:`RECALL_FALL_Z` standard errors;
+    decided on the counts as exact fractions, so an agent on the edge does not flip with float
+    rounding), the largest fall first; ``stopped`` (probed enough before, none now: the prober
+    itself may be down); ``checked``, the agents with enough probed memories on both sides;
+    ``agents``, those with probes in either window."""
+    fell, stopped, checked, agents = [], [], 0, 0
+    need = max(watch.min_probed, 1)
     for r in rows(con, "recall_change", window_seconds=watch.window_seconds):
-        if min(r["probed"], r["previous_probed"]) < max(watch.min_probed, 1):
+        if r["probed"] == 0 and r["previous_probed"] == 0:
             continue
+        agents += 1
+        if r["probed"] == 0 and r["previous_probed"] >= need:
+            stopped.append(r)
+            continue
+        if min(r["probed"], r["previous_probed"]) < need:
+            continue
+        checked += 1
         change = (Fraction(r["hits"], r["probed"])
                   - Fraction(r["previous_hits"], r["previous_probed"])) * 100  # fmt: skip
-        if -change > Fraction(str(watch.drop_points)):
-            fell.append({**r, "change_points": float(change)})
-    return sorted(fell, key=lambda r: (r["change_points"], r["agent_id"]))
+        z = fall_z(r["hits"], r["probed"], r["previous_hits"], r["previous_probed"])
+        if -change > Fraction(str(watch.drop_points)) and z >= RECALL_FALL_Z:
+            fell.append({**r, "change_points": float(change), "z": z})
+    return {
+        "fell": sorted(fell, key=lambda r: (r["change_points"], r["agent_id"])),
+        "stopped": stopped,
+        "checked": checked,
+        "agents": agents,
+    }
+
+
+def recall_falls(con: duckdb.DuckDBPyConnection, watch: RecallWatch) -> list[dict[str, Any]]:
+    """The agents whose SRR fell (:func:`recall_judgement`), the largest fall first."""
+    return list(recall_judgement(con, watch)["fell"])
 
 
 #: the judged turns a memory needs before it counts as dead weight (as ``query
@@ -133,9 +168,9 @@ def pipeline_summary(
     except DatabaseError:
         return None
     try:
-        falls: list[dict[str, Any]] | None = recall_falls(con, watch)
+        judged: dict[str, Any] | None = recall_judgement(con, watch)
     except DatabaseError:  # a file from before the trends: the sink upgrades it
-        falls = None
+        judged = None
 
     def worst(column: str) -> dict[str, Any] | None:
         known = [a for a in agents if a[column] is not None]
@@ -154,11 +189,15 @@ def pipeline_summary(
         "worst_coverage": worst("pipeline_coverage"),
         "worst_recall": worst("semantic_recall_rate"),
         "recall_fell": None
-        if falls is None
+        if judged is None
         else {
             "window_seconds": watch.window_seconds,
             "drop_points": watch.drop_points,
             "min_probed": watch.min_probed,
-            "agents": falls,
+            "min_z": RECALL_FALL_Z,
+            "agents": judged["fell"],
+            "stopped_probing": judged["stopped"],
+            "checked": judged["checked"],
+            "probing_agents": judged["agents"],
         },
     }

@@ -325,7 +325,8 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             elif e["kind"] == "ambient_context":
                 named = len(set(e["memory_ids"]) & by_then)
                 points.append({"kind": "ambient", "agent_id": agent, "ts": t,
-                               "event_id": e["event_id"], "memory_count": len(by_then),
+                               "event_id": e["event_id"], "memory_ids": e["memory_ids"],
+                               "memory_count": len(by_then),
                                "atr": named / len(by_then) if by_then else None})  # fmt: skip
         unindexed_since: list[int] = []
         for mid in written.keys() | indexed.keys():
@@ -434,9 +435,11 @@ def _aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
 def recall_trend_reference(ref: dict[str, Any], bucket_us: int) -> dict[tuple[str, int], Any]:
     """``recall_trend(bucket_seconds)``: (agent, bucket start µs) -> the bucket's figures and
     the agent's memory count at its end."""
+    origin = 4 * 86_400_000_000  # Monday 1970-01-05, µs: weeks start on Monday
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for p in ref["trend_points"]:
-        groups.setdefault((p["agent_id"], p["ts"] // bucket_us * bucket_us), []).append(p)
+        start = origin + (p["ts"] - origin) // bucket_us * bucket_us
+        groups.setdefault((p["agent_id"], start), []).append(p)
     out = {}
     for (agent, start), pts in groups.items():
         written = sum(1 for (a, _), w in ref["writes"].items()

@@ -640,14 +640,20 @@ FROM points p
 ASOF LEFT JOIN counts c ON c.agent_id = p.agent_id AND p.ts >= c.written_at
 LEFT JOIN named x ON x.event_id = p.event_id AND p.kind = 'ambient';
 
--- SRR and ATR per agent and time bucket of bucket_seconds (UTC-aligned, from the epoch):
--- SRR of each memory's latest probe in the bucket, ATR the mean of the bucket's ambient
--- contexts', written the agent's memory count at the bucket's end. A row for each bucket
--- with a probe or an ambient context.
+-- SRR and ATR per agent and time bucket of bucket_seconds, aligned on Monday 1970-01-05
+-- 00:00 UTC (so days are UTC days and weeks start on Monday): SRR of each memory's latest
+-- probe in the bucket, ATR the mean of the bucket's ambient contexts' (those with a rate),
+-- written the agent's memory count at the bucket's end. A row for each bucket with a probe
+-- or an ambient context.
 CREATE OR REPLACE MACRO recall_trend(bucket_seconds := 86400) AS TABLE
-WITH points AS (
-    SELECT *, epoch_us(ts) // CAST(round(bucket_seconds * 1e6) AS BIGINT) AS bucket
-    FROM recall_trend_points
+WITH size AS (
+    SELECT CAST(round(bucket_seconds * 1e6) AS BIGINT) AS us,
+           CAST(345600000000 AS BIGINT) AS origin  -- 1970-01-05, a Monday, in µs
+),
+points AS (
+    -- the bucket by floor division (exact, also before the origin)
+    SELECT p.*, (x - ((x % s.us) + s.us) % s.us) // s.us AS bucket
+    FROM (SELECT *, epoch_us(ts) - 345600000000 AS x FROM recall_trend_points) AS p, size s
 ),
 latest AS (
     SELECT agent_id, bucket, hit
@@ -666,10 +672,10 @@ ambient AS (
     FROM points WHERE kind = 'ambient' GROUP BY agent_id, bucket
 ),
 buckets AS (
-    SELECT agent_id, bucket,
-           make_timestamptz((bucket + 1) * CAST(round(bucket_seconds * 1e6) AS BIGINT))
-               AS bucket_end
-    FROM (SELECT agent_id, bucket FROM probes UNION SELECT agent_id, bucket FROM ambient)
+    SELECT b.agent_id, b.bucket, make_timestamptz(s.origin + b.bucket * s.us) AS bucket_start,
+           make_timestamptz(s.origin + (b.bucket + 1) * s.us) AS bucket_end
+    FROM (SELECT agent_id, bucket FROM probes UNION SELECT agent_id, bucket FROM ambient) AS b,
+         size s
 ),
 counts AS (
     SELECT agent_id, written_at,
@@ -679,8 +685,7 @@ counts AS (
     WHERE written_at IS NOT NULL
 )
 SELECT b.agent_id,
-       make_timestamptz(b.bucket * CAST(round(bucket_seconds * 1e6) AS BIGINT))
-           AS bucket_start,
+       b.bucket_start,
        coalesce(c.n, 0) AS written,
        coalesce(p.probed, 0) AS probed,
        coalesce(p.hits, 0) AS hits,

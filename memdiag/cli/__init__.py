@@ -435,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     status_p.add_argument(
         "--recall-drop", type=float, default=20.0, metavar="POINTS",
-        help="by more than this many percentage points, absolute (default 20)",
+        help="by more than this many percentage points, absolute (default 20), and by at "
+        "least 2 standard errors",
     )  # fmt: skip
     status_p.add_argument(
         "--recall-min-probed", type=int, default=10, metavar="N",

@@ -179,9 +179,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
-    if args.recall_min_probed < 1 or args.recall_drop < 0:
+    if args.recall_min_probed < 1 or not 0 <= args.recall_drop <= 100:
         err.print("[red]error:[/red] --recall-min-probed must be at least 1 and --recall-drop "
-                  "at least 0")  # fmt: skip
+                  "between 0 and 100 (points)")  # fmt: skip
         return 2
     watch = RecallWatch(window, args.recall_drop, args.recall_min_probed)
     con = open_db(args)

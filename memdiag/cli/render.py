@@ -393,26 +393,42 @@ def pipeline_line(p: dict[str, Any] | None) -> str:
 
 
 def recall_fell_line(p: dict[str, Any] | None) -> str | None:
-    """The agents whose SRR fell from their previous window (``status``), or that none did;
-    None without memory events."""
+    """The agents whose SRR fell from their previous window (``status``), those that stopped
+    probing, and how many could be judged; None without memory events."""
+    from rich.markup import escape
+
     from memdiag.analytics.status import span_text
 
-    if p is None or not p["agents"] or p.get("recall_fell") is None:
+    if p is None or not p["agents"]:
         return None
-    f = p["recall_fell"]
+    f = p.get("recall_fell")
+    if f is None:
+        return "[dim]fall check: start `memdiag sink` on this file once to upgrade it[/dim]"
     window = span_text(f["window_seconds"])
-    rule = (f"the last {window} against the {window} before, by more than "
-            f"{f['drop_points']:g} points, {f['min_probed']}+ probed memories each")  # fmt: skip
-    if not f["agents"]:
-        return f"no agent's recall fell [dim]({rule})[/dim]"
-    shown = [
-        f"{a['agent_id']} {_pct(a['previous_semantic_recall_rate'])} → "
-        f"{_pct(a['semantic_recall_rate'])}"
+    rule = (f"the last {window} against the {window} before: over {f['drop_points']:g} "
+            f"points and {f['min_z']:g} standard errors, {f['min_probed']}+ probed memories "
+            "each")  # fmt: skip
+    judged = f"{f['checked']} of {f['probing_agents']} probing agents judged"
+    parts = [
+        f"{escape(a['agent_id'])} {_pct(a['previous_semantic_recall_rate'])} → "
+        f"{_pct(a['semantic_recall_rate'])} (as of {_minute(a['window_end'])})"
         for a in f["agents"][:4]
     ]
-    more = f", and {len(f['agents']) - 4} more" if len(f["agents"]) > 4 else ""
-    return (f"[bold red]fell for {len(f['agents'])} agent{'s' if len(f['agents']) != 1 else ''}"
-            f"[/bold red]: {', '.join(shown)}{more} [dim]({rule})[/dim]")  # fmt: skip
+    if len(f["agents"]) > 4:
+        parts.append(f"and {len(f['agents']) - 4} more")
+    stopped = [escape(a["agent_id"]) for a in f["stopped_probing"]]
+    if not f["checked"] and not f["stopped_probing"]:
+        return (
+            f"[dim]not judged: no agent has {f['min_probed']}+ probed memories in both the "
+            f"last {window} and the {window} before ({f['probing_agents']} probing)[/dim]"
+        )
+    n = len(f["agents"])
+    text = "no agent's recall fell"
+    if n:
+        text = f"[bold red]fell for {n} agent{'s' if n != 1 else ''}[/bold red]: {', '.join(parts)}"
+    if stopped:
+        text += f"; [yellow]probes stopped[/yellow]: {', '.join(stopped[:4])}"
+    return f"{text} [dim]({judged}; {rule})[/dim]"
 
 
 def _minute(v: datetime | None) -> str | None:

@@ -358,7 +358,9 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
                         .stdout)["pipeline"]["recall_fell"]  # fmt: skip
     assert [a["agent_id"] for a in hourly["agents"]] == ["swapped-embedder"]
     assert hourly["agents"][0]["previous_semantic_recall_rate"] > 0.8
-    assert "recall" in memdiag("status", "--db", str(db), "--recall-window", "1h").stdout
+    said = memdiag("status", "--db", str(db), "--recall-window", "1h").stdout
+    said = " ".join(said.replace("│", " ").split())  # the panel's wrapped lines, as one
+    assert "fell for 1 agent: swapped-embedder 89.7% → 0.0%" in said, said
     bad = memdiag("status", "--db", str(db), "--recall-window", "0h")
     assert bad.returncode == 2 and "--recall-window" in bad.stderr
     by_count = json.loads(memdiag("query", "recall-trend", "--by", "memory-count", "--agent",

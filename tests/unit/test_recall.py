@@ -353,6 +353,11 @@ def check_against_reference(r: Run, events: list[dict[str, Any]]) -> None:
     assert {eid: p["top_ids"] for eid, p in r.probes.items()} == {
         eid: p["top"] for eid, p in ref["recall_probes"].items()
     }
+    # every ambient context, as sent (the trends read them all)
+    assert {eid: (c["agent_id"], c["memory_ids"], us(c["ts"])) for eid, c in r.contexts.items()} == {
+        p["event_id"]: (p["agent_id"], p["memory_ids"], p["ts"])
+        for p in ref["trend_points"] if p["kind"] == "ambient"
+    }  # fmt: skip
     for agent, h in ref["pipeline_health"].items():
         s = r.agents[agent]
         assert (s["pending"], s["unindexed"]) == (h["pending"], h["unindexed"])
@@ -400,6 +405,8 @@ def world_run(events: list[dict[str, Any]], rnd: random.Random, crash_rate: floa
             r.probes[record["event_id"]] = record
         elif kind == "pipeline_agent":
             r.agents[record["agent_id"]] = record
+        elif kind == "ambient_context":
+            r.contexts[record["event_id"]] = record
     return r
 
 

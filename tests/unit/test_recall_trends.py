@@ -14,7 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memdiag.analytics.sink import DuckDBSink
-from memdiag.analytics.status import RecallWatch, pipeline_summary, recall_falls, span_text
+from memdiag.analytics.status import (
+    RecallWatch,
+    fall_z,
+    pipeline_summary,
+    recall_falls,
+    recall_judgement,
+    span_text,
+)
 from tests.recall_scenario import ambient, indexed, probe, written
 from tests.reference import memory_count_bucket
 from tests.unit.test_recall import Run
@@ -81,11 +88,23 @@ def test_a_fall_from_the_previous_window_is_flagged(tmp_path: Path) -> None:
 def test_a_fall_of_exactly_the_drop_is_not_flagged(tmp_path: Path) -> None:
     """More than the drop: 100% to 80% is 20 points, on the edge (decided on the counts, so
     float rounding never flips it); a drop of 19.9 flags it."""
-    events = agent_with_a_fall((10, 10), (10, 8))
+    events = agent_with_a_fall((100, 100), (100, 80))
     assert falls(tmp_path, events) == []
     assert [f["agent_id"] for f in falls(tmp_path, events, drop_points=19.9)] == ["a1"]
     # 70% to 50%: 0.7 - 0.5 is 0.19999999999999996 in floats, and still exactly 20 points
-    assert falls(tmp_path, agent_with_a_fall((10, 7), (10, 5))) == []
+    events = agent_with_a_fall((100, 70), (100, 50))
+    assert falls(tmp_path, events) == []
+    assert [f["agent_id"] for f in falls(tmp_path, events, drop_points=19.9)] == ["a1"]
+
+
+def test_a_fall_within_the_noise_is_not_flagged(tmp_path: Path) -> None:
+    """Ten probed memories a side: 90% to 50% is 40 points but under 2 standard errors
+    (z 1.95); 90% to 30% is 3.0."""
+    assert falls(tmp_path, agent_with_a_fall((10, 9), (10, 5))) == []
+    (fell,) = falls(tmp_path, agent_with_a_fall((10, 9), (10, 3)))
+    assert fell["z"] == pytest.approx(fall_z(3, 10, 9, 10)) and fell["z"] > 2.5
+    assert fall_z(5, 10, 9, 10) == pytest.approx(1.952, abs=1e-3)
+    assert fall_z(0, 10, 0, 10) == fall_z(10, 10, 10, 10) == 0.0  # no variance: no fall
 
 
 def test_too_few_probes_or_no_previous_window_flag_nothing(tmp_path: Path) -> None:
@@ -96,6 +115,20 @@ def test_too_few_probes_or_no_previous_window_flag_nothing(tmp_path: Path) -> No
     assert falls(tmp_path, agent_with_a_fall((20, 20), (20, 0), gap_days=2)) == []
     # the same two sweeps in a 3-day window: both in the last one, no fall
     assert falls(tmp_path, agent_with_a_fall((20, 20), (20, 0)), window_seconds=3 * DAY) == []
+
+
+def test_an_agent_whose_probes_stopped_is_said_apart(tmp_path: Path) -> None:
+    """Twenty probed the day before, then only a write: no probe in the last window. Not a
+    fall (nothing to compare), but listed as stopped; the judged count says 0 of 1."""
+    events = agent_with_a_fall((20, 20), (0, 0))
+    events.append(written("late", 1000 + 1.5 * DAY, "m-late"))
+    con = sink(tmp_path / "s.duckdb", events)
+    try:
+        j = recall_judgement(con, RecallWatch())
+    finally:
+        con.close()
+    assert j["fell"] == [] and [a["agent_id"] for a in j["stopped"]] == ["a1"]
+    assert (j["checked"], j["agents"]) == (0, 1)
 
 
 def test_a_rise_is_not_a_fall(tmp_path: Path) -> None:
@@ -161,5 +194,12 @@ def test_days_and_memory_counts_of_a_growing_agent(tmp_path: Path) -> None:
         (12, 12, 10, 10 / 12, 1, pytest.approx(2 / 12)),
     ]  # fmt: skip
     assert str(days[0][0]) == "2026-11-21"  # T0's UTC day
+    con = duckdb.connect(str(tmp_path / "d.duckdb"), read_only=True)
+    try:  # weeks start on Monday (T0 is a Saturday, so its week began on the 16th)
+        weeks = con.execute("SELECT DISTINCT CAST(timezone('UTC', bucket_start) AS VARCHAR) "
+                            "FROM recall_trend(bucket_seconds := 604800)").fetchall()  # fmt: skip
+    finally:
+        con.close()
+    assert sorted(weeks) == [("2026-11-16 00:00:00",), ("2026-11-23 00:00:00",)]
     # at 4 memories (3-4); at 8 (5-8); at 12 (9-16)
     assert counts == [(3, 4, 4, 4, 0.5), (5, 8, 8, 7, 0.25), (9, 16, 12, 10, pytest.approx(2 / 12))]
