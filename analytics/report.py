@@ -330,9 +330,9 @@ def _recall_fell(p: dict[str, Any]) -> str:
         f"probed the {window} before, none since), as of {when(a)}</li>"
         for a in f["stopped_probing"]
     )
-    return (f"<p class=failed>Recall fell by more than {f['drop_points']:g} points (and "
-            f"{f['min_z']:g} standard errors), the last {window} against the {window} "
-            f"before:</p><ul>{items}</ul>")  # fmt: skip
+    return (f"<p class=failed>Recall fell (by more than {f['drop_points']:g} points and "
+            f"{f['min_z']:g} standard errors), or its probes stopped: the last {window} against "
+            f"the {window} before.</p><ul>{items}</ul>")  # fmt: skip
 
 
 def _breaks_table(con: duckdb.DuckDBPyConnection) -> str:

@@ -509,9 +509,11 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
 def print_recall_trend(rows: list[dict[str, Any]], by: str, agent: str | None) -> None:
     """``query recall-trend``: one table per agent, oldest bucket (or smallest memory count)
     first, with a bar of the SRR."""
+    from rich.markup import escape
+
     if not rows:
         err.print(
-            f"no recall probes or ambient contexts for agent {agent!r}"
+            f"no recall probes or ambient contexts for agent {escape(repr(agent))}"
             if agent
             else "no recall probes or ambient contexts yet: publish recall_probe and "
             "ambient_context to memdiag.memory"
@@ -522,8 +524,8 @@ def print_recall_trend(rows: list[dict[str, Any]], by: str, agent: str | None) -
         agents.setdefault(r["agent_id"], []).append(r)
     by_count = by == "memory-count"
     for name, series in agents.items():
-        title = f"{name}: recall by memory count" if by_count else f"{name}: recall by {by} (UTC)"
-        table = Table(title=title, title_justify="left", box=None)
+        what = "memory count" if by_count else f"{by} (UTC)"
+        table = Table(title=f"{escape(name)}: recall by {what}", title_justify="left", box=None)
         table.add_column("memories" if by_count else by, no_wrap=True)
         if not by_count:
             table.add_column("written", justify="right")
