@@ -417,6 +417,23 @@ NAME_WORDS = (
 ).split()
 
 
+def probe_event(r: random.Random, eid: str, at: datetime, agent: str, mid: str,
+                others: list[str], found: bool, ranked_low: bool) -> dict:  # fmt: skip
+    """A recall probe of ``mid``: found, it is among the first three results above the
+    threshold; not found, the results are ``others``, then ``mid`` below them if
+    ``ranked_low`` (indexed, outranked by its look-alikes)."""
+    if found:
+        rank = r.choice([0, 0, 1, 2])
+        results = others[:rank] + [mid] + others[rank:]
+        scores = sorted((round(r.uniform(0.36, 0.82), 2) for _ in results), reverse=True)
+    else:
+        results = others + ([mid] if ranked_low else [])
+        scores = sorted((round(r.uniform(0.2, 0.6), 2) for _ in results), reverse=True)
+    return {"kind": "recall_probe", "event_id": eid, "ts": ts(at), "agent_id": agent,
+            "memory_id": mid, "result_ids": results, "scores": scores, "k": 3,
+            "threshold": 0.35}  # fmt: skip
+
+
 def memory_agents(seed: int) -> list[dict]:
     """The recall pipeline's events: episodes written over five hours, indexed (or not), a
     probe sweep of every episode by its own name, and the latest ambient context (the last
@@ -449,17 +466,9 @@ def memory_agents(seed: int) -> list[dict]:
             found = indexed and r.random() < (0.92 if distinctive else 0.4)
             found = found and not (agent == SWAPPED and sweep >= SWAP_AT)
             others = [f"ep-{slug}-{k:03d}" for k in r.sample(range(episodes), 4) if k != n][:3]
-            if found:
-                rank = r.choice([0, 0, 1, 2])
-                results = others[:rank] + [mid] + others[rank:]
-                scores = sorted((round(r.uniform(0.36, 0.82), 2) for _ in results), reverse=True)
-            else:
-                results = others + ([mid] if indexed and not distinctive else [])
-                scores = sorted((round(r.uniform(0.2, 0.6), 2) for _ in results), reverse=True)
-            out.append({"kind": "recall_probe", "event_id": f"rp-{agent}-{n:03d}",
-                        "ts": ts(sweep + timedelta(seconds=n)), "agent_id": agent,
-                        "memory_id": mid, "result_ids": results, "scores": scores, "k": 3,
-                        "threshold": 0.35})  # fmt: skip
+            out.append(probe_event(r, f"rp-{agent}-{n:03d}", sweep + timedelta(seconds=n),
+                                   agent, mid, others, found,
+                                   indexed and not distinctive))  # fmt: skip
         out.append({"kind": "ambient_context", "event_id": f"ac-{agent}",
                     "ts": ts(sweep + timedelta(minutes=5)), "agent_id": agent,
                     "session_id": f"ambient-{agent}", "memory_ids": ids[-10:]})  # fmt: skip
@@ -493,19 +502,9 @@ def memory_sweeps(memory: list[dict], seed: int) -> list[dict]:
                 found = is_indexed and r.random() < odds
                 found = found and not (agent == SWAPPED and sweep >= SWAP_AT)
                 others = [o for o in r.sample(ids, min(4, len(ids))) if o != mid][:3]
-                if found:
-                    rank = r.choice([0, 0, 1, 2])
-                    results = others[:rank] + [mid] + others[rank:]
-                    scores = sorted((round(r.uniform(0.36, 0.82), 2) for _ in results),
-                                    reverse=True)  # fmt: skip
-                else:
-                    results = others + ([mid] if is_indexed and not distinctive[agent] else [])
-                    scores = sorted((round(r.uniform(0.2, 0.6), 2) for _ in results),
-                                    reverse=True)  # fmt: skip
-                out.append({"kind": "recall_probe", "event_id": f"rp-{agent}-h{hour}-{n:03d}",
-                            "ts": ts(sweep + timedelta(seconds=n)), "agent_id": agent,
-                            "memory_id": mid, "result_ids": results, "scores": scores, "k": 3,
-                            "threshold": 0.35})  # fmt: skip
+                out.append(probe_event(r, f"rp-{agent}-h{hour}-{n:03d}",
+                                       sweep + timedelta(seconds=n), agent, mid, others, found,
+                                       is_indexed and not distinctive[agent]))  # fmt: skip
             out.append({"kind": "ambient_context", "event_id": f"ac-{agent}-h{hour}",
                         "ts": ts(sweep + timedelta(minutes=5)), "agent_id": agent,
                         "session_id": f"ambient-{agent}-h{hour}",

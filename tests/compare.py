@@ -338,29 +338,17 @@ def from_duckdb(query: Any) -> Snapshot:
                 "FROM pipeline_break_spans"
             )
         },
-        "recall_trend": {
-            (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
-            for r in query(
-                "SELECT agent_id, epoch_us(bucket_start), written, probed, hits, "
-                "semantic_recall_rate, ambient_contexts, ambient_trigger_rate "
-                f"FROM recall_trend(bucket_seconds := {TREND_BUCKET_S})"
-            )
-        },
-        "recall_by_day": {
-            (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
-            for r in query(
-                "SELECT agent_id, epoch_us(CAST(day AS TIMESTAMP)), written, probed, hits, "
-                "semantic_recall_rate, ambient_contexts, ambient_trigger_rate FROM recall_by_day"
-            )
-        },
-        "recall_by_memory_count": {
-            (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
-            for r in query(
-                "SELECT agent_id, memory_count_from, memory_count_to, probed, hits, "
-                "semantic_recall_rate, ambient_contexts, ambient_trigger_rate "
-                "FROM recall_by_memory_count"
-            )
-        },
+        "recall_trend": _trend_rows(
+            query,
+            "epoch_us(bucket_start), written",
+            f"recall_trend(bucket_seconds := {TREND_BUCKET_S})",
+        ),
+        "recall_by_day": _trend_rows(
+            query, "epoch_us(CAST(day AS TIMESTAMP)), written", "recall_by_day"
+        ),
+        "recall_by_memory_count": _trend_rows(
+            query, "memory_count_from, memory_count_to", "recall_by_memory_count"
+        ),
         "recall_change": {
             r[0]: tuple(r[1:])
             for r in query(
@@ -368,6 +356,17 @@ def from_duckdb(query: Any) -> Snapshot:
                 f"previous_hits FROM recall_change(window_seconds := {CHANGE_WINDOW_S})"
             )
         },
+    }
+
+
+def _trend_rows(query: Any, key_and_first: str, source: str) -> dict[Any, tuple[Any, ...]]:
+    """A trend view's rows: (agent, its bucket key) -> its first column and the figures."""
+    return {
+        (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
+        for r in query(
+            f"SELECT agent_id, {key_and_first}, probed, hits, semantic_recall_rate, "
+            f"ambient_contexts, ambient_trigger_rate FROM {source}"
+        )
     }
 
 

@@ -604,18 +604,20 @@ LEFT JOIN pipeline_break_spans b
 CREATE OR REPLACE MACRO memory_count_bucket(n) AS
     CASE WHEN n <= 1 THEN n ELSE CAST(1 AS BIGINT) << length(bin(n - 1)) END;
 
--- Every probe and every ambient context with the agent's memory count at its ts (memories
--- with a memory_written at or before it): a probe's hit, an ambient context's share of those
--- memories it names (its ATR). What the trends aggregate.
+-- Each agent's memory count at each of its writes (memories with a memory_written at or before
+-- it): an as-of join on it gives the count at any time.
+CREATE OR REPLACE VIEW memory_counts AS
+SELECT agent_id, written_at,
+       count(*) OVER (PARTITION BY agent_id ORDER BY written_at
+                      RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS memory_count
+FROM memory_pipeline
+WHERE written_at IS NOT NULL;
+
+-- Every probe and every ambient context with the agent's memory count at its ts: a probe's
+-- hit, an ambient context's share of those memories it names (its ATR). What the trends
+-- aggregate.
 CREATE OR REPLACE VIEW recall_trend_points AS
-WITH counts AS (
-    SELECT agent_id, written_at,
-           count(*) OVER (PARTITION BY agent_id ORDER BY written_at
-                          RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS n
-    FROM memory_pipeline
-    WHERE written_at IS NOT NULL
-),
-points AS (
+WITH points AS (
     SELECT 'probe' AS kind, agent_id, ts, event_id, memory_id, hit, NULL::VARCHAR[] AS memory_ids
     FROM recall_probe_events
     UNION ALL
@@ -632,28 +634,26 @@ named AS (
     GROUP BY a.event_id
 )
 SELECT p.kind, p.agent_id, p.ts, p.event_id, p.memory_id, p.hit,
-       coalesce(c.n, 0) AS memory_count,
+       coalesce(c.memory_count, 0) AS memory_count,
        CASE WHEN p.kind = 'ambient' THEN coalesce(x.in_context, 0) END AS in_context,
-       CASE WHEN p.kind = 'ambient' AND coalesce(c.n, 0) > 0
-            THEN coalesce(x.in_context, 0)::DOUBLE / c.n END AS ambient_trigger_rate
+       CASE WHEN p.kind = 'ambient' AND coalesce(c.memory_count, 0) > 0
+            THEN coalesce(x.in_context, 0)::DOUBLE / c.memory_count END AS ambient_trigger_rate
 FROM points p
-ASOF LEFT JOIN counts c ON c.agent_id = p.agent_id AND p.ts >= c.written_at
+ASOF LEFT JOIN memory_counts c ON c.agent_id = p.agent_id AND p.ts >= c.written_at
 LEFT JOIN named x ON x.event_id = p.event_id AND p.kind = 'ambient';
 
--- SRR and ATR per agent and time bucket of bucket_seconds, aligned on Monday 1970-01-05
--- 00:00 UTC (so days are UTC days and weeks start on Monday): SRR of each memory's latest
--- probe in the bucket, ATR the mean of the bucket's ambient contexts' (those with a rate),
--- written the agent's memory count at the bucket's end. A row for each bucket with a probe
--- or an ambient context.
-CREATE OR REPLACE MACRO recall_trend(bucket_seconds := 86400) AS TABLE
-WITH size AS (
-    SELECT CAST(round(bucket_seconds * 1e6) AS BIGINT) AS us,
-           CAST(345600000000 AS BIGINT) AS origin  -- 1970-01-05, a Monday, in µs
-),
-points AS (
-    -- the bucket by floor division (exact, also before the origin)
-    SELECT p.*, (x - ((x % s.us) + s.us) % s.us) // s.us AS bucket
-    FROM (SELECT *, epoch_us(ts) - 345600000000 AS x FROM recall_trend_points) AS p, size s
+-- The trends' one rule (docs/rules.md, "Recall trends"), per agent and bucket: SRR of each
+-- memory's latest probe in the bucket, ATR the mean of the bucket's ambient contexts' (those
+-- with a rate). The bucket is the time bucket's number when bucket_seconds is given (aligned
+-- on Monday 1970-01-05 00:00 UTC, by exact floor division), else the memory-count bucket's
+-- upper end (memory_count_bucket). A row for each bucket with a probe or an ambient context.
+CREATE OR REPLACE MACRO recall_buckets(bucket_seconds := NULL) AS TABLE
+WITH points AS (
+    SELECT *, CASE WHEN bucket_seconds IS NULL THEN memory_count_bucket(memory_count)
+                   ELSE (x - ((x % us) + us) % us) // us END AS bucket
+    FROM (SELECT *, epoch_us(ts) - 345600000000 AS x,  -- from 1970-01-05, a Monday, in µs
+                 CAST(round(bucket_seconds * 1e6) AS BIGINT) AS us
+          FROM recall_trend_points)
 ),
 latest AS (
     SELECT agent_id, bucket, hit
@@ -670,67 +670,8 @@ ambient AS (
     SELECT agent_id, bucket, count(*) AS ambient_contexts,
            avg(ambient_trigger_rate) AS ambient_trigger_rate
     FROM points WHERE kind = 'ambient' GROUP BY agent_id, bucket
-),
-buckets AS (
-    SELECT b.agent_id, b.bucket, make_timestamptz(s.origin + b.bucket * s.us) AS bucket_start,
-           make_timestamptz(s.origin + (b.bucket + 1) * s.us) AS bucket_end
-    FROM (SELECT agent_id, bucket FROM probes UNION SELECT agent_id, bucket FROM ambient) AS b,
-         size s
-),
-counts AS (
-    SELECT agent_id, written_at,
-           count(*) OVER (PARTITION BY agent_id ORDER BY written_at
-                          RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS n
-    FROM memory_pipeline
-    WHERE written_at IS NOT NULL
 )
-SELECT b.agent_id,
-       b.bucket_start,
-       coalesce(c.n, 0) AS written,
-       coalesce(p.probed, 0) AS probed,
-       coalesce(p.hits, 0) AS hits,
-       CASE WHEN coalesce(p.probed, 0) > 0 THEN p.hits::DOUBLE / p.probed END
-           AS semantic_recall_rate,
-       coalesce(a.ambient_contexts, 0) AS ambient_contexts,
-       a.ambient_trigger_rate
-FROM buckets b
-ASOF LEFT JOIN counts c ON c.agent_id = b.agent_id AND b.bucket_end > c.written_at
-LEFT JOIN probes p ON p.agent_id = b.agent_id AND p.bucket = b.bucket
-LEFT JOIN ambient a ON a.agent_id = b.agent_id AND a.bucket = b.bucket;
-
--- recall_trend by UTC day.
-CREATE OR REPLACE VIEW recall_by_day AS
-SELECT agent_id, CAST(timezone('UTC', bucket_start) AS DATE) AS day, written, probed, hits,
-       semantic_recall_rate, ambient_contexts, ambient_trigger_rate
-FROM recall_trend(bucket_seconds := 86400);
-
--- SRR and ATR per agent and memory-count bucket (memory_count_bucket): "does recall decay as
--- memory grows". SRR of each memory's latest probe in the bucket, ATR the mean of the
--- bucket's ambient contexts'.
-CREATE OR REPLACE VIEW recall_by_memory_count AS
-WITH points AS (
-    SELECT *, memory_count_bucket(memory_count) AS memory_count_to FROM recall_trend_points
-),
-latest AS (
-    SELECT agent_id, memory_count_to, hit
-    FROM points
-    WHERE kind = 'probe'
-    QUALIFY row_number() OVER (PARTITION BY agent_id, memory_count_to, memory_id
-                               ORDER BY ts DESC, event_id DESC) = 1
-),
-probes AS (
-    SELECT agent_id, memory_count_to, count(*) AS probed, count(*) FILTER (WHERE hit) AS hits
-    FROM latest GROUP BY agent_id, memory_count_to
-),
-ambient AS (
-    SELECT agent_id, memory_count_to, count(*) AS ambient_contexts,
-           avg(ambient_trigger_rate) AS ambient_trigger_rate
-    FROM points WHERE kind = 'ambient' GROUP BY agent_id, memory_count_to
-)
-SELECT agent_id,
-       CASE WHEN memory_count_to <= 1 THEN memory_count_to ELSE memory_count_to // 2 + 1 END
-           AS memory_count_from,
-       memory_count_to,
+SELECT agent_id, bucket,
        coalesce(p.probed, 0) AS probed,
        coalesce(p.hits, 0) AS hits,
        CASE WHEN coalesce(p.probed, 0) > 0 THEN p.hits::DOUBLE / p.probed END
@@ -738,7 +679,39 @@ SELECT agent_id,
        coalesce(a.ambient_contexts, 0) AS ambient_contexts,
        a.ambient_trigger_rate
 FROM probes p
-FULL JOIN ambient a USING (agent_id, memory_count_to);
+FULL JOIN ambient a USING (agent_id, bucket);
+
+-- SRR and ATR per agent and time bucket of bucket_seconds (recall_buckets: days are UTC days,
+-- weeks start on Monday), with the agent's memory count at the bucket's end (written).
+CREATE OR REPLACE MACRO recall_trend(bucket_seconds := 86400) AS TABLE
+WITH r AS (
+    SELECT *, CAST(round(bucket_seconds * 1e6) AS BIGINT) AS us,
+           CAST(345600000000 AS BIGINT) AS origin  -- as recall_buckets'
+    FROM recall_buckets(bucket_seconds := bucket_seconds)
+),
+b AS (
+    SELECT *, make_timestamptz(origin + bucket * us) AS bucket_start,
+           make_timestamptz(origin + (bucket + 1) * us) AS bucket_end
+    FROM r
+)
+SELECT b.agent_id, b.bucket_start, coalesce(c.memory_count, 0) AS written, b.probed, b.hits,
+       b.semantic_recall_rate, b.ambient_contexts, b.ambient_trigger_rate
+FROM b
+ASOF LEFT JOIN memory_counts c ON c.agent_id = b.agent_id AND b.bucket_end > c.written_at;
+
+-- recall_trend by UTC day.
+CREATE OR REPLACE VIEW recall_by_day AS
+SELECT agent_id, CAST(timezone('UTC', bucket_start) AS DATE) AS day, written, probed, hits,
+       semantic_recall_rate, ambient_contexts, ambient_trigger_rate
+FROM recall_trend(bucket_seconds := 86400);
+
+-- SRR and ATR per agent and memory-count bucket (recall_buckets by memory count): "does recall
+-- decay as memory grows".
+CREATE OR REPLACE VIEW recall_by_memory_count AS
+SELECT agent_id, CASE WHEN bucket <= 1 THEN bucket ELSE bucket // 2 + 1 END AS memory_count_from,
+       bucket AS memory_count_to, probed, hits, semantic_recall_rate, ambient_contexts,
+       ambient_trigger_rate
+FROM recall_buckets(bucket_seconds := NULL);
 
 -- Per agent, SRR in the window_seconds up to its clock (the newest ts of its memory events)
 -- and in the window before: each memory's latest probe in the window (window_end -
