@@ -11,8 +11,19 @@ from tests.spec import CONTRACT, ROOT, SHARED
 TEXT = CONTRACT.read_text() if CONTRACT.is_file() else ""
 DOCS = ROOT / "docs"
 
-#: What the contract names for work still open, with its issue; each lands with its tests.
-NOT_BUILT_YET: dict[str, str] = {}
+#: What the contract names for work still open, with its issue; each lands with its tests
+#: and leaves this list (a test below fails while a built name is still here).
+NOT_BUILT_YET: dict[str, str] = {
+    "memdiag serve": "#35",
+    "recall_by_query_source": "#37",
+    "recall_probe.query_source": "#37",
+    "judgement.label_status": "#37",
+    "judgement.split": "#37",
+    "compare --baseline-group": "#37",
+    "gate --baseline-group": "#37",
+    "retrieval_feedback.similarity": "#39",
+    "retrieval_feedback.detector": "#39",
+}
 
 
 def signatures(text: str) -> dict[str, list[str]]:
@@ -32,6 +43,8 @@ def test_the_docs_have_every_column_the_contract_names() -> None:
     docs = signatures((DOCS / "tables.md").read_text())
     assert contract, "no table in section 5 of the contract"
     for name, cols in contract.items():
+        if name in NOT_BUILT_YET:
+            continue
         assert name in docs, f"{name} is in the contract, not in docs/tables.md"
         cols = [c for c in cols if f"{name}.{c}" not in NOT_BUILT_YET]
         if name in ("followup_rate", "observation_feedback_stats"):
@@ -70,3 +83,17 @@ def test_every_contract_command_is_documented() -> None:
 def test_the_example_events_are_the_contract_examples() -> None:
     copy = ROOT / "tests" / "data" / "contract_example.jsonl"
     assert copy.read_text() == (SHARED / "examples" / "events.jsonl").read_text()
+
+
+def test_what_is_not_built_yet_is_named_by_the_contract_and_absent_from_the_docs() -> None:
+    """The list shrinks as work lands: a name the docs already carry is built, and leaves it."""
+    docs = "\n".join(p.read_text() for p in DOCS.glob("*.md"))
+    for name in NOT_BUILT_YET:
+        word = name.rsplit(".", 1)[-1].split(" ")[-1]
+        assert word in TEXT, f"{name}: the contract does not name {word}"
+        if name.startswith("memdiag "):
+            assert f"`{name}`" not in docs, f"{name} is documented: take it off NOT_BUILT_YET"
+        else:
+            assert f"`{word}`" not in docs and f"{word}(" not in docs, (
+                f"{name} is in docs/: take it off NOT_BUILT_YET"
+            )
