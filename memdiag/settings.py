@@ -101,54 +101,12 @@ class Topics:
         )
 
 
-# name of the field -> (environment variable, parser). Order is the documentation order.
-_ENV: dict[str, tuple[str, str]] = {
-    "broker": ("MEMDIAG_BROKER", "str"),
-    "topic_prefix": ("MEMDIAG_TOPIC_PREFIX", "str"),
-    "app_id": ("MEMDIAG_APP_ID", "str"),
-    "sink_group": ("MEMDIAG_SINK_GROUP", "str"),
-    "duckdb_path": ("MEMDIAG_DUCKDB_PATH", "str"),
-    "duckdb_storage_version": ("MEMDIAG_DUCKDB_STORAGE_VERSION", "str"),
-    "followup_window_seconds": ("AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS", "float"),
-    "recent_search_retention_hours": ("MEMDIAG_RECENT_SEARCH_RETENTION_HOURS", "float"),
-    "turn_ttl_seconds": ("MEMDIAG_TURN_TTL_SECONDS", "float"),
-    "session_keep_hours": ("MEMDIAG_SESSION_KEEP_HOURS", "float"),
-    "index_deadline_seconds": ("MEMDIAG_INDEX_DEADLINE_SECONDS", "float"),
-    "max_clock_skew_seconds": ("MEMDIAG_MAX_CLOCK_SKEW_SECONDS", "float"),
-    "alpha_success": ("MEMDIAG_ALPHA_SUCCESS", "float"),
-    "alpha_failure": ("MEMDIAG_ALPHA_FAILURE", "float"),
-    "alpha_used": ("MEMDIAG_ALPHA_USED", "float"),
-    "alpha_ignored": ("MEMDIAG_ALPHA_IGNORED", "float"),
-    "max_event_bytes": ("MEMDIAG_MAX_EVENT_BYTES", "int"),
-    "deadletter_payload_bytes": ("MEMDIAG_DEADLETTER_PAYLOAD_BYTES", "int"),
-    "store_text": ("MEMDIAG_STORE_TEXT", "bool"),
-    "events_partitions": ("MEMDIAG_EVENTS_PARTITIONS", "int"),
-    "judgements_partitions": ("MEMDIAG_JUDGEMENTS_PARTITIONS", "int"),
-    "diagnostics_partitions": ("MEMDIAG_DIAGNOSTICS_PARTITIONS", "int"),
-    "aux_partitions": ("MEMDIAG_AUX_PARTITIONS", "int"),
-    "replication_factor": ("MEMDIAG_REPLICATION_FACTOR", "int"),
-    "session_timeout_seconds": ("MEMDIAG_SESSION_TIMEOUT_SECONDS", "float"),
-    "heartbeat_interval_seconds": ("MEMDIAG_HEARTBEAT_INTERVAL_SECONDS", "float"),
-    "commit_interval_seconds": ("MEMDIAG_COMMIT_INTERVAL_SECONDS", "float"),
-    "state_dir": ("MEMDIAG_STATE_DIR", "str"),
-    "state_store": ("MEMDIAG_STATE_STORE", "str"),
-    "state_cache_mb": ("MEMDIAG_STATE_CACHE_MB", "int"),
-    "session_cache": ("MEMDIAG_SESSION_CACHE", "int"),
-    "changelog_compaction_lag_hours": ("MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS", "float"),
-    "fetch_max_wait_ms": ("MEMDIAG_FETCH_MAX_WAIT_MS", "int"),
-    "sink_batch_rows": ("MEMDIAG_SINK_BATCH_ROWS", "int"),
-    "sink_batch_seconds": ("MEMDIAG_SINK_BATCH_SECONDS", "float"),
-    "log_level": ("MEMDIAG_LOG_LEVEL", "str"),
-    "kafka_security_protocol": ("MEMDIAG_KAFKA_SECURITY_PROTOCOL", "str"),
-    "kafka_sasl_mechanism": ("MEMDIAG_KAFKA_SASL_MECHANISM", "str"),
-    "kafka_sasl_username": ("MEMDIAG_KAFKA_SASL_USERNAME", "str"),
-    "kafka_sasl_password": ("MEMDIAG_KAFKA_SASL_PASSWORD", "secret"),
-    "kafka_sasl_password_file": ("MEMDIAG_KAFKA_SASL_PASSWORD_FILE", "str"),
-    "kafka_ssl_cafile": ("MEMDIAG_KAFKA_SSL_CAFILE", "str"),
-    "kafka_ssl_certfile": ("MEMDIAG_KAFKA_SSL_CERTFILE", "str"),
-    "kafka_ssl_keyfile": ("MEMDIAG_KAFKA_SSL_KEYFILE", "str"),
-    "kafka_ssl_check_hostname": ("MEMDIAG_KAFKA_SSL_CHECK_HOSTNAME", "bool"),
-}
+def setting(env: str, default: Any, doc: str, *, secret: bool = False) -> Any:
+    """One setting, declared once: its environment variable, its default and what it does
+    (docs/configuration.md is written from these). A secret is never shown (``repr``)."""
+    return field(default=default, repr=not secret, metadata={"env": env, "doc": doc,
+                                                              "secret": secret})  # fmt: skip
+
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -158,141 +116,241 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 class Settings:
     """All of memdiag's configuration. Build it with :meth:`from_env`."""
 
-    #: MEMDIAG_BROKER: Kafka bootstrap URL(s), ``kafka://host:port`` (several joined by
-    #: ``;`` or ``,``). ``memdiag run``/``demo`` start an embedded broker when it is unset.
-    broker: str = "kafka://localhost:9092"
-    #: MEMDIAG_TOPIC_PREFIX: prefixes every topic name.
-    topic_prefix: str = "memdiag."
-    #: MEMDIAG_APP_ID: the Faust app id. It names the worker's consumer group and its
-    #: changelog topics, so it must stay stable across deployments of one pipeline.
-    app_id: str = "memdiag-worker"
-    #: MEMDIAG_SINK_GROUP: the DuckDB sink's consumer group.
-    sink_group: str = "memdiag-sink"
-    #: MEMDIAG_DUCKDB_PATH: the analyst's DuckDB file.
-    duckdb_path: str = "memdiag.duckdb"
-    #: MEMDIAG_DUCKDB_STORAGE_VERSION: the DuckDB storage version a new file is written in.
-    #: ``v1.4.0`` (the default) opens in every DuckDB client from 1.4 on (the CLI, notebooks,
-    #: DBeaver); ``latest`` is this DuckDB's own, which older clients cannot open.
-    duckdb_storage_version: str = "v1.4.0"
-    #: AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS: a search this close (inclusive) after the
-    #: previous one with other results is a followup. Longer overcounts, shorter undercounts.
-    followup_window_seconds: float = 30.0
-    #: MEMDIAG_RECENT_SEARCH_RETENTION_HOURS: how long (event time) a session's searches
-    #: are remembered. Must be at least the followup window.
-    recent_search_retention_hours: float = 24.0
-    #: MEMDIAG_TURN_TTL_SECONDS: an injection or response whose partner has not arrived
-    #: when its session's own clock (its newest ``ts``) is this much later is counted once
-    #: (``memdiag.unmatched_turn_total``). It is kept, and joins if its partner comes later.
-    turn_ttl_seconds: float = 3600.0
-    #: MEMDIAG_SESSION_KEEP_HOURS: a session's state is kept this long in processing time
-    #: (the Kafka timestamps of its partition, never other sessions' ``ts``) after its last
-    #: event; an event for it after that is dead-lettered as ``late_event`` and counted in
-    #: ``memdiag.late_event_total``. Also how long a step waits for a verdict, at most.
-    session_keep_hours: float = 24.0
-    #: MEMDIAG_INDEX_DEADLINE_SECONDS: a written memory not indexed this long after it was
-    #: written, by its agent's own clock (the newest ``ts`` of the agent's memory events,
-    #: in whole milliseconds), is ``unindexed``.
-    index_deadline_seconds: float = 600.0
-    #: MEMDIAG_MAX_CLOCK_SKEW_SECONDS: an event whose ``ts`` is further than this ahead of
-    #: its Kafka record's timestamp is dead-lettered (``bad_ts``, "in the future").
-    max_clock_skew_seconds: float = 300.0
-    #: MEMDIAG_ALPHA_SUCCESS: EMA step of an observation's weight towards 1 per accepted session.
-    alpha_success: float = 0.1
-    #: MEMDIAG_ALPHA_FAILURE: EMA step towards 0 per failed session; doubled (at most 1) once
-    #: the observation is misleading.
-    alpha_failure: float = 0.2
-    #: MEMDIAG_ALPHA_USED: EMA step of an observation's strength towards 1 per turn whose
-    #: response used it (strong evidence: docs/rules.md, "Strength").
-    alpha_used: float = 0.2
-    #: MEMDIAG_ALPHA_IGNORED: EMA step of an observation's strength towards 0 per turn that
-    #: ignored it (weak evidence: a paraphrase reads as ignored): 14 in a row halve it.
-    alpha_ignored: float = 0.05
-    #: MEMDIAG_MAX_EVENT_BYTES: an event larger than this is dead-lettered (``too_large``).
-    max_event_bytes: int = 1024 * 1024
-    #: MEMDIAG_DEADLETTER_PAYLOAD_BYTES: how much of a bad payload a dead letter keeps.
-    deadletter_payload_bytes: int = 64 * 1024
-    #: MEMDIAG_STORE_TEXT: ``1`` keeps raw query and response texts in DuckDB.
-    store_text: bool = False
-    #: MEMDIAG_EVENTS_PARTITIONS: partitions of ``events`` (and of the worker's changelog).
-    events_partitions: int = 4
-    #: MEMDIAG_JUDGEMENTS_PARTITIONS: partitions of ``judgements``.
-    judgements_partitions: int = 2
-    #: MEMDIAG_DIAGNOSTICS_PARTITIONS: partitions of ``diagnostics``.
-    diagnostics_partitions: int = 4
-    #: MEMDIAG_AUX_PARTITIONS: partitions of ``weights``, ``graph_weights``, ``counters`` and
-    #: ``deadletter``.
-    aux_partitions: int = 1
-    #: MEMDIAG_REPLICATION_FACTOR: replication of the topics memdiag creates.
-    replication_factor: int = 1
-    #: MEMDIAG_SESSION_TIMEOUT_SECONDS: consumer-group session timeout. Short on purpose:
-    #: Tansu answers a JoinGroup after half of it, and a dead member holds a restart this long.
-    session_timeout_seconds: float = 6.0
-    #: MEMDIAG_HEARTBEAT_INTERVAL_SECONDS: consumer heartbeat interval.
-    heartbeat_interval_seconds: float = 1.0
-    #: MEMDIAG_COMMIT_INTERVAL_SECONDS: how often the worker commits a checkpoint (its
-    #: state, its outputs, then its offsets). A crash repeats at most this much work.
-    commit_interval_seconds: float = 1.0
-    #: MEMDIAG_STATE_DIR: where the worker keeps its local state (a RocksDB database per
-    #: changelog partition, under a folder named for MEMDIAG_APP_ID). Keep it across restarts
-    #: (a volume): a restart then reads only the changelog's tail. Lost, it is rebuilt from
-    #: the changelog.
-    state_dir: str = "memdiag-state"
-    #: MEMDIAG_STATE_STORE: ``rocksdb`` (on disk: memory stays bounded) or ``memory`` (every
-    #: start replays the whole changelog; state must fit in memory).
-    state_store: str = "rocksdb"
-    #: MEMDIAG_STATE_CACHE_MB: the RocksDB block cache, one for all of a worker's partitions
-    #: (the databases' write buffers add up to 8 MB each on top).
-    state_cache_mb: int = 32
-    #: MEMDIAG_SESSION_CACHE: most sessions a worker keeps decoded in memory (the least
-    #: recently written go first; the store holds them all). The worker's memory grows with
-    #: it, about 4 KB a session, not with the sessions it keeps.
-    session_cache: int = 5_000
-    #: MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS: ``min.compaction.lag.ms`` of the worker's
-    #: changelogs. A worker that crashes leaves changelog records its commit never covered;
-    #: the committed value behind each must outlive the crash until a worker restarts and
-    #: writes it again. Longer than any outage you expect (the log keeps this much history
-    #: uncompacted).
-    changelog_compaction_lag_hours: float = 24.0
-    #: MEMDIAG_FETCH_MAX_WAIT_MS: how long a fetch of the worker, the sink and ``memdiag
-    #: alert`` waits at the broker for new records. Apache Kafka answers as soon as a record
-    #: arrives; Tansu waits the time out, so on Tansu this bounds each hop's latency
-    #: (Faust's own is 1,500 ms, aiokafka's 500 ms).
-    fetch_max_wait_ms: int = 100
-    #: MEMDIAG_SINK_BATCH_ROWS: the sink writes at least every this many records...
-    sink_batch_rows: int = 20_000
-    #: MEMDIAG_SINK_BATCH_SECONDS: ...or every this many seconds, whichever comes first.
-    sink_batch_seconds: float = 0.5
-    #: MEMDIAG_LOG_LEVEL: log level of the long-running processes.
-    log_level: str = "info"
-    #: MEMDIAG_KAFKA_SECURITY_PROTOCOL: how every memdiag process (worker, sink, publish,
-    #: alert, the runtime publisher) talks to the broker: PLAINTEXT, SSL, SASL_PLAINTEXT or
-    #: SASL_SSL.
-    kafka_security_protocol: str = "PLAINTEXT"
-    #: MEMDIAG_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* only).
-    kafka_sasl_mechanism: str = "PLAIN"
-    #: MEMDIAG_KAFKA_SASL_USERNAME: the SASL user.
-    kafka_sasl_username: str = ""
-    #: MEMDIAG_KAFKA_SASL_PASSWORD: the SASL password (never logged; prefer the file).
-    kafka_sasl_password: str = field(default="", repr=False)
-    #: MEMDIAG_KAFKA_SASL_PASSWORD_FILE: a file holding the SASL password (a mounted secret;
-    #: a trailing newline is ignored). Read at start; wins over MEMDIAG_KAFKA_SASL_PASSWORD.
-    kafka_sasl_password_file: str = ""
-    #: MEMDIAG_KAFKA_SSL_CAFILE: the CA bundle (PEM) that verifies the broker's certificate
-    #: (SSL, SASL_SSL); empty: the system's trusted CAs.
-    kafka_ssl_cafile: str = ""
-    #: MEMDIAG_KAFKA_SSL_CERTFILE: a client certificate (PEM), for brokers that want one.
-    kafka_ssl_certfile: str = ""
-    #: MEMDIAG_KAFKA_SSL_KEYFILE: the client certificate's private key (PEM).
-    kafka_ssl_keyfile: str = ""
-    #: MEMDIAG_KAFKA_SSL_CHECK_HOSTNAME: ``0`` skips checking that the broker's certificate
-    #: names the host connected to (the chain is still verified).
-    kafka_ssl_check_hostname: bool = True
+    broker: str = setting(
+        "MEMDIAG_BROKER",
+        "kafka://localhost:9092",
+        "Kafka bootstrap URL(s), ``kafka://host:port`` (several joined by ``;`` or ``,``). "
+        "``memdiag run``/``demo`` start an embedded broker when it is unset.",
+    )
+    topic_prefix: str = setting("MEMDIAG_TOPIC_PREFIX", "memdiag.", "prefixes every topic name.")
+    app_id: str = setting(
+        "MEMDIAG_APP_ID",
+        "memdiag-worker",
+        "the Faust app id. It names the worker's consumer group and its changelog topics, so "
+        "it must stay stable across deployments of one pipeline.",
+    )
+    sink_group: str = setting(
+        "MEMDIAG_SINK_GROUP", "memdiag-sink", "the DuckDB sink's consumer group."
+    )
+    duckdb_path: str = setting(
+        "MEMDIAG_DUCKDB_PATH", "memdiag.duckdb", "the analyst's DuckDB file."
+    )
+    duckdb_storage_version: str = setting(
+        "MEMDIAG_DUCKDB_STORAGE_VERSION",
+        "v1.4.0",
+        "the DuckDB storage version a new file is written in. ``v1.4.0`` (the default) opens "
+        "in every DuckDB client from 1.4 on (the CLI, notebooks, DBeaver); ``latest`` is this "
+        "DuckDB's own, which older clients cannot open.",
+    )
+    followup_window_seconds: float = setting(
+        "AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS",
+        30.0,
+        "a search this close (inclusive) after the previous one with other results is a "
+        "followup. Longer overcounts, shorter undercounts.",
+    )
+    recent_search_retention_hours: float = setting(
+        "MEMDIAG_RECENT_SEARCH_RETENTION_HOURS",
+        24.0,
+        "how long (event time) a session's searches are remembered. Must be at least the "
+        "followup window.",
+    )
+    turn_ttl_seconds: float = setting(
+        "MEMDIAG_TURN_TTL_SECONDS",
+        3600.0,
+        "an injection or response whose partner has not arrived when its session's own clock "
+        "(its newest ``ts``) is this much later is counted once "
+        "(``memdiag.unmatched_turn_total``). It is kept, and joins if its partner comes "
+        "later.",
+    )
+    session_keep_hours: float = setting(
+        "MEMDIAG_SESSION_KEEP_HOURS",
+        24.0,
+        "a session's state is kept this long in processing time (the Kafka timestamps of its "
+        "partition, never other sessions' ``ts``) after its last event; an event for it after "
+        "that is dead-lettered as ``late_event`` and counted in ``memdiag.late_event_total``. "
+        "Also how long a step waits for a verdict, at most.",
+    )
+    index_deadline_seconds: float = setting(
+        "MEMDIAG_INDEX_DEADLINE_SECONDS",
+        600.0,
+        "a written memory not indexed this long after it was written, by its agent's own "
+        "clock (the newest ``ts`` of the agent's memory events, in whole milliseconds), is "
+        "``unindexed``.",
+    )
+    max_clock_skew_seconds: float = setting(
+        "MEMDIAG_MAX_CLOCK_SKEW_SECONDS",
+        300.0,
+        "an event whose ``ts`` is further than this ahead of its Kafka record's timestamp is "
+        'dead-lettered (``bad_ts``, "in the future").',
+    )
+    alpha_success: float = setting(
+        "MEMDIAG_ALPHA_SUCCESS",
+        0.1,
+        "EMA step of an observation's weight towards 1 per accepted session.",
+    )
+    alpha_failure: float = setting(
+        "MEMDIAG_ALPHA_FAILURE",
+        0.2,
+        "EMA step towards 0 per failed session; doubled (at most 1) once the observation is "
+        "misleading.",
+    )
+    alpha_used: float = setting(
+        "MEMDIAG_ALPHA_USED",
+        0.2,
+        "EMA step of an observation's strength towards 1 per turn whose response used it "
+        '(strong evidence: docs/rules.md, "Strength").',
+    )
+    alpha_ignored: float = setting(
+        "MEMDIAG_ALPHA_IGNORED",
+        0.05,
+        "EMA step of an observation's strength towards 0 per turn that ignored it (weak "
+        "evidence: a paraphrase reads as ignored): 14 in a row halve it.",
+    )
+    max_event_bytes: int = setting(
+        "MEMDIAG_MAX_EVENT_BYTES",
+        1024 * 1024,
+        "an event larger than this is dead-lettered (``too_large``).",
+    )
+    deadletter_payload_bytes: int = setting(
+        "MEMDIAG_DEADLETTER_PAYLOAD_BYTES",
+        64 * 1024,
+        "how much of a bad payload a dead letter keeps.",
+    )
+    store_text: bool = setting(
+        "MEMDIAG_STORE_TEXT", False, "``1`` keeps raw query and response texts in DuckDB."
+    )
+    events_partitions: int = setting(
+        "MEMDIAG_EVENTS_PARTITIONS", 4, "partitions of ``events`` (and of the worker's changelog)."
+    )
+    judgements_partitions: int = setting(
+        "MEMDIAG_JUDGEMENTS_PARTITIONS", 2, "partitions of ``judgements``."
+    )
+    diagnostics_partitions: int = setting(
+        "MEMDIAG_DIAGNOSTICS_PARTITIONS", 4, "partitions of ``diagnostics``."
+    )
+    aux_partitions: int = setting(
+        "MEMDIAG_AUX_PARTITIONS",
+        1,
+        "partitions of ``weights``, ``graph_weights``, ``counters`` and ``deadletter``.",
+    )
+    replication_factor: int = setting(
+        "MEMDIAG_REPLICATION_FACTOR", 1, "replication of the topics memdiag creates."
+    )
+    session_timeout_seconds: float = setting(
+        "MEMDIAG_SESSION_TIMEOUT_SECONDS",
+        6.0,
+        "consumer-group session timeout. Short on purpose: Tansu answers a JoinGroup after "
+        "half of it, and a dead member holds a restart this long.",
+    )
+    heartbeat_interval_seconds: float = setting(
+        "MEMDIAG_HEARTBEAT_INTERVAL_SECONDS", 1.0, "consumer heartbeat interval."
+    )
+    commit_interval_seconds: float = setting(
+        "MEMDIAG_COMMIT_INTERVAL_SECONDS",
+        1.0,
+        "how often the worker commits a checkpoint (its state, its outputs, then its "
+        "offsets). A crash repeats at most this much work.",
+    )
+    state_dir: str = setting(
+        "MEMDIAG_STATE_DIR",
+        "memdiag-state",
+        "where the worker keeps its local state (a RocksDB database per changelog partition, "
+        "under a folder named for MEMDIAG_APP_ID). Keep it across restarts (a volume): a "
+        "restart then reads only the changelog's tail. Lost, it is rebuilt from the "
+        "changelog.",
+    )
+    state_store: str = setting(
+        "MEMDIAG_STATE_STORE",
+        "rocksdb",
+        "``rocksdb`` (on disk: memory stays bounded) or ``memory`` (every start replays the "
+        "whole changelog; state must fit in memory).",
+    )
+    state_cache_mb: int = setting(
+        "MEMDIAG_STATE_CACHE_MB",
+        32,
+        "the RocksDB block cache, one for all of a worker's partitions (the databases' write "
+        "buffers add up to 8 MB each on top).",
+    )
+    session_cache: int = setting(
+        "MEMDIAG_SESSION_CACHE",
+        5_000,
+        "most sessions a worker keeps decoded in memory (the least recently written go first; "
+        "the store holds them all). The worker's memory grows with it, about 4 KB a session, "
+        "not with the sessions it keeps.",
+    )
+    changelog_compaction_lag_hours: float = setting(
+        "MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS",
+        24.0,
+        "``min.compaction.lag.ms`` of the worker's changelogs. A worker that crashes leaves "
+        "changelog records its commit never covered; the committed value behind each must "
+        "outlive the crash until a worker restarts and writes it again. Longer than any "
+        "outage you expect (the log keeps this much history uncompacted).",
+    )
+    fetch_max_wait_ms: int = setting(
+        "MEMDIAG_FETCH_MAX_WAIT_MS",
+        100,
+        "how long a fetch of the worker, the sink and ``memdiag alert`` waits at the broker "
+        "for new records. Apache Kafka answers as soon as a record arrives; Tansu waits the "
+        "time out, so on Tansu this bounds each hop's latency (Faust's own is 1,500 ms, "
+        "aiokafka's 500 ms).",
+    )
+    sink_batch_rows: int = setting(
+        "MEMDIAG_SINK_BATCH_ROWS", 20_000, "the sink writes at least every this many records..."
+    )
+    sink_batch_seconds: float = setting(
+        "MEMDIAG_SINK_BATCH_SECONDS", 0.5, "...or every this many seconds, whichever comes first."
+    )
+    log_level: str = setting(
+        "MEMDIAG_LOG_LEVEL", "info", "log level of the long-running processes."
+    )
+    kafka_security_protocol: str = setting(
+        "MEMDIAG_KAFKA_SECURITY_PROTOCOL",
+        "PLAINTEXT",
+        "how every memdiag process (worker, sink, publish, alert, the runtime publisher) "
+        "talks to the broker: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+    )
+    kafka_sasl_mechanism: str = setting(
+        "MEMDIAG_KAFKA_SASL_MECHANISM",
+        "PLAIN",
+        "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* only).",
+    )
+    kafka_sasl_username: str = setting("MEMDIAG_KAFKA_SASL_USERNAME", "", "the SASL user.")
+    kafka_sasl_password: str = setting(
+        "MEMDIAG_KAFKA_SASL_PASSWORD",
+        "",
+        "the SASL password (never logged; prefer the file).",
+        secret=True,
+    )
+    kafka_sasl_password_file: str = setting(
+        "MEMDIAG_KAFKA_SASL_PASSWORD_FILE",
+        "",
+        "a file holding the SASL password (a mounted secret; a trailing newline is ignored). "
+        "Read at start; wins over MEMDIAG_KAFKA_SASL_PASSWORD.",
+    )
+    kafka_ssl_cafile: str = setting(
+        "MEMDIAG_KAFKA_SSL_CAFILE",
+        "",
+        "the CA bundle (PEM) that verifies the broker's certificate (SSL, SASL_SSL); empty: "
+        "the system's trusted CAs.",
+    )
+    kafka_ssl_certfile: str = setting(
+        "MEMDIAG_KAFKA_SSL_CERTFILE", "", "a client certificate (PEM), for brokers that want one."
+    )
+    kafka_ssl_keyfile: str = setting(
+        "MEMDIAG_KAFKA_SSL_KEYFILE", "", "the client certificate's private key (PEM)."
+    )
+    kafka_ssl_check_hostname: bool = setting(
+        "MEMDIAG_KAFKA_SSL_CHECK_HOSTNAME",
+        True,
+        "``0`` skips checking that the broker's certificate names the host connected to (the "
+        "chain is still verified).",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for name, (var, kind) in _ENV.items():
+        for name, (var, kind) in ENV.items():
             raw = env.get(var)
             if raw is None or raw == "":
                 continue
@@ -352,7 +410,7 @@ class Settings:
             )
         for name in ("alpha_success", "alpha_failure", "alpha_used", "alpha_ignored"):
             if not 0 < getattr(self, name) <= 1:
-                raise ConfigError(f"{_ENV[name][0]} must be in (0, 1], got {getattr(self, name)}")
+                raise ConfigError(f"{ENV[name][0]} must be in (0, 1], got {getattr(self, name)}")
         for name in (
             "events_partitions",
             "judgements_partitions",
@@ -365,7 +423,7 @@ class Settings:
             "fetch_max_wait_ms",
         ):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{_ENV[name][0]} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{ENV[name][0]} must be >= 1, got {getattr(self, name)}")
         if self.duckdb_storage_version != "latest" and not re.fullmatch(
             r"v\d+\.\d+\.\d+", self.duckdb_storage_version
         ):
@@ -415,7 +473,7 @@ class Settings:
             for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
                 path = getattr(self, name)
                 if path and not os.path.isfile(path):
-                    raise ConfigError(f"{_ENV[name][0]}={path}: no such file")
+                    raise ConfigError(f"{ENV[name][0]}={path}: no such file")
             if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
                 raise ConfigError(
                     "MEMDIAG_KAFKA_SSL_CERTFILE and MEMDIAG_KAFKA_SSL_KEYFILE go together"
@@ -469,12 +527,20 @@ class Settings:
         """The environment that rebuilds these settings in a child process."""
         out: dict[str, str] = {}
         for f in fields(self):
-            var, kind = _ENV[f.name]
+            var, kind = ENV[f.name]
             value = getattr(self, f.name)
             if f.name == "kafka_sasl_password" and self.kafka_sasl_password_file:
                 continue  # the child reads the file itself: the secret stays out of its env
             out[var] = ("1" if value else "0") if kind == "bool" else str(value)
         return out
+
+
+#: field name -> (environment variable, parser: str, int, float, bool or secret), in the
+#: order of the fields (the documentation's order), from each field's own declaration
+ENV: dict[str, tuple[str, str]] = {
+    f.name: (f.metadata["env"], "secret" if f.metadata["secret"] else str(f.type))
+    for f in fields(Settings)
+}
 
 
 def bootstrap_servers(url: str) -> str:

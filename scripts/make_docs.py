@@ -139,8 +139,8 @@ def commands_page() -> str:
         "",
         "Two commands give their exit status a verdict. `memdiag gate` is a release gate a",
         "CI job stops on: its 1 means a judged regression and nothing else, never an error,",
-        "so that a pipeline can tell \"the candidate is worse\" from \"the gate could not",
-        "run\"; every error and every case it cannot judge is 2. `memdiag doctor` exits 1",
+        'so that a pipeline can tell "the candidate is worse" from "the gate could not',
+        'run"; every error and every case it cannot judge is 2. `memdiag doctor` exits 1',
         "when something weakens a comparison. (Elsewhere, 1 is an error memdiag explains.)",
     ]
     out += _commands(parser, "memdiag")
@@ -148,27 +148,13 @@ def commands_page() -> str:
 
 
 def configuration_page() -> str:
-    """Every setting, from the comments above the fields of :class:`Settings`."""
-    import ast
+    """Every setting, from its one declaration in :class:`memdiag.settings.Settings`."""
     import dataclasses
 
-    from memdiag.settings import _ENV, Settings
+    from memdiag.settings import Settings
 
-    source = (ROOT / "memdiag" / "settings.py").read_text()
-    lines = source.splitlines()
-    cls = next(
-        n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Settings"
-    )
-    docs: dict[str, str] = {}
-    for node in cls.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            comment, i = [], node.lineno - 2
-            while i >= 0 and lines[i].strip().startswith("#:"):
-                comment.insert(0, lines[i].strip()[2:].strip())
-                i -= 1
-            docs[node.target.id] = " ".join(comment)
     out = [
-        GENERATED.format(source="the comments of memdiag/settings.py"),
+        GENERATED.format(source="the settings declared in memdiag/settings.py"),
         "",
         "# Configuration",
         "",
@@ -178,13 +164,10 @@ def configuration_page() -> str:
         "| variable | default | |",
         "|---|---|---|",
     ]
-    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
-    for name, (var, _) in _ENV.items():
-        text = docs.get(name, "")
-        text = (text.split(": ", 1)[1] if text.startswith(var) else text).replace("|", "\\|")
-        text = text.replace("``", "`")  # the comments are reST, the page is Markdown
-        default = f"`{defaults[name]}`" if defaults[name] != "" else "(empty)"
-        out.append(f"| `{var}` | {default} | {text} |")
+    for f in dataclasses.fields(Settings):
+        text = f.metadata["doc"].replace("|", "\\|").replace("``", "`")  # reST -> Markdown
+        default = f"`{f.default}`" if f.default != "" else "(empty)"
+        out.append(f"| `{f.metadata['env']}` | {default} | {text} |")
     return "\n".join(out) + "\n"
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import yaml
 
-from memdiag.settings import _ENV, Settings
+from memdiag.settings import ENV, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
-KNOWN = {var for var, _ in _ENV.values()}
+KNOWN = {var for var, _ in ENV.values()}
 DELIBERATE = {  # values that differ from the code's defaults on purpose, and why
     "MEMDIAG_BROKER": "the kafka service",
     "MEMDIAG_DUCKDB_PATH": "the sink's volume",
@@ -43,7 +43,7 @@ def test_memdiag_settings_agree_with_the_code() -> None:
         kafka_listener = COMPOSE["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
         assert "INTERNAL://kafka:9092" in kafka_listener
         defaults = Settings()
-        for field, (var, _) in _ENV.items():
+        for field, (var, _) in ENV.items():
             if var in env and var not in DELIBERATE:
                 assert getattr(settings, field) == getattr(defaults, field), (
                     f"{var}={env[var]} differs from the code's default"
