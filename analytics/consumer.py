@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import time
 from typing import Any
 
@@ -70,6 +69,7 @@ def fatal_message(path: str, exc: BaseException) -> str:
         ("permission denied", "permission denied", "give the sink's user write access"),
         ("read-only file system", "the file system is read-only", "mount it read-write"),
         ("not a valid duckdb database", "the file is not a valid DuckDB database", "move it away"),
+        ("not a duckdb file", "the file is not a valid DuckDB database", "move it away"),
         ("corrupt", "the file is corrupt", "move it away (and restore a copy)"),
         ("checksum", "the file is corrupt", "move it away (and restore a copy)"),
     ):
@@ -98,6 +98,22 @@ class SinkRunner:
         self._opened = False
         # a revocation flushes from aiokafka's coordinator task: one flush at a time
         self._flushing = asyncio.Lock()
+        # another process's lock is said once a wait (a wait ends with a write), then every
+        # LOCK_REMIND_SECONDS while it lasts
+        self._lock_said_at: float | None = None
+        self.sink.on_lock_wait = self._lock_wait
+
+    #: how often a long wait on another process's lock is said again
+    LOCK_REMIND_SECONDS = 600.0
+
+    def _lock_wait(self, text: str) -> None:
+        now = time.monotonic()
+        if self._lock_said_at is None:
+            log.warning("%s", text)
+            self._lock_said_at = now
+        elif now - self._lock_said_at >= self.LOCK_REMIND_SECONDS:
+            log.warning("still %s", text)
+            self._lock_said_at = now
 
     def stop(self) -> None:
         self._stopping.set()
@@ -109,7 +125,6 @@ class SinkRunner:
         if self._opened:
             return
         path = self.settings.duckdb_path
-        said_at = -math.inf
         while True:
             try:
                 await asyncio.to_thread(self.sink.init)
@@ -118,10 +133,7 @@ class SinkRunner:
             except Exception as exc:  # noqa: BLE001 - whatever DuckDB says, the file is unusable
                 if not is_lock_conflict(exc):
                     raise SinkFatal(fatal_message(path, exc)) from exc
-                if time.monotonic() - said_at >= 60:  # a reader holds it: wait, never fatal
-                    log.warning("sink waits for %s: another process holds it", path)
-                    said_at = time.monotonic()
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(1.0)  # a reader holds it: wait (said once), never fatal
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         s = self.settings
@@ -241,7 +253,6 @@ class SinkRunner:
         if self._first_pending_at is None:
             return
         failures = 0
-        said_at = -math.inf
         while True:
             try:
                 try:
@@ -252,15 +263,7 @@ class SinkRunner:
                 break
             except Exception as exc:  # noqa: BLE001 - the file's problem: wait, retry or stop
                 # Nothing was committed: Kafka keeps the batch whatever happens next.
-                if is_lock_conflict(exc):  # an analyst's reader holds the file: never fatal
-                    if time.monotonic() - said_at >= 60:
-                        log.warning(
-                            "sink waits for %s: another process holds it (%s); nothing is "
-                            "lost, Kafka keeps the data meanwhile",
-                            self.settings.duckdb_path,
-                            exc,
-                        )
-                        said_at = time.monotonic()
+                if is_lock_conflict(exc):  # a reader holds the file (said once): never fatal
                     await asyncio.sleep(1.0)
                     continue
                 failures += 1
@@ -285,5 +288,10 @@ class SinkRunner:
                 # it wrote meanwhile is written again, as upserts.
                 log.warning("sink could not commit (%s); it goes on from its last commit", exc)
         self._first_pending_at = None
+        if self._lock_said_at is not None:
+            log.info("the DuckDB file is free again: the sink wrote what waited")
+            self._lock_said_at = None
         if written:
-            log.debug("sink wrote %d rows", written)
+            log.debug("sink wrote %d rows in %.1f ms (%.1f ms of it waiting for the file)",
+                      written, self.sink.last_flush_seconds * 1000,
+                      self.sink.last_wait_seconds * 1000)  # fmt: skip

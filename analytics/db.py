@@ -9,13 +9,20 @@ retry briefly when they meet the other's lock.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import duckdb
+
+log = logging.getLogger("memdiag.db")
+
+#: after this long waiting on another process's lock, a writer says so (once a wait)
+LOCK_WARN_SECONDS = 3.0
 
 
 class DatabaseError(RuntimeError):
@@ -40,23 +47,49 @@ def _is_lock_error(exc: Exception) -> bool:
 STORAGE_VERSION = "v1.4.0"
 
 
+def _lock_holder(exc: Exception) -> str:
+    """DuckDB's words for who holds the lock ("... held in /usr/bin/duckdb (PID 4242)")."""
+    text = str(exc)
+    if " held in " in text:
+        return " (" + text.split(" held in ", 1)[1].split(")", 1)[0] + ")"
+    return ""
+
+
+def lock_warning(path: str, read_only: bool, waited: float, exc: Exception) -> str:
+    """What a process waiting on another's lock of ``path`` says, once."""
+    if read_only:
+        holder = _lock_holder(exc)
+        return f"waiting {waited:.0f}s for the memdiag sink to finish writing {path}{holder}"
+    return (
+        f"waiting {waited:.0f}s for another process to let go of {path}{_lock_holder(exc)}: "
+        "DuckDB lets one process write a file or others read it, never both. Until it lets go, "
+        "nothing new reaches DuckDB (the sink keeps its batch and retries; no row is lost). "
+        "Close the DuckDB client that holds it open, or have it open and close the file per "
+        "query; `memdiag serve` reads a snapshot and never holds the file"
+    )
+
+
 def connect(
     path: str | Path,
     read_only: bool = False,
     timeout: float = 30.0,
     storage_version: str = STORAGE_VERSION,
+    warn: Callable[[str], None] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Open ``path``, waiting up to ``timeout`` seconds for another process's lock. A file
     created here is written in ``storage_version`` (``latest``: this DuckDB's own); an
-    existing file keeps the version it has."""
+    existing file keeps the version it has. A wait past :data:`LOCK_WARN_SECONDS` is said
+    once, through ``warn`` (the log's warning by default)."""
     path = str(path)
     if read_only and path != ":memory:" and not Path(path).exists():
         raise DatabaseError(
             f"no DuckDB file at {path}: run `memdiag run --input FILE` or start "
             "`memdiag sink`, or pass --db PATH"
         )
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     delay = 0.01
+    warned = False
     # A table the file lacks is a CatalogException, never a Python variable of that name
     # (DuckDB's replacement scans: a missing view `pipeline_health` found the function).
     config: dict[str, Any] = {"python_enable_replacements": False}
@@ -66,13 +99,24 @@ def connect(
         try:
             return duckdb.connect(path, read_only=read_only, config=config)
         except duckdb.IOException as exc:
-            if not _is_lock_error(exc) or time.monotonic() > deadline:
+            if "not a valid DuckDB database file" in str(exc):
+                raise DatabaseError(
+                    f"{path} is not a valid DuckDB database file (memdiag's is written by "
+                    "`memdiag run`, `memdiag demo` or `memdiag sink`): check --db or "
+                    "MEMDIAG_DUCKDB_PATH"
+                ) from exc
+            now = time.monotonic()
+            if not _is_lock_error(exc) or now > deadline:
                 if _is_lock_error(exc):
                     raise DatabaseError(
                         f"{path} stayed locked by another process for {timeout:.0f}s "
-                        "(a DuckDB client holding it open?): close it and retry"
+                        f"(a DuckDB client holding it open?{_lock_holder(exc)}): close it and "
+                        "retry"
                     ) from exc
                 raise
+            if not warned and now - start >= LOCK_WARN_SECONDS:
+                warned = True
+                (warn or log.warning)(lock_warning(path, read_only, now - start, exc))
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 

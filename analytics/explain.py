@@ -19,12 +19,13 @@ from typing import Any
 import duckdb
 
 from memdiag.analytics.db import DatabaseError
+from memdiag.analytics.lookup import NotFound, lookup
 from memdiag.analytics.queries import rows
 from memdiag.contract import FAILED_OUTCOMES
 from memdiag.contract.categories import classify
 
 
-class UnknownSession(LookupError):
+class UnknownSession(NotFound):
     """No row of that session in DuckDB: the message names sessions that are."""
 
 
@@ -64,11 +65,18 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
     found = rows(con, "explain_session", session_id=session_id)
     diag = found[0] if found else None
     if not (searches or feedback or diag):
+        # ids that contain the one asked for (a typo, a prefix), else the newest failed ones
         suggestions = rows(con, "explain_suggest", session_id=session_id, limit=5)
+        _, known, _ = lookup(con, "session", session_id)
         hint = ", ".join(f"{r['session_id']} ({r['outcome']})" for r in suggestions)
+        of = f"{len(suggestions)} of {known:,}" if known > len(suggestions) else f"all {known:,}"
         raise UnknownSession(
-            f"no session {session_id!r} in this DuckDB file"
-            + (f"; try: {hint}" if hint else "; it has no session outcomes")
+            f"no such session {session_id!r} in this DuckDB file"
+            + (f"; try ({of} sessions): {hint}" if hint else "; it has no session outcomes"),
+            kind="session",
+            id=session_id,
+            closest=[r["session_id"] for r in suggestions],
+            known=known,
         )
     judged_before = False
     for s in searches:

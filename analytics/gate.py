@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,13 @@ STATUS = {PASS: 0, REGRESSION: 1, CANNOT_JUDGE: 2, ERROR: 2}
 SAME_CONFIG = ("note", "refuse")
 #: the interval the gate judges on (contract section 10): fixed, as `compare`'s default
 LEVEL, RESAMPLES, SEED = 0.95, 10_000, 0
+
+
+def bundled_policy() -> Path:
+    """The example policy memdiag ships (what `memdiag demo` and `memdiag serve` gate with)."""
+    from importlib import resources
+
+    return Path(str(resources.files("memdiag").joinpath("data", "gate.toml")))
 
 
 class PolicyError(ValueError):
@@ -436,6 +443,74 @@ def run_gate(
     return v
 
 
+@dataclass(frozen=True)
+class Explained:
+    """``gate --explain``: the policy in words (exit 0)."""
+
+    words: str
+    policy: Policy
+    status: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": 0, "verdict": "explain", "reason": "the policy in words",
+                "explain": self.words, "policy": self.policy.as_dict()}  # fmt: skip
+
+
+def verdict_of(
+    connect: Callable[[], duckdb.DuckDBPyConnection] | None,
+    baseline: str | None,
+    candidate: str | None,
+    baseline_condition: str | None,
+    candidate_condition: str | None,
+    policy_path: str | None,
+    explain_only: bool = False,
+    db: str = "the DuckDB file",
+) -> Verdict | Explained:
+    """What ``memdiag gate`` answers, whatever happens: the policy in words (``explain_only``),
+    or a verdict. Every failure is a verdict of status 2 (cannot judge, or error), never an
+    exception: the contract's exits are 0, 1 and 2 only. The file is opened (``connect``)
+    only once the arguments hold, and closed here."""
+    from memdiag.analytics.db import DatabaseError
+    from memdiag.analytics.scores import NeedsCondition
+
+    policy = None
+    try:
+        if policy_path is None:
+            raise PolicyError("--policy FILE is required")
+        policy = load_policy(policy_path)
+        if explain_only:
+            return Explained(explain(policy), policy)
+        missing = [f"--{n}" for n, v in (("baseline", baseline), ("candidate", candidate))
+                   if v is None]  # fmt: skip
+        if missing:
+            raise PolicyError(f"{' and '.join(missing)} required (or --explain)")
+        if connect is None:
+            raise DatabaseError("no DuckDB file given")
+        con = connect()
+        try:
+            return run_gate(con, baseline or "", candidate or "", policy, baseline_condition,
+                            candidate_condition)  # fmt: skip
+        finally:
+            con.close()
+    except (PolicyError, NeedsCondition) as exc:
+        return error(f"{exc}", policy)
+    except UnknownRun as exc:
+        return cannot_judge(str(exc), policy)
+    except ModuleNotFoundError as exc:
+        return error(f"memdiag gate needs {exc.name}, which the worker's install leaves out: "
+                     "pip install 'memdiag[report]'", policy)  # fmt: skip
+    except (DatabaseError, duckdb.Error, OSError) as exc:
+        hint = (
+            " (a file written by an older memdiag: let `memdiag sink --db` open it once to "
+            "upgrade it)"
+            if isinstance(exc, duckdb.BinderException | duckdb.CatalogException)
+            else ""
+        )
+        return error(f"cannot read {db}: {str(exc).splitlines()[0]}{hint}", policy)
+    except Exception as exc:  # noqa: BLE001 - exit 1 means a regression: nothing else may
+        return error(f"{type(exc).__name__}: {exc}", policy)
+
+
 HEADLINE = {PASS: "pass", REGRESSION: "regression", CANNOT_JUDGE: "cannot judge",
             ERROR: "error"}  # fmt: skip
 
@@ -526,4 +601,5 @@ __all__ = [
     "load_policy",
     "parse_policy",
     "run_gate",
+    "verdict_of",
 ]

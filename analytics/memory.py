@@ -14,10 +14,11 @@ from typing import Any
 
 import duckdb
 
-from memdiag.analytics.queries import rows
+from memdiag.analytics.lookup import NotFound, ensure_known
+from memdiag.analytics.queries import counted, rows
 
 
-class UnknownMemory(LookupError):
+class UnknownMemory(NotFound):
     """No row of that memory for that agent: the message names memories that are."""
 
 
@@ -35,18 +36,31 @@ def explain_memory(
     con: duckdb.DuckDBPyConnection, agent_id: str, memory_id: str, limit: int = 20
 ) -> dict[str, Any]:
     """Everything DuckDB knows of one memory; :class:`UnknownMemory` if nothing."""
+    ensure_known(con, "memory_agent", agent_id)
     found = rows(con, "explain_memory", agent_id=agent_id, memory_id=memory_id)
-    probes = rows(con, "explain_memory_probes", agent_id=agent_id, memory_id=memory_id,
-                  limit=limit)  # fmt: skip
+    probes = counted(con, "explain_memory_probes", agent_id=agent_id, memory_id=memory_id,
+                     limit=limit)  # fmt: skip
     if not found and not probes:
         suggestions = rows(con, "explain_memory_suggest", agent_id=agent_id, limit=5)
+        known = rows(con, "agent_memory_count", agent_id=agent_id)[0]["memories"]
+        missed = rows(con, "agent_missed_count", agent_id=agent_id)[0]["missed"]
         hint = ", ".join(
             f"{r['memory_id']}" + (" (latest probe missed)" if r["hit"] is False else "")
             for r in suggestions
         )
+        of = (f"{len(suggestions)} of its {known:,}; {missed:,} missed their latest probe"
+              if known > len(suggestions) else f"all {known:,}")  # fmt: skip
         raise UnknownMemory(
-            f"no memory {memory_id!r} of agent {agent_id!r} in this DuckDB file"
-            + (f"; its memories include: {hint}" if hint else "; the agent has no memories here")
+            f"no such memory {memory_id!r} of agent {agent_id!r} in this DuckDB file"
+            + (
+                f"; its memories include ({of}): {hint}"
+                if hint
+                else "; the agent has no memories here"
+            ),
+            kind="memory",
+            id=memory_id,
+            closest=[r["memory_id"] for r in suggestions],
+            known=known,
         )
     memory = found[0] if found else None
     ids = sorted({r for p in probes for r in p["top_ids"] or ()})
@@ -83,6 +97,7 @@ def explain_memory(
         "probes": probes,
         "probe_summary": {
             "shown": len(probes),
+            "total": probes.total,
             "hits": sum(bool(p["hit"]) for p in probes),
             "misses": dict(sorted(reasons.items())),
         },

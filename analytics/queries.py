@@ -100,22 +100,114 @@ def rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+class Rows(list[dict[str, Any]]):
+    """Rows of a list a ``LIMIT`` may have cut, and how many there are in all (``total``):
+    what a shortened list says ("10 of 218"). JSON prints the rows."""
+
+    def __init__(self, items: list[dict[str, Any]], total: int | None = None):
+        super().__init__(items)
+        self.total = len(items) if total is None else total
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self)
+
+
+def counted(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> Rows:
+    """``rows`` of a statement whose rows carry ``total`` (``count(*) OVER ()`` before its
+    ``LIMIT``), that column taken off into :attr:`Rows.total`."""
+    found = rows(con, name, **params)
+    total = found[0]["total"] if found else 0
+    for r in found:
+        del r["total"]
+    return Rows(found, total)
+
+
 def observation_stats(con: duckdb.DuckDBPyConnection, observation_id: str) -> dict[str, Any]:
+    """One observation's verdict counts, weight and strength, and whether it is misleading or
+    dead weight; :class:`~memdiag.analytics.lookup.NotFound` for an id no session injected."""
+    from memdiag.analytics.lookup import ensure_known
+    from memdiag.analytics.status import UNUSED_MIN_INJECTIONS
+
+    ensure_known(con, "observation", observation_id)
     row = rows(con, "observation_stats", observation_id=observation_id)[0]
     judged = row["used"] + row["ignored"]
     row["used_share"] = row["used"] / judged if judged else None
+    # dead weight as `query unused-memories` says it by default: judged often, used never
+    row["dead_weight"] = judged >= UNUSED_MIN_INJECTIONS and row["used"] == 0
     return row
 
 
 def observation_history(
     con: duckdb.DuckDBPyConnection, observation_id: str, limit: int = 100
+) -> Rows:
+    """One observation's verdicts, the newest first, each with its session's outcome."""
+    from memdiag.analytics.lookup import ensure_known
+
+    ensure_known(con, "observation", observation_id)
+    return counted(con, "observation_history", observation_id=observation_id, limit=limit)
+
+
+def observation_steps(con: duckdb.DuckDBPyConnection, observation_id: str) -> dict[str, Any]:
+    """One observation's weight and strength over time: every outcome step (with the session,
+    its outcome and category) and every strength step, in their order."""
+    return {
+        "weight": rows(con, "observation_weight_steps", observation_id=observation_id),
+        "strength": rows(con, "observation_strength_steps", observation_id=observation_id),
+    }
+
+
+def recall_agents_of(con: duckdb.DuckDBPyConnection, memory_id: str) -> list[str]:
+    """The agents whose recall pipeline has a memory of this id."""
+    return [r["agent_id"] for r in rows(con, "observation_recall_agents", memory_id=memory_id)]
+
+
+def failed_sessions(
+    con: duckdb.DuckDBPyConnection,
+    org: str | None = None,
+    project: str | None = None,
+    since: datetime | None = None,
+    limit: int = 10,
+) -> Rows:
+    """The newest failed sessions, optionally of one org or project, since a time."""
+    return counted(con, "latest_failed_sessions", org_id=org, project_id=project, since=since,
+                   limit=limit)  # fmt: skip
+
+
+def dead_letters(
+    con: duckdb.DuckDBPyConnection, reason: str | None = None, samples: int = 3
 ) -> list[dict[str, Any]]:
-    return rows(con, "observation_history", observation_id=observation_id, limit=limit)
+    """Dead letters by reason (the most first), each with its newest ``samples`` and what to
+    do about it (``memdiag.contract.DEAD_LETTER_ADVICE``)."""
+    from memdiag.contract import DEAD_LETTER_ADVICE
+
+    found = rows(con, "dead_letter_samples", reason=reason, samples=samples)
+    for r in found:
+        r["advice"] = DEAD_LETTER_ADVICE.get(r["reason"], DEAD_LETTER_ADVICE[""])
+        r["samples"] = r["samples"] or []
+    return found
 
 
-def runs(con: duckdb.DuckDBPyConnection, limit: int = 50) -> list[dict[str, Any]]:
+def agent_breaks(con: duckdb.DuckDBPyConnection, agent: str) -> list[dict[str, Any]]:
+    """When one agent's pipeline was down (``pipeline_break_spans``), the newest first, with
+    the sessions that ended in each span."""
+    return rows(con, "agent_break_spans", agent_id=agent)
+
+
+def unreachable_memories(con: duckdb.DuckDBPyConnection, agent: str, limit: int = 50) -> Rows:
+    """One agent's memories no path reaches (past the deadline unindexed, not in the latest
+    ambient context), the oldest first."""
+    return counted(con, "unreachable_memories", agent_id=agent, limit=limit)
+
+
+def sessions_during_breaks(con: duckdb.DuckDBPyConnection, agent: str, limit: int = 50) -> Rows:
+    """One agent's sessions whose outcome fell while its pipeline was down, the newest first."""
+    return counted(con, "sessions_during_breaks", agent_id=agent, limit=limit)
+
+
+def runs(con: duckdb.DuckDBPyConnection, limit: int = 50) -> Rows:
     """Benchmark runs, newest first, with their size, accuracy and provenance."""
-    return rows(con, "runs", limit=limit)
+    return counted(con, "runs", limit=limit)
 
 
 def unused_memories(
@@ -123,10 +215,11 @@ def unused_memories(
     min_injections: int = 5,
     since: datetime | None = None,
     limit: int = 100,
-) -> list[dict[str, Any]]:
+) -> Rows:
     """Memories judged in at least ``min_injections`` turns and used in none (contract
     section 10): the candidates to prune or demote, with their strength."""
-    return rows(con, "unused_memories", min_injections=min_injections, since=since, limit=limit)
+    return counted(con, "unused_memories", min_injections=min_injections, since=since,
+                   limit=limit)  # fmt: skip
 
 
 def failure_distribution(
@@ -143,8 +236,10 @@ def misleading(
     org: str | None = None,
     since: datetime | None = None,
     limit: int = 100,
-) -> list[dict[str, Any]]:
-    return rows(con, "misleading", org_id=org, since=since, limit=limit)
+) -> Rows:
+    """Observations in >= 3 failed sessions and no accepted one, the most failures first, with
+    their weight and the failed session each was last in."""
+    return counted(con, "misleading", org_id=org, since=since, limit=limit)
 
 
 def misleading_graph(
@@ -152,10 +247,10 @@ def misleading_graph(
     org: str | None = None,
     since: datetime | None = None,
     limit: int = 100,
-) -> list[dict[str, Any]]:
+) -> Rows:
     """Graph entities and edges in >= 3 failed sessions and no accepted one, with their
     weight now (``misleading_graph_entities`` / ``misleading_graph_edges``)."""
-    return rows(con, "misleading_graph", org_id=org, since=since, limit=limit)
+    return counted(con, "misleading_graph", org_id=org, since=since, limit=limit)
 
 
 def pipeline_health(

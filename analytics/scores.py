@@ -24,6 +24,7 @@ import duckdb
 import numpy as np
 
 from memdiag import __version__
+from memdiag.analytics.lookup import NotFound, lookup
 from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
 from memdiag.analytics.stats import describe_deltas, mcnemar_exact
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
@@ -59,7 +60,7 @@ class Judged:
         return CORRECT if self.correct else (self.failure_mode or UNATTRIBUTED)
 
 
-class UnknownRun(LookupError):
+class UnknownRun(NotFound):
     """No judgement of that run (or condition): the message lists what there is."""
 
 
@@ -76,14 +77,12 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
         {"run": run_id},
     ).fetchall()
     if not rows:
-        known = [
-            r[0]
-            for r in con.execute(
-                "SELECT run_id FROM judgements GROUP BY 1 ORDER BY max(ts) DESC LIMIT 10"
-            ).fetchall()
-        ]
-        hint = f"; runs in this file: {', '.join(known)}" if known else "; it has no judgements"
-        raise UnknownRun(f"no judgements for run {run_id!r}{hint}")
+        _, known, closest = lookup(con, "run", run_id)
+        of = f"{len(closest)} of {known:,}" if known > len(closest) else f"all {known:,}"
+        hint = f"; the closest runs ({of}): {', '.join(closest)}" if known else (
+            "; it has no judgements")  # fmt: skip
+        raise UnknownRun(f"no such run {run_id!r}: no judgements of it{hint}", kind="run",
+                         id=run_id, closest=closest, known=known)  # fmt: skip
     return [Judged(*r) for r in rows]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -350,9 +351,27 @@ class DuckDBSink:
         self.rows_written = 0
         self.rows_rejected = 0
         self.unknown_kinds: dict[str, int] = {}
+        #: told, once a wait, when another process's lock keeps the file more than a few
+        #: seconds (the log's warning when None)
+        self.on_lock_wait: Callable[[str], None] | None = None
+        #: the last flush: seconds in all, and of them waiting for the file (another process's
+        #: lock): what `memdiag serve`'s benchmark compares with and without the view open
+        self.last_flush_seconds = 0.0
+        self.last_wait_seconds = 0.0
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        t0 = time.perf_counter()
+        try:
+            return self._open()
+        finally:
+            self.last_wait_seconds = time.perf_counter() - t0
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        return connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version,
+                       warn=self.on_lock_wait)  # fmt: skip
 
     def init(self) -> None:
-        con = connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version)
+        con = self._connect()
         try:
             init_schema(con)
             self._check_storage_version(con)
@@ -400,7 +419,8 @@ class DuckDBSink:
         the buffer is kept, so the caller may retry (and must not commit offsets)."""
         if not self._pending:
             return 0
-        con = connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version)
+        t0 = time.perf_counter()
+        con = self._connect()
         try:
             con.execute("BEGIN TRANSACTION")
             written = 0
@@ -419,6 +439,7 @@ class DuckDBSink:
             con.close()
         self._clear()
         self.rows_written += written
+        self.last_flush_seconds = time.perf_counter() - t0
         return written
 
     def flush_isolating(self, reject: Callable[[dict[str, Any], str], dict[str, Any]]) -> int:
@@ -429,7 +450,7 @@ class DuckDBSink:
         can neither stall the sink nor take good records down with it. Slow, and only
         used on that failure path.
         """
-        con = connect(self.path, timeout=self.lock_timeout, storage_version=self.storage_version)
+        con = self._connect()
         written = 0
         rejected: list[dict[str, Any]] = []
         try:

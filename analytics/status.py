@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
 import duckdb
 
+from memdiag.analytics import queries
 from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.queries import pipeline_health, rows
-from memdiag.contract import FOLLOWUP_CAVEAT, USED_CAVEAT
+from memdiag.contract import FOLLOWUP_CAVEAT, MISLEADING_CAVEAT, USED_CAVEAT
 
 _FRESHNESS = """
 SELECT max(ts) AS newest_event, max(ingested_at) AS last_written FROM (
@@ -104,22 +106,34 @@ UNUSED_MIN_INJECTIONS = 5
 
 
 def status(
-    con: duckdb.DuckDBPyConnection, top: int = 5, runs: int = 5, recall: RecallWatch | None = None
+    con: duckdb.DuckDBPyConnection,
+    top: int = 5,
+    runs: int = 5,
+    recall: RecallWatch | None = None,
+    org: str | None = None,
+    project: str | None = None,
+    since: datetime | None = None,
 ) -> dict[str, Any]:
-    followup = rows(con, "status_followup")[0]
-    feedback = rows(con, "status_feedback")[0]
+    """The figures of ``memdiag status`` (and the overview page, and the report's cards).
+    ``org``, ``project`` and ``since`` select the sessions, searches and verdicts; misleading
+    memories take the org and the time (they are counted per org and day), dead weight the
+    time; the recall pipeline, benchmark runs and dead letters are of the whole file."""
+    where = {"org_id": org, "project_id": project, "since": since}
+    followup = rows(con, "status_followup", **where)[0]
+    feedback = rows(con, "status_feedback", **where)[0]
     judged = feedback["used"] + feedback["ignored"]
-    outcomes = {r["outcome"]: r["sessions"] for r in rows(con, "status_outcomes")}
-    distribution = rows(con, "failure_distribution", org_id=None, project_id=None, since=None)
-    misleading = rows(con, "misleading", org_id=None, since=None, limit=top)
+    outcomes = {r["outcome"]: r["sessions"] for r in rows(con, "status_outcomes", **where)}
+    distribution = rows(con, "failure_distribution", **where)
+    misleading = queries.misleading(con, org, since, top)
     recent_runs = rows(con, "status_runs", limit=runs)
     dead = rows(con, "status_dead_letters")
-    unused = rows(con, "unused_memories", min_injections=UNUSED_MIN_INJECTIONS, since=None,
-                  limit=top)  # fmt: skip
+    unused = queries.unused_memories(con, UNUSED_MIN_INJECTIONS, since, top)
     pipeline = pipeline_summary(con, recall or RecallWatch())
     memory = _FRESHNESS_MEMORY if pipeline is not None else ""
     fresh = con.execute(_FRESHNESS.format(memory=memory)).fetchone() or (None, None)
+    graph = queries.misleading_graph(con, org, since, top)
     return {
+        "filters": {"org": org, "project": project, "since": since},
         "followup": {**followup, "caveat": FOLLOWUP_CAVEAT},
         "feedback": {
             **feedback,
@@ -129,19 +143,36 @@ def status(
         "sessions": outcomes,
         "failure_categories": distribution,
         "misleading": {
-            "count": rows(con, "status_misleading_count")[0]["observations"],
+            "count": misleading.total,
             "top": misleading,
             # the knowledge graph's: entities and edges (contract section 10)
-            "graph": rows(con, "misleading_graph", org_id=None, since=None, limit=top),
+            "graph": graph,
+            "graph_count": graph.total,
+            "caveat": MISLEADING_CAVEAT,
         },
         # dead weight: judged in UNUSED_MIN_INJECTIONS+ turns, used in none (query
         # unused-memories); the most judged first
-        "unused_memories": {"min_injections": UNUSED_MIN_INJECTIONS, "top": unused},
+        "unused_memories": {
+            "min_injections": UNUSED_MIN_INJECTIONS,
+            "count": unused.total,
+            "top": unused,
+        },
         "runs": recent_runs,
         "pipeline": pipeline,
         "dead_letters": dead,
         "freshness": {"newest_event": fresh[0], "last_written": fresh[1]},
     }
+
+
+def newest_event(con: duckdb.DuckDBPyConnection) -> datetime | None:
+    """The newest event time in the file (``/healthz``, the freshness line)."""
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pipeline_agents' "
+        "AND database_name = current_database()"
+    ).fetchone()
+    memory = _FRESHNESS_MEMORY if found and found[0] else ""
+    row = con.execute(_FRESHNESS.format(memory=memory)).fetchone()
+    return None if row is None else row[0]
 
 
 def followup_over_time(con: duckdb.DuckDBPyConnection, buckets: int = 48) -> list[dict[str, Any]]:

@@ -100,11 +100,25 @@ class Child:
     proc: subprocess.Popen[bytes]
     log_path: Path
     log_file: IO[bytes]
+    read_to: int = 0  # how far new_warnings has read the log
 
     def tail(self, lines: int = 30) -> str:
         self.log_file.flush()
         text = self.log_path.read_text("utf-8", "replace")
         return "\n".join(text.splitlines()[-lines:])
+
+    def new_warnings(self, logger: str = "memdiag.db") -> list[str]:
+        """The warnings of ``logger`` its log gained since the last call (the sink waiting on
+        another process's lock of the DuckDB file), without their log prefix."""
+        self.log_file.flush()
+        with self.log_path.open("rb") as f:
+            f.seek(self.read_to)
+            text = f.read()
+        end = text.rfind(b"\n") + 1  # whole lines only: a half-written one waits
+        self.read_to += end
+        lines = text[:end].decode("utf-8", "replace").splitlines()
+        marker = f"[WARNING] {logger}: "
+        return [line.split(marker, 1)[1] for line in lines if marker in line]
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -203,6 +217,8 @@ def run_pipeline(
             def watch(lag: Lag) -> None:
                 for child in children:
                     child.check_alive()
+                    for warning in child.new_warnings():  # e.g. another process's lock
+                        say(f"{child.name}: {warning}")
 
             t0 = time.monotonic()
             lag = asyncio.run(

@@ -346,6 +346,21 @@ class Settings:
         "chain is still verified).",
     )
 
+    serve_token: str = setting(
+        "MEMDIAG_SERVE_TOKEN",
+        "",
+        "the token ``memdiag serve`` asks of every request (``Authorization: Bearer T``, or "
+        "once ``?token=T``, then a cookie). Required to bind any address but a loopback one; "
+        "checked on loopback too when set.",
+        secret=True,
+    )
+    serve_url: str = setting(
+        "MEMDIAG_SERVE_URL",
+        "",
+        "where people reach ``memdiag serve`` (e.g. ``https://memdiag.internal:8765``). When "
+        "set, firing alerts, ``status`` and ``explain`` link the page that shows the cause.",
+    )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if environ is None else environ

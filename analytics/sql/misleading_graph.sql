@@ -1,5 +1,5 @@
 -- Misleading graph entities and edges (over the sessions selected), with their weight now.
-SELECT kind, id, weight, failed_sessions, accepted_sessions
+SELECT kind, id, weight, failed_sessions, accepted_sessions, count(*) OVER () AS total
 FROM (
     SELECT 'entity' AS kind, m.id, g.weight, g.failed_sessions, g.accepted_sessions
     FROM misleading_graph_entities(org_id := $org_id, since := $since) m

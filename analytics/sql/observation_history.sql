@@ -1,7 +1,10 @@
--- One observation's verdicts, most recent first.
-SELECT ts, session_id, turn_id, signal, match_ratio, keyword_count, matched_count,
-       org_id, project_id
-FROM retrieval_feedback
-WHERE observation_id = $observation_id
-ORDER BY ts DESC, session_id, turn_id
+-- One observation's verdicts, most recent first, with their session's outcome and category;
+-- `total` is how many verdicts it has in all.
+SELECT f.ts, f.session_id, f.turn_id, f.signal, f.match_ratio, f.keyword_count,
+       f.matched_count, d.outcome, d.failure_category, f.org_id, f.project_id,
+       count(*) OVER () AS total
+FROM retrieval_feedback f
+LEFT JOIN session_diagnostics d USING (session_id)
+WHERE f.observation_id = $observation_id
+ORDER BY f.ts DESC, f.session_id, f.turn_id
 LIMIT $limit;

@@ -24,7 +24,8 @@ SELECT j.run_id,
        string_agg(DISTINCT j.config_fingerprint, ', ' ORDER BY j.config_fingerprint) AS config_fingerprint,
        string_agg(DISTINCT j.git_head, ', ' ORDER BY j.git_head) AS git_head,
        string_agg(DISTINCT j.service_version, ', ' ORDER BY j.service_version) AS service_version,
-       max(j.duration_ms) AS duration_ms
+       max(j.duration_ms) AS duration_ms,
+       count(*) OVER () AS total
 FROM judgements j
 LEFT JOIN artifacts a USING (run_id)
 GROUP BY j.run_id

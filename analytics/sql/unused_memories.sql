@@ -6,7 +6,8 @@ SELECT f.observation_id,
        count(DISTINCT f.session_id) AS sessions,
        max(f.ts) AS last_injected_at,
        st.strength,
-       w.weight
+       w.weight,
+       count(*) OVER () AS total
 FROM retrieval_feedback f
 LEFT JOIN observation_strength st ON st.observation_id = f.observation_id
 LEFT JOIN observation_weights w ON w.observation_id = f.observation_id

@@ -19,7 +19,7 @@ err = Console(stderr=True, highlight=False)
 
 
 #: What the `report` extra installs: the reports' charts and statistics only.
-REPORT_EXTRA = frozenset({"numpy", "matplotlib"})
+REPORT_EXTRA = frozenset({"numpy"})
 
 
 def require_report_extra() -> None:

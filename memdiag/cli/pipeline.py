@@ -9,12 +9,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from memdiag.cli.analyst import write_html_report
 from memdiag.cli.common import (
     FileProgress,
     err,
     notifier,
-    open_db,
     out,
     print_json,
     require_report_extra,
@@ -60,7 +58,31 @@ def sample_path() -> Path:
 
 def policy_path() -> Path:
     """The bundled example gate policy (what `memdiag demo` suggests gating with)."""
-    return Path(str(resources.files("memdiag").joinpath("data", "gate.toml")))
+    from memdiag.analytics.gate import bundled_policy
+
+    return bundled_policy()
+
+
+def cmd_report_html(args: argparse.Namespace) -> int:
+    path = write_html_report(settings_of(args).duckdb_path, Path(args.out))
+    if args.json:
+        print_json({"report": str(path)})
+    else:
+        out.print(f"report: {path}")
+    return 0
+
+
+def write_html_report(db: str, target: Path) -> Path:
+    from memdiag.analytics.db import connect
+    from memdiag.views.report import render
+
+    con = connect(db, read_only=True)
+    try:
+        page = render(con, db)
+    finally:
+        con.close()
+    target.write_text(page, encoding="utf-8")
+    return target.resolve()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -89,7 +111,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"[bold]{result.publish.events:,} events[/bold] through broker, worker and sink into "
         f"{result.db_path} in {result.seconds:.1f}s"
     )
-    print_status(figures, result.db_path)
+    print_status(figures, args)
     report = write_html_report(result.db_path, Path(args.report))
     out.print(f"\n[bold]report:[/bold] {report}")
     explain = f"memdiag explain {shlex.quote(latest[0])} --db {args.db} · " if latest else ""
@@ -167,30 +189,4 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    return 0
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from memdiag.analytics.queries import parse_duration
-    from memdiag.analytics.status import RecallWatch, status
-
-    try:
-        window = parse_duration(args.recall_window, "--recall-window")
-    except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        return 2
-    if args.recall_min_probed < 1 or not 0 <= args.recall_drop <= 100:
-        err.print("[red]error:[/red] --recall-min-probed must be at least 1 and --recall-drop "
-                  "between 0 and 100 (points)")  # fmt: skip
-        return 2
-    watch = RecallWatch(window, args.recall_drop, args.recall_min_probed)
-    con = open_db(args)
-    try:
-        st = status(con, top=args.top, runs=args.runs, recall=watch)
-    finally:
-        con.close()
-    if args.json:
-        print_json(st)
-    else:
-        print_status(st, settings_of(args).duckdb_path)
     return 0

@@ -1,375 +1,398 @@
-"""How results look in a terminal: Rich tables for runs, queries, scores, comparisons and
-the status screen."""
+"""How each answer looks in a terminal (``--json`` prints the answer itself).
+
+One renderer per question of :mod:`memdiag.views.questions`, registered in :data:`TERMINAL`.
+The rules every one keeps:
+
+- nothing is cut off: ids and text wrap inside their column, numbers never do, and a table
+  that cannot fit the terminal's width even so is printed stacked, one record a block
+  (:func:`show`); off a terminal the width is wide (``COLUMNS`` if set);
+- a shortened list says so: "5 of 6", and how to see the rest;
+- caveats stand beside the number they qualify.
+"""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from memdiag.cli.common import err, out
-from memdiag.contract import FOLLOWUP_CAVEAT
+from memdiag.cli.common import err, out, print_json, settings_of
+from memdiag.contract import FOLLOWUP_CAVEAT, MISLEADING_CAVEAT
+
+# -- tables that never cut --------------------------------------------------------------
 
 
-def print_run_report(r: dict[str, Any]) -> None:
-    table = Table(title=f"memdiag run — {r['input']}", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    rate = r["followup_rate"]
-    table.add_row("events", f"{r['events']:,}")
-    if r.get("span_records"):
-        table.add_row("OTLP span records", f"{r['span_records']:,}")
-    table.add_row("searches", f"{r['searches']:,}")
-    table.add_row("agent searches", f"{r['agent_searches']:,}")
-    table.add_row("followups", f"{r['followups']:,}")
-    table.add_row("followup rate", "n/a" if rate is None else f"{rate:.1%}")
-    fb = r["feedback"]
-    judged = fb["used"] + fb["ignored"]
-    table.add_row(
-        "injected memories used",
-        f"{fb['used']:,} of {judged:,} ({fb['used'] / judged:.0%})" if judged else "n/a",
+def table(
+    title: str | None,
+    columns: Sequence[str],
+    right: Sequence[str] = (),
+    wrap: Sequence[str] = (),
+    box: bool = True,
+) -> Table:
+    """A table that never cuts: ``right`` columns are numbers (right-aligned), ``wrap``
+    columns are prose that wraps at word boundaries, and every other column (ids, names,
+    times) keeps each value on one line. :func:`show` stacks it when it cannot fit."""
+    from rich import box as boxes
+
+    t = Table(
+        title=title, title_justify="left", box=boxes.HEAVY_HEAD if box else None, pad_edge=box
     )
-    outcomes = r["sessions_by_outcome"]
-    if outcomes:
-        table.add_row(
-            "sessions",
-            ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items(), key=lambda kv: -kv[1])),
-        )
-        top = [(k, v) for k, v in r["failure_categories"].items() if v]
-        top.sort(key=lambda kv: -kv[1])
-        if top:
-            table.add_row("failures by category", ", ".join(f"{k} {v}" for k, v in top))
-        table.add_row("misleading memories", f"{r['misleading_observations']:,}")
-    pipeline = r.get("memory_pipeline")
-    if pipeline and pipeline["agents"]:
-        table.add_row("memory pipeline", pipeline_line(pipeline))
-    for run in r["benchmark_runs"]:
-        table.add_row(
-            f"run {run['run_id']}",
-            f"accuracy {run['accuracy']:.1%} of {run['judgements']:,}; reader failures "
-            f"{run['reader_failures']}, retrieval failures {run['retrieval_failures']}",
-        )
-    dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
-    table.add_row("dead letters", f"{r['dead_letters']:,}" + (f"  ({dead})" if dead else ""))
-    table.add_row("time", f"{r['seconds']:.1f}s")
-    out.print(table)
-    out.print(f"[dim]followup rate: {FOLLOWUP_CAVEAT}.[/dim]")
-    out.print(f'[dim]query it: duckdb -readonly {r["db"]} "SELECT * FROM followup_rate"[/dim]')  # noqa: S608 - a hint printed for the user, not executed
-    runs = [run["run_id"] for run in r["benchmark_runs"]]
-    if len(runs) >= 2:
-        out.print(
-            f"[dim]compare runs: memdiag compare --baseline {runs[0]} --candidate {runs[1]} "
-            f"--db {r['db']}[/dim]"
-        )
-
-
-_HEADERS = {
-    "ts": "time (UTC)",
-    "match_ratio": "ratio",
-    "matched_count": "matched",
-    "keyword_count": "keywords",
-}
-
-
-def rich_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left")
     for c in columns:
-        numeric = bool(rows) and _numeric(rows[0].get(c))
-        table.add_column(_HEADERS.get(c, c), justify="right" if numeric else "left", no_wrap=True)
-    for r in rows:
-        table.add_row(*(_cell(r.get(c)) for c in columns))
-    return table
+        if c in wrap:
+            t.add_column(c, overflow="fold")
+        else:
+            t.add_column(c, justify="right" if c in right else "left", no_wrap=True)
+    return t
 
 
-def _numeric(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+def _text(value: Any) -> Text:
+    return value if isinstance(value, Text) else Text.from_markup(str(value))
 
 
-def _cell(v: Any) -> str:
+def min_width(t: Table) -> int:
+    """The narrowest ``t`` prints without cutting a cell: its one-line columns at their
+    widest cell (header included), its wrapping ones at their longest word, with the
+    padding and rules between them."""
+    need = 0
+    for c in t.columns:
+        texts = [_text(c.header), *(_text(v) for v in c.cells)]
+        if c.no_wrap:
+            need += max(x.cell_len for x in texts)
+        else:
+            need += max((len(w) for x in texts for w in x.plain.split()), default=1)
+    n = len(t.columns)
+    pad = t.padding[1] + t.padding[3] if len(t.padding) == 4 else 2
+    need += pad * n - (0 if t.pad_edge else pad)
+    return need + (n + 1 if t.box is not None else 0)
+
+
+def show(t: Table, to: Any = None) -> None:
+    """Print ``t``; stacked (one block a row, ``column: value``) when even wrapped it is wider
+    than the console, so that no cell is ever cut."""
+    console = to or out
+    if min_width(t) <= console.width:
+        console.print(t)
+        return
+    if t.title:
+        console.print(_text(t.title))
+    headers = [_text(c.header).plain for c in t.columns]
+    cells = [list(c.cells) for c in t.columns]
+    for i in range(t.row_count):
+        for h, column in zip(headers, cells, strict=True):
+            line = Text.from_markup(f"  [dim]{escape(h) or '·'}:[/dim] ")
+            line.append(_text(column[i]))
+            console.print(line, overflow="fold")
+        if i < t.row_count - 1:
+            console.print()
+
+
+def cut(shown: int, total: int, what: str, how: str) -> str | None:
+    """ "5 of 6 misleading memories shown: memdiag query misleading for all", when cut."""
+    if total <= shown:
+        return None
+    return f"{shown:,} of {total:,} {what} shown: {how}"
+
+
+def note(text: str | None, to: Any = None) -> None:
+    if text:
+        (to or err).print(f"[dim]{text}[/dim]", soft_wrap=False)
+
+
+# -- cells --------------------------------------------------------------------------------
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def cell(v: Any) -> str:
     if v is None:
         return "—"
     if isinstance(v, datetime):
         return v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.3f}"
-    if isinstance(v, int) and not isinstance(v, bool):
+    if isinstance(v, int):
         return f"{v:,}"
-    return str(v)
+    return escape(str(v))
 
 
-def print_observation_stats(r: dict[str, Any]) -> None:
-    judged = r["used"] + r["ignored"]
-    table = Table(
-        title=f"observation {r['observation_id']}", show_header=False, title_justify="left"
-    )
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_row("used", f"{r['used']:,}")
-    table.add_row("ignored", f"{r['ignored']:,}")
-    table.add_row("used share", "—" if r["used_share"] is None else f"{r['used_share']:.1%}")
-    if r["weight"] is not None:
-        table.add_row("weight", f"{r['weight']:.3f}")
-        table.add_row(
-            "sessions failed / accepted", f"{r['failed_sessions']} / {r['accepted_sessions']}"
-        )
-        table.add_row("misleading", "yes" if r["misleading"] else "no")
-    if r.get("strength") is not None:
-        table.add_row(
-            "strength", f"{r['strength']:.3f} (after {r['strength_steps']:,} judged turns)"
-        )
-    out.print(table)
-    if not judged:
-        err.print(
-            "no turn has judged this observation yet (check the id, or whether its "
-            "injections got responses)"
-        )
+def minute(v: datetime | None) -> str:
+    return "—" if v is None else v.astimezone(UTC).strftime("%m-%d %H:%M")
 
 
-# -- benchmark: report scores, compare ------------------------------------------------
+def when(v: datetime | None) -> str:
+    return "—" if v is None else v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _side_name(side: dict[str, Any]) -> str:
-    from rich.markup import escape  # run ids and conditions are the harness's own strings
-
-    return escape(side["run_id"] + (f" [{side['condition']}]" if side["condition"] else ""))
-
-
-def print_comparison(r: dict[str, Any]) -> None:
-    b, c = r["baseline"], r["candidate"]
-    ci = r["bootstrap_ci"]
-    m = r["mcnemar"]
-    out.print(f"[bold]{r['verdict']}[/bold]")
-    summary = Table(show_header=False, box=None, pad_edge=False)
-    summary.add_column(style="bold")
-    summary.add_column()
-    summary.add_row("baseline", f"{_side_name(b)}: accuracy {b['accuracy']:.1%}")
-    summary.add_row("candidate", f"{_side_name(c)}: accuracy {c['accuracy']:.1%}")
-    summary.add_row(
-        "delta",
-        f"{r['delta'] * 100:+.1f} pts, {ci['level']:.0%} CI {ci['low'] * 100:+.1f} to "
-        f"{ci['high'] * 100:+.1f} (paired bootstrap over questions, {ci['resamples']:,} "
-        f"resamples, seed {ci['seed']})",
-    )
-    summary.add_row(
-        "McNemar",
-        f"exact p = {m['p_value']:.3g} ({m['right_to_wrong']} right→wrong, "
-        f"{m['wrong_to_right']} wrong→right; {r['pairs']:,} pairs over {r['questions']:,} "
-        "questions)",
-    )
-    for label, key, unit in (
-        ("latency", "latency_ms_delta", " ms"),
-        ("tokens", "tokens_delta", ""),
-    ):
-        d = r[key]
-        if d:
-            summary.add_row(
-                label, f"{d['mean']:+,.1f}{unit} mean, {d['median']:+,.1f}{unit} median per pair"
-            )
-    out.print(summary)
-    states = r["transitions"]["states"]
-    table = Table(
-        title="where the answers moved (rows: baseline, columns: candidate)", title_justify="left"
-    )
-    table.add_column("baseline ↓ / candidate →")
-    for s in states:
-        table.add_column(s, justify="right")
-    for s in states:
-        row = r["transitions"]["baseline_to_candidate"][s]
-        table.add_row(s, *(f"[bold]{row[t]}[/bold]" if s == t else str(row[t]) for t in states))
-    out.print(table)
-    metrics = paired_metrics_table(
-        f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
-        "(fractions in %, their deltas in points; latency_ms in ms)",
-        r["metrics"],
-    )
-    if metrics.row_count:
-        out.print(metrics)
-    un = r["unpaired"]
-    for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
-        if items:
-            shown = ", ".join(f"{i['question_id']}#{i['repeat_index']}" for i in items[:10])
-            more = f" and {len(items) - 10} more (--json lists all)" if len(items) > 10 else ""
-            out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
-
-
-def _paired_cells(p: dict[str, Any]) -> list[str]:
-    """Baseline, candidate, delta and interval of one paired metric (for a table: fractions
-    in %, their deltas in points; latency in ms, tokens in tokens)."""
-    from memdiag.analytics.metrics import fmt
-
-    u, ci = p["unit"], p["ci"]
-    return [
-        fmt(u, p["baseline_mean"], bare=True),
-        fmt(u, p["candidate_mean"], bare=True),
-        fmt(u, p["delta"], True, bare=True),
-        f"[{fmt(u, ci['low'], True, bare=True)}, {fmt(u, ci['high'], True, bare=True)}]",
-    ]
-
-
-def paired_metrics_table(title: str, metrics: dict[str, dict[str, Any] | None]) -> Table:
-    """One row per paired metric (``compare``, ``report scores``); a metric no pair carries
-    (no score sent, say) is left out."""
-    table = Table(title=title, title_justify="left")
-    for col in ("metric", "baseline", "candidate", "delta", "interval", "pairs"):
-        table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
-    for name, p in metrics.items():
-        if p is not None:
-            table.add_row(name, *_paired_cells(p), f"{p['pairs']:,}")
-    return table
-
-
-def print_gate(v: Any) -> None:
-    """The gate's verdict: the metrics judged, the notes, then the one-line reason."""
-    from rich.markup import escape
-
-    from memdiag.analytics.gate import CANNOT_JUDGE, ERROR, PASS, REGRESSION
-    from memdiag.analytics.metrics import fmt
-
-    if v.metrics:
-        title = f"gate: {v.baseline.get('run_id')} → {v.candidate.get('run_id')}"
-        table = Table(title=escape(title),
-                      title_justify="left", box=None, pad_edge=False)  # fmt: skip
-        for col in ("metric", "base", "cand", "Δ", "95% interval", "allowed", ""):
-            table.add_column(col, justify="left" if col in ("metric", "") else "right",
-                             no_wrap=True)  # fmt: skip
-        for mv in v.metrics:
-            d = mv.as_dict()
-            cells = _paired_cells(d) if mv.paired is not None else ["—"] * 4
-            side = "≥ " if d["higher_is_better"] else "≤ "
-            mark = {PASS: "[green]pass[/green]", REGRESSION: "[red bold]regression[/red bold]",
-                    CANNOT_JUDGE: "[yellow]cannot judge[/yellow]"}[mv.verdict]  # fmt: skip
-            allowed = side + fmt(d["unit"], d["limit"], True, bare=d["unit"] != "fraction")
-            table.add_row(d["metric"], *cells, allowed, mark)
-        out.print(table)
-    for n in v.notes:
-        out.print(f"[dim]note: {escape(n)}[/dim]")
-    colour = {PASS: "green", REGRESSION: "red"}.get(v.verdict, "yellow")
-    to = err if v.verdict == ERROR else out  # an error is not a result
-    to.print(f"[{colour} bold]{escape(v.reason)}[/{colour} bold]", soft_wrap=True)
-
-
-# -- status -----------------------------------------------------------------------------
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
-
-
-def _ago(when: datetime | None) -> str:
-    if when is None:
+def ago(v: datetime | None) -> str:
+    if v is None:
         return "never"
-    seconds = (datetime.now(UTC) - when.astimezone(UTC)).total_seconds()
+    seconds = (datetime.now(UTC) - v.astimezone(UTC)).total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.0f}{unit} ago"
     return f"{max(seconds, 0):.0f}s ago"
 
 
-def print_status(st: dict[str, Any], db: str) -> None:
-    from rich.columns import Columns
+def filters_text(args: argparse.Namespace) -> str:
+    parts = [
+        f"{k}={getattr(args, k)}"
+        for k in ("org", "project", "since")
+        if getattr(args, k, None) not in (None, "")
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def link(args: argparse.Namespace, path: str) -> str | None:
+    """The page of ``memdiag serve`` at ``path``, when MEMDIAG_SERVE_URL says where it is."""
+    from memdiag.contract.pages import url
+
+    return url(settings_of(args).serve_url, path) or None
+
+
+# -- run and demo -------------------------------------------------------------------------
+
+
+def print_run_report(r: dict[str, Any]) -> None:
+    t = table(f"memdiag run — {escape(r['input'])}", ["", "value"], wrap=["value"])
+    t.show_header = False
+    rate = r["followup_rate"]
+    rows: list[tuple[str, str]] = [("events", f"{r['events']:,}")]
+    if r.get("span_records"):
+        rows.append(("OTLP span records", f"{r['span_records']:,}"))
+    rows += [
+        ("searches", f"{r['searches']:,} (agent and viewer, empty results included)"),
+        ("agent searches", f"{r['agent_searches']:,} (the followup rate's denominator)"),
+        ("followups", f"{r['followups']:,}"),
+        ("followup rate", "n/a" if rate is None else f"{rate:.1%}"),
+    ]
+    fb = r["feedback"]
+    judged = fb["used"] + fb["ignored"]
+    rows.append(
+        (
+            "injected memories used",
+            f"{fb['used']:,} of {judged:,} ({fb['used'] / judged:.0%})" if judged else "n/a",
+        )
+    )
+    outcomes = r["sessions_by_outcome"]
+    if outcomes:
+        rows.append(
+            (
+                "sessions",
+                ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items(), key=lambda kv: -kv[1])),
+            )
+        )
+        top = sorted(
+            ((k, v) for k, v in r["failure_categories"].items() if v), key=lambda kv: -kv[1]
+        )
+        if top:
+            rows.append(("failures by category", ", ".join(f"{k} {v}" for k, v in top)))
+        rows.append(("misleading memories", f"{r['misleading_observations']:,}"))
+    pipeline = r.get("memory_pipeline")
+    if pipeline and pipeline["agents"]:
+        rows.append(("memory pipeline", pipeline_line(pipeline)))
+    for run in r["benchmark_runs"]:
+        rows.append(
+            (
+                f"run {escape(run['run_id'])}",
+                f"accuracy {run['accuracy']:.1%} of {run['judgements']:,}; reader failures "
+                f"{run['reader_failures']}, retrieval failures {run['retrieval_failures']}",
+            )
+        )
+    dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
+    rows.append(("dead letters", f"{r['dead_letters']:,}" + (f"  ({dead})" if dead else "")))
+    rows.append(("time", f"{r['seconds']:.1f}s"))
+    for k, v in rows:
+        t.add_row(f"[bold]{k}[/bold]", v)
+    show(t)
+    out.print(f"[dim]followup rate: {FOLLOWUP_CAVEAT}.[/dim]")
+    hint = f'duckdb -readonly {escape(r["db"])} "SELECT * FROM followup_rate"'  # noqa: S608 - printed, not run
+    out.print(f"[dim]query it: {hint}[/dim]")
+    runs = [run["run_id"] for run in r["benchmark_runs"]]
+    if len(runs) >= 2:
+        out.print(
+            f"[dim]compare runs: memdiag compare --baseline {escape(runs[0])} --candidate "
+            f"{escape(runs[1])} --db {escape(r['db'])}[/dim]"
+        )
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+def print_status(st: dict[str, Any], args: argparse.Namespace) -> None:
     from rich.panel import Panel
 
+    db = settings_of(args).duckdb_path
     fu, fb = st["followup"], st["feedback"]
-    head = Table(show_header=False, box=None, pad_edge=False)
-    head.add_column(style="bold")
-    head.add_column()
-    head.add_row(
-        "followup rate",
-        f"{_pct(fu['rate'])} of {fu['agent_searches']:,} agent searches "
-        f"[dim]({fu['caveat']})[/dim]",
-    )
-    head.add_row(
-        "memories used",
-        f"{_pct(fb['used_share'])} of {fb['used'] + fb['ignored']:,} injected-and-answered "
-        f"({fb['observations']:,} observations) [dim]({fb['caveat']})[/dim]",
-    )
+    head = table(None, ["", "value"], wrap=["value"], box=False)
+    head.show_header = False
+    proxies = st.get("proxies") or {}
+    rows = [
+        (
+            "followup rate",
+            f"{pct(fu['rate'])} of {fu['agent_searches']:,} agent searches "
+            f"[dim]({fu['caveat']})[/dim]" + _proxy_note(proxies.get("followups")),
+        ),
+        (
+            "memories used",
+            f"{pct(fb['used_share'])} of {fb['used'] + fb['ignored']:,} "
+            f"injected-and-answered ({fb['observations']:,} observations) [dim]({fb['caveat']})"
+            "[/dim]" + _proxy_note(proxies.get("ignored")),
+        ),
+    ]
     sessions = st["sessions"]
     total = sum(sessions.values())
     failed = total - sessions.get("accepted", 0)
-    head.add_row(
-        "sessions",
-        f"{total:,}: "
-        + ", ".join(f"{k} {v:,}" for k, v in sessions.items())
-        + (f"  ({failed / total:.0%} failed)" if total else ""),
+    rows.append(
+        (
+            "sessions",
+            f"{total:,}: "
+            + ", ".join(f"{k} {v:,}" for k, v in sessions.items())
+            + (f"  ({failed / total:.0%} failed)" if total else ""),
+        )
     )
-    head.add_row("memory pipeline", pipeline_line(st.get("pipeline")))
+    rows.append(("memory pipeline", pipeline_line(st.get("pipeline"))))
     fell = recall_fell_line(st.get("pipeline"))
     if fell:
-        head.add_row("recall", fell)
+        rows.append(("recall", fell))
     fresh = st["freshness"]
-    newest = fresh["newest_event"]
-    head.add_row(
-        "freshness",
-        f"newest event {newest.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S') if newest else '—'}"
-        f" UTC; last written {_ago(fresh['last_written'])}",
+    rows.append(
+        (
+            "freshness",
+            f"newest event {when(fresh['newest_event'])} UTC; last written "
+            f"{ago(fresh['last_written'])}",
+        )
     )
-    out.print(Panel(head, title=f"memdiag status — {db}", title_align="left"))
+    for k, v in rows:
+        head.add_row(f"[bold]{k}[/bold]", v)
+    title = f"memdiag status — {escape(db)}{escape(filters_text(args))}"
+    out.print(Panel(head, title=title, title_align="left", expand=False))
 
-    cats = Table(title="failed sessions by category", title_justify="left", box=None)
-    cats.add_column("category")
-    cats.add_column("sessions", justify="right")
-    cats.add_column("", no_wrap=True)
+    cats = table(
+        "failed sessions by category", ["category", "sessions", ""], ["sessions", ""], box=False
+    )
     most = max((c["sessions"] for c in st["failure_categories"]), default=0) or 1
     for c in st["failure_categories"]:
         cats.add_row(
             c["failure_category"], f"{c['sessions']:,}", "█" * round(12 * c["sessions"] / most)
         )
-
-    graph = st["misleading"].get("graph", [])
-    title = f"misleading memories: {st['misleading']['count']}"
-    if graph:
-        title += f" (and {len(graph)} of the knowledge graph)"
-    mis = Table(title=title, title_justify="left", box=None)
-    mis.add_column("observation")
-    mis.add_column("failed", justify="right")
-    mis.add_column("weight", justify="right")
-    for m in st["misleading"]["top"]:
-        mis.add_row(m["observation_id"], str(m["fail_count"]), _cell(m["weight"]))
-    for g in graph:  # the knowledge graph's, marked as such
-        mis.add_row(f"[dim]{g['kind']}[/dim] {g['id']}", str(g["failed_sessions"] or "—"),
-                    _cell(g["weight"]))  # fmt: skip
-    out.print(Columns([cats, mis], padding=(0, 4)))
+    m = st["misleading"]
+    graph = m.get("graph", [])
+    title = f"misleading memories: {m['count']:,}"
+    if m.get("graph_count", len(graph)):
+        title += f" (and {m.get('graph_count', len(graph)):,} of the knowledge graph)"
+    mis = table(
+        title, ["memory", "failed sessions", "weight"], ["failed sessions", "weight"], box=False
+    )
+    for row in m["top"]:
+        mis.add_row(escape(row["observation_id"]), str(row["fail_count"]), cell(row["weight"]))
+    for g in graph:
+        mis.add_row(
+            f"[dim]{g['kind']}[/dim] {escape(g['id'])}",
+            str(g["failed_sessions"] or "—"),
+            cell(g["weight"]),
+        )
+    show(cats)
+    show(mis)
+    note(
+        cut(
+            len(m["top"]),
+            m["count"],
+            "misleading memories",
+            "memdiag query misleading (--top N here)",
+        ),
+        out,
+    )
+    note(
+        cut(
+            len(graph),
+            m.get("graph_count", len(graph)),
+            "graph entities and edges",
+            "memdiag query misleading --graph",
+        ),
+        out,
+    )
+    if m["count"]:
+        note(f"misleading: {MISLEADING_CAVEAT}", out)
     unused = st.get("unused_memories") or {"top": []}
     if unused["top"]:
-        unused_table = Table(
-            title=f"dead weight: judged in {unused['min_injections']}+ turns, used in none",
-            title_justify="left",
-            box=None,
+        u = table(
+            f"dead weight: judged in {unused['min_injections']}+ turns, used in none: "
+            f"{unused.get('count', len(unused['top'])):,}",
+            ["memory", "judged turns", "strength"],
+            ["judged turns", "strength"],
+            box=False,
         )
-        for col in ("memory", "judged turns", "strength"):
-            unused_table.add_column(col, justify="left" if col == "memory" else "right")
-        for u in unused["top"]:
-            unused_table.add_row(
-                u["observation_id"], f"{u['judged_turns']:,}", _cell(u["strength"])
+        for row in unused["top"]:
+            u.add_row(
+                escape(row["observation_id"]), f"{row['judged_turns']:,}", cell(row["strength"])
             )
-        out.print(unused_table)
-
-    runs = Table(title="benchmark runs (most recent first)", title_justify="left", box=None)
-    for col in ("run", "accuracy", "reader fail", "retrieval fail", "unattributed", "judgements"):
-        runs.add_column(col, justify="left" if col == "run" else "right")
+        show(u)
+        note(
+            cut(
+                len(unused["top"]),
+                unused.get("count", 0),
+                "dead-weight memories",
+                "memdiag query unused-memories",
+            ),
+            out,
+        )
+    runs = table(
+        "benchmark runs (most recent first)",
+        ["run", "accuracy", "reader fail", "retrieval fail", "unattributed", "judgements"],
+        ["accuracy", "reader fail", "retrieval fail", "unattributed", "judgements"],
+        box=False,
+    )
     for r in st["runs"]:
         runs.add_row(
-            r["run_id"],
-            _pct(r["accuracy"]),
+            escape(r["run_id"]),
+            pct(r["accuracy"]),
             str(r["reader_failures"]),
             str(r["retrieval_failures"]),
             str(r["unattributed"]),
             f"{r['judgements']:,}",
         )
-    dead = Table(title="dead letters", title_justify="left", box=None)
-    dead.add_column("reason")
-    dead.add_column("count", justify="right")
+    dead = table("dead letters", ["reason", "count"], ["count"], box=False)
     for d in st["dead_letters"]:
         dead.add_row(d["reason"], f"{d['dead_letters']:,}")
     if not st["dead_letters"]:
         dead.add_row("none", "0")
-    out.print(
-        Columns(
-            [runs if st["runs"] else Table(title="no benchmark runs", box=None), dead],
-            padding=(0, 4),
-        )
-    )
+    if st["runs"]:
+        show(runs)
+    else:
+        out.print("no benchmark runs")
+    show(dead)
+    _pipeline_links(st, args)
+
+
+def _proxy_note(p: dict[str, Any] | None) -> str:
+    """A proxy ``calibrate`` finds uninformative on this file, said beside it."""
+    if not p or p.get("informative", True):
+        return ""
+    return f" [yellow]({escape(p['words'])})[/yellow]"
+
+
+def _pipeline_links(st: dict[str, Any], args: argparse.Namespace) -> None:
+    """With MEMDIAG_SERVE_URL set: the pages of the causes (a broken agent, the first
+    misleading memory)."""
+    from memdiag.contract.pages import agent_path, memory_path
+
+    p = st.get("pipeline") or {}
+    for b in (p.get("broken") or [])[:3]:
+        if href := link(args, agent_path(b["agent_id"])):
+            out.print(f"[dim]broken {escape(b['agent_id'])}: {escape(href)}[/dim]")
+    for m in st["misleading"]["top"][:1]:
+        if href := link(args, memory_path(m["observation_id"])):
+            out.print(f"[dim]misleading {escape(m['observation_id'])}: {escape(href)}[/dim]")
 
 
 def pipeline_line(p: dict[str, Any] | None) -> str:
@@ -379,24 +402,23 @@ def pipeline_line(p: dict[str, Any] | None) -> str:
     if not p["agents"]:
         return "[dim]no memory events (memdiag.memory)[/dim]"
     broken = p["broken"]
+    names = ", ".join(escape(b["agent_id"]) for b in broken[:4])
+    more = f" and {len(broken) - 4} more" if len(broken) > 4 else ""
     parts = [
-        f"[bold red]{len(broken)} of {p['agents']} agents broken[/bold red] "
-        f"({', '.join(b['agent_id'] for b in broken[:4])}{', …' if len(broken) > 4 else ''})"
+        f"[bold red]{len(broken)} of {p['agents']} agents broken[/bold red] ({names}{more})"
         if broken
         else f"{p['agents']} agents, none broken"
     ]
     for key, label in (("worst_coverage", "worst coverage"), ("worst_recall", "worst recall")):
         w = p[key]
         if w is not None:
-            parts.append(f"{label} {_pct(w['value'])} ({w['agent_id']})")
+            parts.append(f"{label} {pct(w['value'])} ({escape(w['agent_id'])})")
     return " · ".join(parts)
 
 
 def recall_fell_line(p: dict[str, Any] | None) -> str | None:
     """The agents whose SRR fell from their previous window (``status``), those that stopped
     probing, and how many could be judged; None without memory events."""
-    from rich.markup import escape
-
     from memdiag.analytics.status import span_text
 
     if p is None or not p["agents"]:
@@ -405,17 +427,19 @@ def recall_fell_line(p: dict[str, Any] | None) -> str | None:
     if f is None:
         return "[dim]fall check: start `memdiag sink` on this file once to upgrade it[/dim]"
     window = span_text(f["window_seconds"])
-    rule = (f"the last {window} against the {window} before: over {f['drop_points']:g} "
-            f"points and {f['min_z']:g} standard errors, {f['min_probed']}+ probed memories "
-            "each")  # fmt: skip
+    rule = (
+        f"the last {window} against the {window} before: over {f['drop_points']:g} "
+        f"points and {f['min_z']:g} standard errors, {f['min_probed']}+ probed memories "
+        "each"
+    )
     judged = f"{f['checked']} of {f['probing_agents']} probing agents judged"
     parts = [
-        f"{escape(a['agent_id'])} {_pct(a['previous_semantic_recall_rate'])} → "
-        f"{_pct(a['semantic_recall_rate'])} (as of {_minute(a['window_end'])})"
+        f"{escape(a['agent_id'])} {pct(a['previous_semantic_recall_rate'])} → "
+        f"{pct(a['semantic_recall_rate'])} (as of {minute(a['window_end'])})"
         for a in f["agents"][:4]
     ]
     if len(f["agents"]) > 4:
-        parts.append(f"and {len(f['agents']) - 4} more")
+        parts.append(f"and {len(f['agents']) - 4} more (--json lists all)")
     stopped = [escape(a["agent_id"]) for a in f["stopped_probing"]]
     if not f["checked"] and not f["stopped_probing"]:
         return (
@@ -427,59 +451,210 @@ def recall_fell_line(p: dict[str, Any] | None) -> str | None:
     if n:
         text = f"[bold red]fell for {n} agent{'s' if n != 1 else ''}[/bold red]: {', '.join(parts)}"
     if stopped:
-        text += f"; [yellow]probes stopped[/yellow]: {', '.join(stopped[:4])}"
+        more = f" and {len(stopped) - 4} more" if len(stopped) > 4 else ""
+        text += f"; [yellow]probes stopped[/yellow]: {', '.join(stopped[:4])}{more}"
     return f"{text} [dim]({judged}; {rule})[/dim]"
 
 
-def _minute(v: datetime | None) -> str | None:
-    return None if v is None else v.astimezone(UTC).strftime("%m-%d %H:%M")
+# -- the queries --------------------------------------------------------------------------
 
 
-def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None:
+def print_failure_distribution(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    total = sum(r["sessions"] for r in rows)
+    t = table(
+        f"failed sessions by category{escape(filters_text(args))}: {total:,}",
+        ["failure_category", "sessions", "share"],
+        ["sessions", "share"],
+    )
+    for r in rows:
+        t.add_row(
+            r["failure_category"],
+            f"{r['sessions']:,}",
+            f"{r['sessions'] / total:.1%}" if total else "—",
+        )
+    show(t)
+
+
+def print_misleading(rows: Any, args: argparse.Namespace) -> None:
+    f = escape(filters_text(args))
+    if args.graph:
+        if not rows:
+            out.print(f"no misleading graph entities or edges{f}")
+            return
+        t = table(
+            f"misleading graph entities and edges{f}: {rows.total:,}, in >= 3 failed "
+            "sessions and no accepted one",
+            ["kind", "id", "failed", "accepted", "weight"],
+            ["failed", "accepted", "weight"],
+        )
+        for r in rows:
+            t.add_row(
+                r["kind"],
+                escape(r["id"]),
+                cell(r["failed_sessions"]),
+                cell(r["accepted_sessions"]),
+                cell(r["weight"]),
+            )
+    else:
+        if not rows:
+            out.print(f"no misleading memories{f}")
+            return
+        t = table(
+            f"misleading memories{f}: {rows.total:,}, in >= 3 failed sessions and no accepted one",
+            ["memory", "failed", "accepted", "weight", "latest failed session"],
+            ["failed", "accepted", "weight"],
+        )
+        for r in rows:
+            t.add_row(
+                escape(r["observation_id"]),
+                f"{r['fail_count']:,}",
+                f"{r['success_count']:,}",
+                cell(r["weight"]),
+                cell(r["latest_failed_session_id"]),
+            )
+    show(t)
+    note(cut(len(rows), rows.total, "rows", "--limit N for more"))
+    note(f"misleading: {MISLEADING_CAVEAT}; `memdiag explain SESSION_ID` reads one", out)
+
+
+def print_unused_memories(rows: Any, args: argparse.Namespace) -> None:
+    since = f" since {escape(args.since)}" if getattr(args, "since", None) else ""
     if not rows:
         err.print(
-            f"no memory events for agent {agent!r}"
-            if agent
-            else "no memory events yet: "
-            "publish memory_written, memory_indexed, recall_probe and ambient_context to "
-            "memdiag.memory"
+            f"no memory judged in {args.min_injections}+ turns{since} went unused in all of them"
+        )
+        return
+    t = table(
+        f"memories judged in {args.min_injections}+ turns{since}, used in none: {rows.total:,}",
+        ["observation_id", "judged_turns", "sessions", "strength", "weight", "last judged (UTC)"],
+        ["judged_turns", "sessions", "strength", "weight"],
+    )
+    for r in rows:
+        t.add_row(
+            escape(r["observation_id"]),
+            f"{r['judged_turns']:,}",
+            f"{r['sessions']:,}",
+            cell(r["strength"]),
+            cell(r["weight"]),
+            cell(r["last_injected_at"]),
+        )
+    show(t)
+    note(cut(len(rows), rows.total, "rows", "--limit N for more"))
+
+
+def print_observation_stats(r: dict[str, Any], args: argparse.Namespace) -> None:
+    from memdiag.contract.pages import memory_path
+
+    t = table(f"memory {escape(r['observation_id'])}", ["", "value"], wrap=["value"])
+    t.show_header = False
+    rows = [
+        ("used", f"{r['used']:,}"),
+        ("ignored", f"{r['ignored']:,}"),
+        ("used share", pct(r["used_share"])),
+    ]
+    if r["weight"] is not None:
+        rows += [
+            ("weight", f"{r['weight']:.3f}"),
+            (
+                "failed_sessions / accepted_sessions",
+                f"{r['failed_sessions']} / {r['accepted_sessions']}",
+            ),
+            (
+                "misleading",
+                "[bold red]yes[/bold red] (co-occurrence with failure, not cause)"
+                if r["misleading"]
+                else "no",
+            ),
+        ]
+    if r.get("strength") is not None:
+        rows.append(
+            ("strength", f"{r['strength']:.3f} (after {r['strength_steps']:,} judged turns)")
+        )
+    if r.get("dead_weight"):
+        rows.append(("dead weight", "[yellow]yes[/yellow]: judged often, used in none"))
+    for k, v in rows:
+        t.add_row(f"[bold]{k}[/bold]", v)
+    show(t)
+    if not r["used"] + r["ignored"]:
+        err.print("no turn has judged it yet: its injections got no response")
+    if href := link(args, memory_path(r["observation_id"])):
+        note(f"its page: {href}", out)
+
+
+def print_observation_history(rows: Any, args: argparse.Namespace) -> None:
+    t = table(
+        f"{escape(args.observation_id)}: {len(rows):,} verdicts, the most recent first",
+        [
+            "time (UTC)",
+            "session_id",
+            "turn_id",
+            "signal",
+            "ratio",
+            "matched",
+            "keywords",
+            "outcome",
+        ],
+        ["ratio", "matched", "keywords"],
+    )
+    for r in rows:
+        outcome = (
+            "—"
+            if r["outcome"] is None
+            else r["outcome"] + (f" · {r['failure_category']}" if r["failure_category"] else "")
+        )
+        t.add_row(
+            cell(r["ts"]),
+            escape(r["session_id"]),
+            escape(r["turn_id"]),
+            r["signal"],
+            f"{r['match_ratio']:.2f}",
+            str(r["matched_count"]),
+            str(r["keyword_count"]),
+            escape(outcome),
+        )
+    show(t)
+    note(cut(len(rows), rows.total, "verdicts", "--limit N for more"))
+
+
+def print_pipeline_health(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    if not rows:
+        err.print(
+            "no memory events yet: publish memory_written, memory_indexed, recall_probe "
+            "and ambient_context to memdiag.memory"
         )
         return
     broken = sum(1 for r in rows if r["broken"])
-    table = Table(
-        title=f"recall pipeline: {len(rows)} agent{'s' if len(rows) != 1 else ''}, "
-        f"{broken} broken (red)",
-        title_justify="left",
-        box=None,
+    t = table(
+        f"recall pipeline: {len(rows)} agent{'s' if len(rows) != 1 else ''}, {broken} broken (red)",
+        ["agent", "written", "unindexed", "unreach.", "PC", "SRR", "ATR", "broken"],
+        ["written", "unindexed", "unreach.", "PC", "SRR", "ATR", "broken"],
+        box=False,
     )
-    longest = max(len(r["agent_id"]) for r in rows)
-    table.add_column("agent", overflow="fold", min_width=min(longest, 24))
-    for header in ("written", "unindexed", "unreach.", "PC", "SRR", "ATR"):
-        table.add_column(header, justify="right", no_wrap=True)
-    table.add_column("broken since", no_wrap=True)
     for r in rows:
-        table.add_row(
-            f"[bold red]{r['agent_id']}[/bold red]" if r["broken"] else r["agent_id"],
+        name = escape(r["agent_id"])
+        t.add_row(
+            f"[bold red]{name}[/bold red]" if r["broken"] else name,
             f"{r['written']:,}",
             f"{r['unindexed']:,}",
             f"{r['unreachable']:,}",
-            _pct(r["pipeline_coverage"]),
-            _pct(r["semantic_recall_rate"]),
-            _pct(r["ambient_trigger_rate"]),
-            _minute(r["broken_since"]) or "—",
+            pct(r["pipeline_coverage"]),
+            pct(r["semantic_recall_rate"]),
+            pct(r["ambient_trigger_rate"]),
+            minute(r["broken_since"]),
         )
-    out.print(table)
+    show(t)
     missing = [r for r in rows if r["missed"]]
     if missing:
-        why = Table(title="why probes missed (each probed memory's latest probe)",
-                    title_justify="left", box=None)  # fmt: skip
-        why.add_column("agent", overflow="fold", min_width=min(longest, 24))
-        for header in ("probed", "missed", "not indexed", "below thr.", "aliased", "outranked"):
-            why.add_column(header, justify="right", no_wrap=True)
+        why = table(
+            "why probes missed (each probed memory's latest probe)",
+            ["agent", "probed", "missed", "not indexed", "below thr.", "aliased", "outranked"],
+            ["probed", "missed", "not indexed", "below thr.", "aliased", "outranked"],
+            box=False,
+        )
         for r in missing:
-            aliased = f"{r['aliased_misses']:,} ({_pct(r['aliasing_rate'])})"
+            aliased = f"{r['aliased_misses']:,} ({pct(r['aliasing_rate'])})"
             why.add_row(
-                r["agent_id"],
+                escape(r["agent_id"]),
                 f"{r['probed']:,}",
                 f"{r['missed']:,}",
                 f"{r['not_indexed_misses']:,}",
@@ -487,7 +662,7 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
                 f"[yellow]{aliased}[/yellow]" if r["aliased_misses"] else aliased,
                 f"{r['outranked_misses']:,}",
             )
-        out.print(why)
+        show(why)
     out.print(
         "[dim]PC (pipeline coverage): indexed / written. SRR (semantic recall rate): probed "
         "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
@@ -504,18 +679,30 @@ def print_pipeline_health(rows: list[dict[str, Any]], agent: str | None) -> None
             "agent that never reports memory_indexed shows as broken: memdiag cannot know "
             "otherwise.[/dim]"
         )
+    _unindexed_links(rows, args)
 
 
-def print_recall_trend(rows: list[dict[str, Any]], by: str, agent: str | None) -> None:
+def _unindexed_links(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Where to read an agent's unindexed memories: its page, or ``explain-memory``."""
+    from memdiag.contract.pages import agent_path
+
+    for r in rows:
+        if not r["unindexed"]:
+            continue
+        href = link(args, agent_path(r["agent_id"]))
+        where = href or f"memdiag serve, /agents/{r['agent_id']}"
+        note(
+            f"{escape(r['agent_id'])}: {r['unindexed']:,} unindexed, listed at {escape(where)}", out
+        )
+
+
+def print_recall_trend(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """``query recall-trend``: one table per agent, oldest bucket (or smallest memory count)
     first, with a bar of the SRR."""
-    from rich.markup import escape
-
+    by = args.by
     if not rows:
         err.print(
-            f"no recall probes or ambient contexts for agent {escape(repr(agent))}"
-            if agent
-            else "no recall probes or ambient contexts yet: publish recall_probe and "
+            "no recall probes or ambient contexts yet: publish recall_probe and "
             "ambient_context to memdiag.memory"
         )
         return
@@ -525,30 +712,829 @@ def print_recall_trend(rows: list[dict[str, Any]], by: str, agent: str | None) -
     by_count = by == "memory-count"
     for name, series in agents.items():
         what = "memory count" if by_count else f"{by} (UTC)"
-        table = Table(title=f"{escape(name)}: recall by {what}", title_justify="left", box=None)
-        table.add_column("memories" if by_count else by, no_wrap=True)
-        if not by_count:
-            table.add_column("written", justify="right")
-        for header in ("probed", "SRR", "", "contexts", "ATR"):
-            table.add_column(header, justify="right" if header else "left", no_wrap=True)
+        first = ["memories"] if by_count else [by, "written"]
+        t = table(
+            f"{escape(name)}: recall by {what}",
+            [*first, "probed", "SRR", "", "contexts", "ATR"],
+            [*first[1:], "probed", "SRR", "contexts", "ATR"],
+            box=False,
+        )
         for r in series:
             if by_count:
                 lo, hi = r["memory_count_from"], r["memory_count_to"]
-                first = [f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"]
+                cells = [f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"]
             else:
                 start = r["bucket_start"].astimezone(UTC)
-                fmt = "%Y-%m-%d %H:%M" if by == "hour" else "%Y-%m-%d"
-                first = [start.strftime(fmt), f"{r['written']:,}"]
+                cells = [
+                    start.strftime("%Y-%m-%d %H:%M" if by == "hour" else "%Y-%m-%d"),
+                    f"{r['written']:,}",
+                ]
             srr = r["semantic_recall_rate"]
             bar = "" if srr is None else "█" * round(10 * srr)
-            contexts, atr = f"{r['ambient_contexts']:,}", _pct(r["ambient_trigger_rate"])
-            table.add_row(*first, f"{r['probed']:,}", _pct(srr), bar, contexts, atr)
-        out.print(table)
+            t.add_row(
+                *cells,
+                f"{r['probed']:,}",
+                pct(srr),
+                bar,
+                f"{r['ambient_contexts']:,}",
+                pct(r["ambient_trigger_rate"]),
+            )
+        show(t)
     out.print(
         "[dim]SRR: of the memories probed in the bucket, those their own (latest) probe there "
         "found. ATR: the mean, over the bucket's ambient contexts, of the share of the agent's "
         "memories written by then that the context names. "
-        + ("Memories: the agent's written memories at each probe or context. "
-           if by_count else "Written: the agent's memories written by the bucket's end. ")
+        + (
+            "Memories: the agent's written memories at each probe or context. "
+            if by_count
+            else "Written: the agent's memories written by the bucket's end. "
+        )
         + "--json for every column.[/dim]"
-    )  # fmt: skip
+    )
+
+
+def print_failed_sessions(rows: Any, args: argparse.Namespace) -> None:
+    f = escape(filters_text(args))
+    if not rows:
+        out.print(f"no failed session{f}")
+        return
+    t = table(
+        f"failed sessions{f}, the newest first: {rows.total:,}",
+        [
+            "session_id",
+            "agent",
+            "outcome",
+            "category",
+            "searches",
+            "followups",
+            "ignored",
+            "misleading",
+            "outcome at (UTC)",
+        ],
+        ["searches", "followups", "ignored", "misleading"],
+    )
+    for r in rows:
+        t.add_row(
+            escape(r["session_id"]),
+            cell(r["agent_id"]),
+            r["outcome"],
+            cell(r["failure_category"]),
+            f"{r['search_count']:,}",
+            f"{r['followup_count']:,}",
+            f"{r['ignored']:,}",
+            f"{r['misleading']:,}",
+            cell(r["ts"]),
+        )
+    show(t)
+    note(cut(len(rows), rows.total, "failed sessions", "--limit N for more"))
+    note("one session's story: memdiag explain SESSION_ID", out)
+
+
+def print_dead_letters(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    if not rows:
+        out.print("no dead letters: every input was processed")
+        return
+    total = sum(r["dead_letters"] for r in rows)
+    out.print(
+        f"[bold]dead letters: {total:,}[/bold] in {len(rows)} reason{'s' if len(rows) != 1 else ''}"
+    )
+    for r in rows:
+        out.print(
+            f"\n[bold]{escape(r['reason'])}[/bold]: {r['dead_letters']:,}, the newest "
+            f"{when(r['latest'])} UTC"
+        )
+        out.print(f"  what to do: {escape(r['advice'])}")
+        for s in r["samples"]:
+            where = f"{s['topic']} [{s['partition']}] @{s['offset']}"
+            out.print(f"  [dim]·[/dim] {escape(where)}: {escape(s['detail'])}")
+            payload = (s["payload"] or "")[:160]
+            more = "…" if len(s["payload"] or "") > 160 or s["payload_truncated"] else ""
+            out.print(Text(f"    {payload!r}{more}", style="dim"), overflow="fold")
+        note(
+            cut(
+                len(r["samples"]),
+                r["dead_letters"],
+                "samples",
+                "--samples N; every row is in DuckDB's dead_letters",
+            ),
+            out,
+        )
+
+
+# -- explain --------------------------------------------------------------------------------
+
+
+def print_explanation(ex: dict[str, Any], args: argparse.Namespace) -> None:
+    from memdiag.analytics.explain import (
+        pipeline_down,
+        plural,
+        search_summary,
+        timeline,
+        turn_summary,
+    )
+    from memdiag.contract.pages import session_path
+
+    scope = [f"session [bold]{escape(ex['session_id'])}[/bold]"]
+    for key in ("agent_id", "org_id", "project_id"):
+        if ex[key] is not None:
+            scope.append(f"{key.removesuffix('_id')} {escape(ex[key])}")
+    out.print(" · ".join(scope))
+    o = ex["outcome"]
+    if o is None:
+        out.print("[yellow]no outcome yet[/yellow]: the session is open, or its outcome is late")
+    elif o["failed"]:
+        out.print(
+            f"[red bold]{escape(o['outcome'])}[/red bold] · "
+            f"[bold]{escape(str(o['failure_category'] or 'unknown'))}[/bold] — "
+            f"{escape(o['rule'] or '')}"
+        )
+    else:
+        out.print(f"[green bold]{escape(o['outcome'])}[/green bold]")
+    down = pipeline_down(ex)
+    if down is not None:
+        out.print(f"[bold red]{down[0]}[/bold red]{escape(down[1])}")
+    summary = [search_summary(ex), turn_summary(ex)]
+    if o is not None and o["misleading_observation_ids"]:
+        summary.append(
+            plural(len(o["misleading_observation_ids"]), "misleading memory", "misleading memories")
+        )
+    out.print(escape(" · ".join(summary)))
+    if ex["never_searched"]:
+        out.print(
+            "[bold red]never searched[/bold red]: the agent did not ask its memory in this "
+            "session" + (" (and the session failed)" if o is not None and o["failed"] else "")
+        )
+    t = table("timeline (event time)", ["at", "event", "what"], ["at"], ["what"], box=False)
+    for item in timeline(ex):
+        at = f"+{item['at']:,.1f} s"
+        if item["kind"] == "search":
+            s = item["search"]
+            what = escape(s["verdict"])
+            if s["is_followup"]:
+                what = f"[bold]{what}[/bold]"
+            count = f"{s['result_count']} result{'s' if s['result_count'] != 1 else ''}"
+            query = f" [dim]{escape(repr(s['query']))}[/dim]" if s["query"] is not None else ""
+            t.add_row(at, f"search {escape(s['event_id'])}", f"{count} · {what}{query}")
+        elif item["kind"] == "turn":
+            turn = item["turn"]
+            t.add_row(
+                at,
+                f"turn {escape(turn['turn_id'])}",
+                f"{len(turn['memories'])} memories: {turn['used']} used, {turn['ignored']} ignored",
+            )
+            for m in turn["memories"]:
+                colour = "green" if m["signal"] == "used" else "red"
+                t.add_row(
+                    "",
+                    f"  {escape(m['observation_id'])}",
+                    f"[{colour}]{m['signal']}[/{colour}] {m['match_ratio']:.2f} "
+                    f"({m['matched_count']} of {m['keyword_count']} keywords)" + _strength_step(m),
+                )
+        else:
+            oc = item["outcome"]
+            what = oc["outcome"] + (
+                f" · {oc['failure_category'] or 'unknown'}" if oc["failed"] else ""
+            )
+            t.add_row(at, f"outcome {escape(oc['event_id'])}", escape(what))
+    show(t)
+    if ex["unjudged_memories"]:
+        out.print(
+            "injected but never judged (their turn had no response): "
+            + ", ".join(escape(x) for x in ex["unjudged_memories"])
+        )
+    if o is not None and o["ignored_observation_ids"]:
+        out.print(
+            "ignored in every evaluated turn: "
+            + ", ".join(escape(x) for x in o["ignored_observation_ids"])
+        )
+    if o is not None and o["helpful_observation_ids"]:
+        out.print(
+            "reported helpful by the runtime: "
+            + ", ".join(escape(x) for x in o["helpful_observation_ids"])
+        )
+    if o is not None and o["failed"]:
+        calls = o["tool_calls"] or []
+        if calls:
+            out.print(
+                "tool calls: "
+                + "; ".join(
+                    escape(f"{c['tool']}" + (f" {c['file']}" if c["file"] else ""))
+                    + (" ok" if c["success"] else " [red]failed[/red]")
+                    for c in calls
+                )
+            )
+        for e in o["errors"] or []:
+            out.print(f"error ({escape(str(e['tool']))}): {escape(str(e['message']))}")
+    if ex["weights"]:
+        w = table(
+            "weight step of each memory (misleading first)",
+            ["memory", "misleading", "before", "after", "alpha", "weight now", "strength"],
+            ["before", "after", "alpha", "weight now", "strength"],
+            box=False,
+        )
+        for r in ex["weights"]:
+            mis = "[red bold]yes[/red bold]" if r["misleading"] else "no"
+            if r["misleading"] and r["misleading_now"] is False:
+                mis += " [dim](no longer)[/dim]"
+            w.add_row(
+                escape(r["observation_id"]),
+                mis,
+                f"{r['previous_weight']:.3f}",
+                f"{r['new_weight']:.3f}",
+                f"{r['alpha']:g}" + (" (doubled)" if r["aggressive"] else ""),
+                cell(r["weight_now"]),
+                cell(r.get("strength_now")),
+            )
+        show(w)
+        if any(r["misleading"] for r in ex["weights"]):
+            note(f"misleading: {MISLEADING_CAVEAT}", out)
+    if href := link(args, session_path(ex["session_id"])):
+        note(f"its page: {href}", out)
+
+
+def _strength_step(m: dict[str, Any]) -> str:
+    """A verdict's strength step, when the owner's has reached DuckDB."""
+    if m.get("strength") is None:
+        return ""
+    return f" [dim]strength {m['previous_strength']:.3f} → {m['strength']:.3f}[/dim]"
+
+
+def print_memory(ex: dict[str, Any], args: argparse.Namespace) -> None:
+    m = ex["memory"]
+    head = f"memory [bold]{escape(ex['memory_id'])}[/bold] · agent {escape(ex['agent_id'])}"
+    if m is not None and m["name"]:
+        head += f" · name {escape(repr(m['name']))} (key {escape(repr(m['name_key']))})"
+    out.print(head)
+    if m is None:
+        out.print("[yellow]no memory_written or memory_indexed of it[/yellow]: only probed")
+    else:
+        status = m["status"]
+        colour = {"indexed": "green", "unindexed": "red", "pending": "yellow"}.get(status, "")
+        line = f"[{colour}]{status}[/{colour}]" if colour else status
+        line += f" · written {when(m['written_at'])} · indexed {when(m['indexed_at'])}"
+        if m["index_delay_seconds"] is not None:
+            line += f" ({m['index_delay_seconds']:,.1f} s later)"
+        out.print(line)
+        paths = []
+        if m["indexed_at"] is not None:
+            paths.append("search (indexed)")
+        if m["in_ambient"]:
+            paths.append(f"the latest ambient context ({when(m['ambient_at'])})")
+        if ex["unreachable"]:
+            out.print(
+                "[bold red]unreachable[/bold red]: past the index deadline unindexed and "
+                "not in the latest ambient context; no path brings it back"
+            )
+        elif paths:
+            out.print("reached by: " + escape(", ".join(paths)))
+        else:
+            out.print("[yellow]not reachable yet[/yellow]: pending its index, within the deadline")
+        if m["look_alikes"]:
+            out.print(
+                f"{m['look_alikes']} other memor{'ies' if m['look_alikes'] != 1 else 'y'} "
+                "of the agent share its name key: they can alias it"
+            )
+        if m["broken_since"] is not None:
+            out.print(f"[red]the agent's pipeline is broken since {when(m['broken_since'])}[/red]")
+    latest = ex["latest"]
+    if latest is None:
+        out.print("[dim]never probed: publish recall_probe events to see whether it is found[/dim]")
+        return
+    if latest["hit"]:
+        out.print("latest probe: [green]hit[/green]")
+    else:
+        out.print(
+            f"latest probe: [red]missed[/red], [bold]{latest['miss_reason']}[/bold]: look "
+            f"at {escape(latest['look_at'] or '')}"
+        )
+    t = table(
+        "probes (latest first)",
+        ["at", "verdict", "rank", "score", "first k results"],
+        ["rank", "score"],
+        ["first k results"],
+        box=False,
+    )
+    for p in ex["probes"]:
+        verdict = "[green]hit[/green]" if p["hit"] else f"[red]{p['miss_reason']}[/red]"
+        tops = []
+        for top in p["top"]:
+            label = escape(top["memory_id"])
+            if top["name"]:
+                label += f" [dim]{escape(top['name'])}[/dim]"
+            if top["is_target"]:
+                label = f"[bold]{label}[/bold]"
+            elif top["look_alike"]:
+                label = f"[yellow]{label} (look-alike)[/yellow]"
+            tops.append(label)
+        t.add_row(
+            when(p["ts"]),
+            verdict,
+            cell(p["rank"]),
+            "—" if p["score"] is None else f"{p['score']:.2f}",
+            ", ".join(tops) or "[dim]none kept[/dim]",
+        )
+    show(t)
+    ps = ex["probe_summary"]
+    note(cut(ps["shown"], ps.get("total", ps["shown"]), "probes", "--limit N for more"), out)
+    out.print(
+        "[dim]hit: in the first k results at or above the threshold. Reasons: "
+        "not_indexed, below_threshold, aliased (a look-alike name came back), outranked. "
+        "Times UTC; --json for all.[/dim]"
+    )
+
+
+def print_breaks(r: dict[str, Any], args: argparse.Namespace) -> None:
+    from memdiag.analytics.breaks import difference_text, side_text
+
+    apart = r["apart"]
+    head = (
+        f"{r['placed']:,} of {r['sessions']:,} sessions placed against their agent's memory "
+        "pipeline"
+    )
+    if apart["no_agent_id"] or apart["no_memory_events"]:
+        head += (
+            f" ({apart['no_agent_id']:,} name no agent, {apart['no_memory_events']:,} are "
+            "of agents without memory events: counted apart)"
+        )
+    out.print(head)
+    if not r["placed"]:
+        err.print(
+            "no session can be placed: sessions need an agent_id, and their agent memory "
+            "events on memdiag.memory"
+        )
+        return
+    t = table(
+        "failed sessions: during pipeline breaks vs while healthy",
+        ["agent", "breaks", "during breaks", "while healthy", "Δ points [95% CI]"],
+        ["breaks", "during breaks", "while healthy", "Δ points [95% CI]"],
+        box=False,
+    )
+
+    def row(name: str, x: dict[str, Any], breaks: str) -> None:
+        diff = difference_text(x)
+        if x["too_few"]:
+            diff = f"[dim]{diff} *[/dim]"
+        elif x["difference_ci"] and (x["difference_ci"]["low"] or 0) > 0:
+            diff = f"[bold red]{diff}[/bold red]"
+        t.add_row(name, breaks, side_text(x["broken"]), side_text(x["healthy"]), diff)
+
+    row("[bold]all agents[/bold]", r["overall"], "")
+    for a in r["agents"]:
+        row(escape(a["agent_id"]), a, str(len(a["breaks"])) if a["breaks"] else "—")
+    show(t)
+    out.print(
+        f"[dim]During a break: the outcome fell in a span in which the agent's pipeline "
+        f"was down (pipeline_break_spans). Intervals: {r['resamples']:,} bootstrap "
+        f"resamples of each side apart, seed {r['seed']}. *: too few, under "
+        f"{r['min_sessions']} sessions on a side. Bold red: the interval is above 0.[/dim]"
+    )
+    out.print("[dim]caveats: " + "; ".join(escape(c) for c in r["caveats"]) + "[/dim]")
+
+
+def print_calibration(r: dict[str, Any], args: argparse.Namespace) -> None:
+    def p(x: float | None) -> str:
+        return "—" if x is None else f"{x:.1%}"
+
+    def ci(c: dict[str, Any] | None, as_pct: bool = True) -> str:
+        if c is None or c["low"] is None:
+            return ""
+        if as_pct:
+            return f" [dim]({c['low']:.0%}–{c['high']:.0%})[/dim]"
+        return f" [dim]({c['low']:.2f}–{c['high']:.2f})[/dim]"
+
+    def num(x: float | None, digits: int = 2) -> str:
+        return "—" if x is None else f"{x:.{digits}f}"
+
+    pop, boot = r["population"], r["bootstrap"]
+    intervals = (
+        f"Intervals: {boot['level']:.0%} percentile bootstrap over {boot['clusters']:,} "
+        f"{boot['unit']}s, {boot['resamples']:,} resamples, seed {boot['seed']}."
+        if boot["resamples"]
+        else "No intervals (--resamples 0)."
+    )
+    out.print(
+        f"[bold]calibration[/bold] on {pop['sessions']:,} sessions with an outcome: "
+        f"{pop['failed']:,} failed (base rate {p(pop['base_rate'])}). {intervals}"
+    )
+    for n in r["notes"]:
+        out.print(f"[yellow]note:[/yellow] {escape(n)}")
+    g = table(
+        f"followups per session ({r['rate_auc']['window_seconds']:g} s window), over the "
+        "sessions that searched",
+        [
+            "outcome",
+            "sessions",
+            "never searched",
+            "followups: mean",
+            "median",
+            "rate: mean",
+            "median ",
+        ],
+        ["sessions", "never searched", "followups: mean", "median", "rate: mean", "median "],
+    )
+    for name, grp in r["groups"].items():
+        g.add_row(
+            name,
+            f"{grp['sessions']:,}",
+            f"{grp['never_searched']:,}",
+            num(grp["followups"]["mean"]),
+            num(grp["followups"]["median"], 1),
+            num(grp["rate"]["mean"]),
+            num(grp["rate"]["median"]),
+        )
+    show(g)
+    t = table(
+        "predictors of a failed session",
+        ["predictor", "over", "flagged", "failed of those", "precision", "recall", "lift"],
+        ["flagged", "failed of those", "precision", "recall", "lift"],
+    )
+    for x in r["predictors"]:
+        t.add_row(
+            x["predictor"],
+            f"{x['sessions']:,} {x['population']}",
+            f"{x['flagged']:,}",
+            f"{x['failed_flagged']:,}",
+            p(x["precision"]) + ci(x["precision_ci"]),
+            p(x["recall"]) + ci(x["recall_ci"]),
+            "—" if x["lift"] is None else f"{x['lift']:.2f}×",
+        )
+    show(t)
+    ra = r["rate_auc"]
+    out.print(
+        f"followup rate ({ra['window_seconds']:g} s window) as a score: ROC AUC "
+        + num(ra["auc"], 3)
+        + ci(ra["ci"], as_pct=False)
+        + f" over the {ra['sessions']:,} sessions that searched (0.5 = chance)"
+    )
+    out.print(
+        f"never searched: {pop['never_searched']:,} sessions, "
+        f"{p(pop['failure_rate_never_searched'])} failed, against "
+        f"{p(pop['failure_rate_searched'])} of the sessions that searched"
+    )
+    w = table(
+        "the followup window: which length predicts failures best",
+        ["window", "followups", "sessions ≥ 1", "precision", "recall", "rate AUC", "best in"],
+        ["window", "followups", "sessions ≥ 1", "precision", "recall", "rate AUC", "best in"],
+    )
+    for row in r["windows"]:
+        best = row["window_seconds"] == r["best_window_seconds"]
+        w.add_row(
+            f"{row['window_seconds']:g} s" + (" (stream)" if row["stream"] else ""),
+            f"{row['followups']:,}",
+            f"{row['flagged']:,}",
+            p(row["precision"]) + ci(row["precision_ci"]),
+            p(row["recall"]) + ci(row["recall_ci"]),
+            num(row["rate_auc"], 3) + ci(row["rate_auc_ci"], as_pct=False) + (" ◀" if best else ""),
+            "—" if row["p_best"] is None else f"{row['p_best']:.0%}",
+        )
+    show(w)
+    out.print(f"[bold]{escape(r['verdict'])}[/bold]")
+    out.print(
+        "[dim]best in: the share of resamples in which that window has the highest AUC "
+        "(ties shared); overlapping intervals mean this data does not tell the windows "
+        "apart.[/dim]"
+    )
+    check = r["stream_check"]
+    lo, hi = check["window_at_least"], check["window_below"]
+    span = (
+        f"between {lo or 0:g} s and " + (f"less than {hi:g} s" if hi is not None else "any length")
+        if check["checked"]
+        else "unknown (no judged search)"
+    )
+    if check["disagree"]:
+        out.print(
+            f"[yellow]note:[/yellow] at {check['window_seconds']:g} s the recomputed verdict "
+            f"differs from the stream's on {check['disagree']:,} of {check['checked']:,} "
+            f"searches: the worker's AGENTMEMORY_FOLLOWUP_WINDOW_SECONDS was {span}, not "
+            f"{check['window_seconds']:g} s; '(stream)' marks the latter"
+        )
+    else:
+        out.print(
+            f"[dim]the recomputation at {check['window_seconds']:g} s reproduces the "
+            f"stream's verdict on all {check['checked']:,} judged searches[/dim]"
+        )
+    out.print("[dim]caveats: " + escape("; ".join(r["caveats"])) + ".[/dim]")
+
+
+# -- benchmarks ---------------------------------------------------------------------------
+
+
+def side_name(side: dict[str, Any]) -> str:
+    return escape(side["run_id"] + (f" [{side['condition']}]" if side.get("condition") else ""))
+
+
+def print_runs(rows: Any, args: argparse.Namespace) -> None:
+    if not rows:
+        err.print("no benchmark judgements in this database (publish judgement events first)")
+        return
+    t = table(
+        f"benchmark runs: {rows.total:,}",
+        ["run", "judged", "questions", "repeats", "re-judged", "accuracy", "last (UTC)"],
+        ["judged", "questions", "repeats", "re-judged", "accuracy"],
+    )
+    for r in rows:
+        t.add_row(
+            escape(r["run_id"]),
+            f"{r['judgements']:,}",
+            f"{r['questions']:,}",
+            f"{r['repeats']:,}",
+            f"{r['rejudged']:,}",
+            f"{r['accuracy']:.1%}",
+            minute(r["last_at"]),
+        )
+    show(t)
+    note(cut(len(rows), rows.total, "runs", "--limit N for more"))
+    labels = (
+        ("conditions", "conditions"),
+        ("suite_id", "suite"),
+        ("suite_version", "version"),
+        ("suite_checksum", "suite checksum"),
+        ("fixture_checksum", "fixtures"),
+        ("config_fingerprint", "config"),
+        ("git_head", "git"),
+        ("service_version", "service"),
+        ("run_group_id", "group"),
+    )
+    for r in rows:
+        said = [f"{label} {escape(str(r[k]))}" for k, label in labels if r[k]]
+        out.print(
+            f"[bold]{escape(r['run_id'])}[/bold]: " + (" · ".join(said) or "no provenance given")
+        )
+
+
+def print_doctor(r: dict[str, Any], args: argparse.Namespace) -> None:
+    from memdiag.analytics.doctor import NOTE, REFUSE
+
+    colours = {REFUSE: "red bold", "weak": "yellow", NOTE: "dim"}
+    for f in r["findings"]:
+        c = colours[f["level"]]
+        out.print(f"[{c}]{f['level']:<6}[/{c}] {escape(f['subject'])}: {escape(f['message'])}")
+    if r["status"] == 0:
+        out.print("[green]nothing weakens this comparison[/green]")
+
+
+def paired_cells(p: dict[str, Any]) -> list[str]:
+    """Baseline, candidate, delta and interval of one paired metric (fractions in %, their
+    deltas in points; latency in ms, tokens in tokens)."""
+    from memdiag.analytics.metrics import fmt
+
+    u, ci = p["unit"], p["ci"]
+    return [
+        fmt(u, p["baseline_mean"], bare=True),
+        fmt(u, p["candidate_mean"], bare=True),
+        fmt(u, p["delta"], True, bare=True),
+        f"[{fmt(u, ci['low'], True, bare=True)}, {fmt(u, ci['high'], True, bare=True)}]",
+    ]
+
+
+def paired_metrics_table(title: str, metrics: dict[str, dict[str, Any] | None]) -> Table:
+    """One row per paired metric (``compare``, ``report scores``); a metric no pair carries
+    (no score sent, say) is left out."""
+    cols = ["metric", "baseline", "candidate", "delta", "interval", "pairs"]
+    t = table(title, cols, cols[1:])
+    for name, p in metrics.items():
+        if p is not None:
+            t.add_row(name, *(escape(c) for c in paired_cells(p)), f"{p['pairs']:,}")
+    return t
+
+
+def print_comparison(r: dict[str, Any], args: argparse.Namespace) -> None:
+    b, c = r["baseline"], r["candidate"]
+    ci = r["bootstrap_ci"]
+    m = r["mcnemar"]
+    out.print(f"[bold]{escape(r['verdict'])}[/bold]")
+    summary = table(None, ["", "value"], wrap=["value"], box=False)
+    summary.show_header = False
+    for k, v in (
+        ("baseline", f"{side_name(b)}: accuracy {b['accuracy']:.1%}"),
+        ("candidate", f"{side_name(c)}: accuracy {c['accuracy']:.1%}"),
+        (
+            "delta",
+            f"{r['delta'] * 100:+.1f} pts, {ci['level']:.0%} CI {ci['low'] * 100:+.1f} to "
+            f"{ci['high'] * 100:+.1f} (paired bootstrap over questions, {ci['resamples']:,} "
+            f"resamples, seed {ci['seed']})",
+        ),
+        (
+            "McNemar",
+            f"exact p = {m['p_value']:.3g} ({m['right_to_wrong']} right→wrong, "
+            f"{m['wrong_to_right']} wrong→right; {r['pairs']:,} pairs over {r['questions']:,} "
+            "questions)",
+        ),
+    ):
+        summary.add_row(f"[bold]{k}[/bold]", v)
+    for label, key, unit in (
+        ("latency", "latency_ms_delta", " ms"),
+        ("tokens", "tokens_delta", ""),
+    ):
+        d = r[key]
+        if d:
+            summary.add_row(
+                f"[bold]{label}[/bold]",
+                f"{d['mean']:+,.1f}{unit} mean, {d['median']:+,.1f}{unit} median per pair",
+            )
+    show(summary)
+    states = r["transitions"]["states"]
+    t = table(
+        "where the answers moved (rows: baseline, columns: candidate)",
+        ["baseline ↓ / candidate →", *states],
+        states,
+    )
+    for s in states:
+        row = r["transitions"]["baseline_to_candidate"][s]
+        t.add_row(s, *(f"[bold]{row[x]}[/bold]" if s == x else str(row[x]) for x in states))
+    show(t)
+    metrics = paired_metrics_table(
+        f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
+        "(fractions in %, their deltas in points; latency_ms in ms)",
+        r["metrics"],
+    )
+    if metrics.row_count:
+        show(metrics)
+    un = r["unpaired"]
+    for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
+        if items:
+            shown = ", ".join(escape(f"{i['question_id']}#{i['repeat_index']}") for i in items[:10])
+            more = f" and {len(items) - 10} more (--json lists all)" if len(items) > 10 else ""
+            out.print(f"[yellow]only in the {side}:[/yellow] {shown}{more} — not compared")
+
+
+def print_gate(v: Any, args: argparse.Namespace) -> None:
+    """The gate's verdict: the metrics judged, the notes, then the one-line reason."""
+    from memdiag.analytics.gate import CANNOT_JUDGE, ERROR, PASS, REGRESSION, Explained
+    from memdiag.analytics.metrics import fmt
+
+    if isinstance(v, Explained):
+        out.print(v.words, markup=False, highlight=False)
+        return
+    if v.metrics:
+        title = f"gate: {v.baseline.get('run_id')} → {v.candidate.get('run_id')}"
+        cols = ["metric", "base", "cand", "Δ", "95% interval", "allowed", ""]
+        t = table(escape(title), cols, cols[1:6], box=False)
+        for mv in v.metrics:
+            d = mv.as_dict()
+            cells = paired_cells(d) if mv.paired is not None else ["—"] * 4
+            side = "≥ " if d["higher_is_better"] else "≤ "
+            mark = {
+                PASS: "[green]pass[/green]",
+                REGRESSION: "[red bold]regression[/red bold]",
+                CANNOT_JUDGE: "[yellow]cannot judge[/yellow]",
+            }[mv.verdict]
+            allowed = side + fmt(d["unit"], d["limit"], True, bare=d["unit"] != "fraction")
+            t.add_row(d["metric"], *(escape(c) for c in cells), escape(allowed), mark)
+        show(t)
+    for n in v.notes:
+        out.print(f"[dim]note: {escape(n)}[/dim]")
+    colour = {PASS: "green", REGRESSION: "red"}.get(v.verdict, "yellow")
+    to = err if v.verdict == ERROR else out  # an error is not a result
+    to.print(f"[{colour} bold]{escape(v.reason)}[/{colour} bold]", soft_wrap=True)
+
+
+def print_scores(report: dict[str, Any], args: argparse.Namespace) -> None:
+    from memdiag.analytics.metrics import METRICS, fmt
+
+    t = table(
+        f"scores — run {escape(args.run_id)}",
+        [
+            "condition",
+            "questions",
+            "accuracy",
+            "correct",
+            "reader fail",
+            "retrieval fail",
+            "unattributed",
+            "repeat spread",
+        ],
+        [
+            "questions",
+            "accuracy",
+            "correct",
+            "reader fail",
+            "retrieval fail",
+            "unattributed",
+            "repeat spread",
+        ],
+    )
+    for c in report["conditions"]:
+        spread = c["spread"]
+        t.add_row(
+            escape(c["condition"]) or "(none)",
+            f"{c['questions']:,}",
+            f"{c['accuracy']:.1%}",
+            f"{c['correct']:g}",
+            f"{c['reader_failure_with_evidence']:g}",
+            f"{c['retrieval_failure']:g}",
+            f"{c['unattributed']:g}",
+            "—" if spread["min"] == spread["max"] else f"{spread['min']:.1%}–{spread['max']:.1%}",
+        )
+    show(t)
+    names = [escape(c["condition"]) or "(none)" for c in report["conditions"]]
+    means = table(
+        "metrics: mean [95% interval over questions] ± stdev across repeats",
+        ["metric", *names],
+        names,
+    )
+    for name, m in METRICS.items():
+        cells = []
+        for c in report["conditions"]:
+            s = c["metrics"][name]
+            if s is None:
+                cells.append("—")
+                continue
+            low, high = (fmt(m.unit, s["ci"][k], bare=True) for k in ("low", "high"))
+            spread_text = fmt(m.unit, s["stdev_across_repeats"], bare=True)
+            cells.append(
+                escape(f"{fmt(m.unit, s['mean'], bare=True)} [{low}, {high}] ± {spread_text}")
+            )
+        if any(x != "—" for x in cells):
+            means.add_row(name, *cells)
+    show(means)
+    for cmp in report["comparisons"]:
+        title = (
+            f"{cmp['candidate_condition']} − {cmp['baseline_condition']}, paired over "
+            f"{cmp['questions']:,} questions ({cmp['pairs']:,} pairs)"
+        )
+        show(paired_metrics_table(escape(title), cmp["metrics"]))
+    prov = report["provenance"]
+    out.print(
+        f"[dim]{prov['judgements']:,} judgements, {prov['first_event_ts']} to "
+        f"{prov['last_event_ts']}; reader fail = the gold evidence was in the context and "
+        "the answer was still wrong[/dim]"
+    )
+    if args.out:
+        out.print(f"wrote {escape(args.out)}")
+
+
+# -- what a command does with its answer before printing it (files it writes) ---------------
+
+
+def _write_explain_html(ex: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    if args.html:
+        from memdiag.views.report import explain_page
+
+        target = Path(args.html)
+        target.write_text(explain_page(ex, settings_of(args).duckdb_path), encoding="utf-8")
+        if not args.json:
+            err.print(f"wrote {target.resolve()}")
+    return ex
+
+
+def _write_scores(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    if args.out:
+        import json
+
+        from memdiag.cli.common import json_default
+
+        text = json.dumps(report, indent=2, default=json_default) + "\n"
+        Path(args.out).write_text(text, encoding="utf-8")
+    return report
+
+
+def _write_markdown(v: Any, args: argparse.Namespace) -> Any:
+    from memdiag.analytics import gate as g
+
+    if args.markdown and isinstance(v, g.Verdict):
+        try:
+            Path(args.markdown).write_text(g.markdown(v), encoding="utf-8")
+        except OSError as exc:
+            return g.error(f"cannot write {args.markdown}: {exc.strerror}", v.policy)
+    return v
+
+
+#: question name -> how the terminal shows its answer
+TERMINAL: dict[str, Callable[[Any, argparse.Namespace], None]] = {
+    "status": print_status,
+    "failure-distribution": print_failure_distribution,
+    "misleading": print_misleading,
+    "unused-memories": print_unused_memories,
+    "observation-stats": print_observation_stats,
+    "observation-history": print_observation_history,
+    "pipeline-health": print_pipeline_health,
+    "recall-trend": print_recall_trend,
+    "failed-sessions": print_failed_sessions,
+    "dead-letters": print_dead_letters,
+    "explain": print_explanation,
+    "explain-memory": print_memory,
+    "breaks": print_breaks,
+    "calibrate": print_calibration,
+    "runs": print_runs,
+    "doctor": print_doctor,
+    "compare": print_comparison,
+    "gate": print_gate,
+    "scores": print_scores,
+}
+
+#: question name -> what the command does with the answer first (the files it writes); it
+#: may return another answer (a markdown file that cannot be written is the gate's error)
+BEFORE: dict[str, Callable[[Any, argparse.Namespace], Any]] = {
+    "explain": _write_explain_html,
+    "scores": _write_scores,
+    "gate": _write_markdown,
+}
+
+
+def print_answer(name: str, answer: Any, args: argparse.Namespace) -> None:
+    """The answer as JSON (``--json``) or for the terminal."""
+    if getattr(args, "json", False):
+        print_json(answer.as_dict() if hasattr(answer, "as_dict") else answer)
+    else:
+        TERMINAL[name](answer, args)

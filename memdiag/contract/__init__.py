@@ -149,6 +149,10 @@ USED_CAVEAT = (
     "keyword overlap: a response that paraphrases a memory counts it ignored, one that "
     "repeats its words without relying on it counts it used"
 )
+MISLEADING_CAVEAT = (
+    "co-occurrence with failure, not cause: a memory injected where the task was hard fails "
+    "with it; read the sessions behind it before removing it"
+)
 
 # -- why an event arrived too late to be applied exactly (late_event_total{reason}) -------
 
@@ -196,6 +200,39 @@ INPUT_REASONS = (
     NOT_OTLP,
     LATE_EVENT,
 )
+
+#: What to do about each dead-letter reason ("" for a reason this version does not know):
+#: the dead-letters page and ``memdiag query dead-letters`` say it beside the samples.
+DEAD_LETTER_ADVICE = {
+    TOO_LARGE: "the producer sent an event over MEMDIAG_MAX_EVENT_BYTES: trim what it carries "
+    "(long texts, big id lists), or raise the limit if such events are meant",
+    NOT_JSON: "the producer wrote something that is not UTF-8 JSON (a log line, a truncated "
+    "write, NaN): fix its serialiser; the payload shows the bytes",
+    NOT_AN_EVENT: "the message is JSON but neither an event object nor an array of them: send "
+    "one event or a JSON array of events per message",
+    UNKNOWN_KIND: "`kind` is none memdiag knows (a typo, or a producer newer than memdiag): "
+    "see docs/events.md for the kinds",
+    MISSING_FIELD: "a required field is missing: the detail names it; docs/events.md lists "
+    "each kind's fields",
+    WRONG_TYPE: "a field has the wrong JSON type (a number as a string, say): the detail "
+    "names the field and the type it needs",
+    BAD_VALUE: "a field's value is out of its range or set (an unknown outcome, a `|` in a "
+    "graph edge field): the detail says which",
+    BAD_TS: "`ts` is not RFC 3339 with an offset, or lies further in the future than "
+    "MEMDIAG_MAX_CLOCK_SKEW_SECONDS: check the producer's clock and its timestamp format",
+    ID_TOO_LONG: "an id is longer than the contract allows (event_id 128, session_id 256 "
+    "characters): shorten or hash it at the producer",
+    NOT_OTLP: "a record on memdiag.otlp_spans is no OTLP TracesData: point only the "
+    "Collector's Kafka exporter (otlp_proto or otlp_json) at that topic",
+    LATE_EVENT: "the event came after its session was forgotten (MEMDIAG_SESSION_KEEP_HOURS "
+    "of processing time): find what delayed it (a stuck producer, a replay of old data), or "
+    "keep sessions longer",
+    PROCESSING_ERROR: "memdiag failed on this input: a memdiag bug. Report it with the payload "
+    "(the event is not processed until a fixed worker replays it)",
+    SINK_REJECTED: "DuckDB refused a record the worker produced (a bug, or a foreign producer "
+    "on memdiag.diagnostics): report it with the payload",
+    "": "a reason this memdiag does not know (a newer worker?): see docs/topics.md",
+}
 
 # -- outcomes, categories, failure modes ---------------------------------------------------
 

@@ -266,7 +266,7 @@ def test_explain_a_failed_session_of_the_bundled_sample(demo: tuple[Path, Path, 
     text = memdiag("explain", never, "--db", str(db))
     assert text.returncode == 0 and "never searched" in text.stdout
     # the demo's report links its latest failed sessions to their explanations
-    from memdiag.analytics.report import anchor
+    from memdiag.views.html import anchor
 
     doc = page.read_text()
     assert "Latest failed sessions" in doc and doc.count("<details id=") >= 10
@@ -322,7 +322,9 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     assert "memory pipeline" in stdout and "2 of 5 agents broken" in stdout
     assert "cold-notes" in stdout and "migrated-indexer" in stdout
     html = page.read_text()
-    assert "Recall pipeline" in html and html.count("BROKEN") == 2
+    assert "Recall pipeline" in html and html.count('<b class="failed">broken</b>') == 2
+    # an agent whose recall is 0% is not "ok"
+    assert html.count('<b class="failed">recalls nothing</b>') == 1  # swapped-embedder
     rows = json.loads(memdiag("query", "pipeline-health", "--db", str(db), "--json").stdout)
     health = {r["agent_id"]: r for r in rows}
     assert [r["agent_id"] for r in rows][:2] == ["cold-notes", "migrated-indexer"]  # broken first
@@ -346,7 +348,8 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     one = memdiag("query", "pipeline-health", "--agent", "archivist", "--db", str(db))
     assert one.returncode == 0 and "archivist" in one.stdout and "cold-notes" not in one.stdout
     none = memdiag("query", "pipeline-health", "--agent", "nobody", "--db", str(db))
-    assert none.returncode == 0 and "no memory events for agent 'nobody'" in none.stderr
+    assert none.returncode == 1 and "no such agent with memory events 'nobody'" in none.stderr
+    assert "closest known (all 5)" in none.stderr
     st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)["pipeline"]
     assert [b["agent_id"] for b in st["broken"]] == ["cold-notes", "migrated-indexer"]
     assert st["worst_coverage"]["agent_id"] == "cold-notes"
@@ -371,7 +374,7 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     assert atr == sorted(atr, reverse=True)  # ten names of ever more memories
     hours = memdiag("query", "recall-trend", "--by", "hour", "--db", str(db))
     assert hours.returncode == 0 and "swapped-embedder: recall by hour" in hours.stdout
-    assert "Recall trends" in html and "Recall by memory count" in html
+    assert "Recall (SRR) by hour" in html and "Recall (SRR) by memory count" in html
 
 
 def test_the_readme_otel_example_runs_as_written(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from memdiag.analytics import queries
 from memdiag.analytics.db import DatabaseError, sql
+from memdiag.analytics.lookup import NotFound
 from memdiag.analytics.sink import DuckDBSink
 from tests.unit.test_sessions import (
     Worker,
@@ -131,14 +132,19 @@ def test_misleading_macro_and_filters(db: DuckDBSink) -> None:
     w.publish(session("fine", "accepted", ["also"]))
     fill(db, w)
     with con_of(db) as con:
-        assert queries.misleading(con) == [
+        found = queries.misleading(con)
+        assert found == [
             {
                 "observation_id": "bad",
                 "fail_count": 4,
                 "success_count": 0,
                 "weight": pytest.approx(0.8 * 0.8 * 0.6 * 0.6),
+                # the newest failed session it was in: where to read it first
+                "latest_failed_session_id": sids[3],
             }
         ]
+        assert found.total == 1 and not found.cut
+        assert queries.misleading(con, org="org_a", limit=1).total == 2  # "also" and "bad"
         # within org_a, "also" was never in an accepted session (that one has no org)
         assert [r["observation_id"] for r in queries.misleading(con, org="org_a")] == [
             "also",
@@ -186,7 +192,9 @@ def test_observation_queries(db: DuckDBSink) -> None:
         stats = queries.observation_stats(con, "obs_7")
         assert (stats["used"], stats["ignored"], stats["used_share"]) == (1, 0, 1.0)
         assert stats["weight"] == 0.8 and stats["misleading"] is False
-        assert queries.observation_stats(con, "nope")["used_share"] is None
+        with pytest.raises(NotFound, match=r"no such memory 'obs_77'.*obs_7") as unknown:
+            queries.observation_stats(con, "obs_77")  # an unknown id is an error, with the closest
+        assert unknown.value.closest[0] == "obs_7" and unknown.value.known == 2
         history = queries.observation_history(con, "obs_9", limit=5)
         assert [(h["session_id"], h["turn_id"], h["signal"]) for h in history] == [
             ("ses_abc", "t1", "ignored")

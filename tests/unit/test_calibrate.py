@@ -249,7 +249,9 @@ def test_the_command(db: str, tmp_path: Path) -> None:
     js = json.loads(run("--json", "--windows", "15,30", "--by", "agent").stdout)
     assert [w["window_seconds"] for w in js["windows"]] == [15.0, 30.0]
     assert js["bootstrap"]["unit"] == "agent" and js["stream_check"]["disagree"] == 0
-    none = run("--org", "nobody")
+    none = run("--org", "nobody")  # an unknown org is an error, not an empty calibration
+    assert none.returncode == 1 and "no such org 'nobody'" in none.stderr
+    none = run("--since", "2099-01-01")
     assert none.returncode == 1 and "no session with an outcome" in none.stderr
 
 

@@ -5,6 +5,7 @@ against the product contract they were written from."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -187,14 +188,10 @@ def test_query_commands() -> None:
             "d",
         ]
     )
-    assert (a.question, a.org, a.project, a.since, a.json, a.db) == (
-        "failure-distribution",
-        "o",
-        "p",
-        "7d",
-        True,
-        "d",
-    )
+    # --since is read as the parser reads it: a time, 7 days back from now
+    assert (a.question, a.org, a.project, a.json, a.db) == ("failure-distribution", "o", "p",
+                                                            True, "d")
+    assert abs((datetime.now(UTC) - a.since).total_seconds() - 7 * 86_400) < 60
     a = parser.parse_args(["query", "misleading", "--org", "o", "--since", "1d", "--limit", "5"])
     assert (a.question, a.limit) == ("misleading", 5)
     a = parser.parse_args(["query", "observation-stats", "obs_7", "--json"])

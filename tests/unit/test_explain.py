@@ -12,7 +12,8 @@ import duckdb
 import pytest
 
 from memdiag.analytics.explain import UnknownSession, explain, search_verdict, timeline
-from memdiag.analytics.report import anchor, explain_page, render
+from memdiag.views.html import anchor
+from memdiag.views.report import explain_page, render
 from tests.unit.test_sessions import into_duckdb, session
 
 HOSTILE = 'ses-<b>&"[red]x[/red]'  # HTML and Rich markup in an id: shown, never interpreted
@@ -142,9 +143,9 @@ def test_never_searched_open_and_unknown_sessions(db: str) -> None:
     with duckdb.connect(db, read_only=True) as con:
         never = explain(con, "never")
         open_ = explain(con, "open")
-        with pytest.raises(UnknownSession, match=r"no session 'nevr'.*try: .*\(rework\)"):
+        with pytest.raises(UnknownSession, match=r"no such session 'nevr'.*try .*\(rework\)"):
             explain(con, "nevr")
-        with pytest.raises(UnknownSession, match="try: never"):
+        with pytest.raises(UnknownSession, match=r"try \(1 of 5 sessions\): never"):
             explain(con, "neve")
     assert never["never_searched"] and never["outcome"]["rule"] == "no file was modified"
     assert never["search_summary"]["agent"] == 0 and never["turns"] == []
@@ -190,7 +191,11 @@ def test_the_command_text_json_and_html(db: str, tmp_path: Path) -> None:
         "1 misleading memory",
     ):
         assert part in text.stdout, part
-    [stale] = [line for line in text.stdout.splitlines() if line.lstrip().startswith("stale")]
+    [stale] = [
+        line
+        for line in text.stdout.splitlines()
+        if line.lstrip().startswith("stale") and "doubled" in line
+    ]
     assert "yes" in stale and "0.4 (doubled)" in stale and "0.640" in stale and "0.384" in stale
     never = memdiag("explain", "never", "--db", db)
     assert "never searched" in never.stdout
@@ -202,7 +207,10 @@ def test_the_command_text_json_and_html(db: str, tmp_path: Path) -> None:
     assert "<b>&" not in doc and "ses-&lt;b&gt;&amp;&quot;[red]x[/red]" in doc
     assert "<script" not in doc and "test runner PyTest failed" in doc
     missing = memdiag("explain", "nevr", "--db", db)
-    assert missing.returncode == 1 and "try: " in missing.stderr
+    assert missing.returncode == 1 and "try (4 of 5 sessions): " in missing.stderr
+    as_json = json.loads(memdiag("explain", "nevr", "--db", db, "--json").stdout)
+    assert as_json["error"] == "not_found" and as_json["kind"] == "session"
+    assert as_json["known"] == 5 and "never" in as_json["closest"]
 
 
 def test_the_report_links_failed_sessions_and_misleading_memories(db: str) -> None:

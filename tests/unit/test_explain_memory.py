@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from memdiag.analytics.lookup import NotFound
 from memdiag.analytics.memory import UnknownMemory, explain_memory
 from memdiag.analytics.sink import DuckDBSink
 from memdiag.cli import main
@@ -48,7 +49,7 @@ def test_an_aliased_memory_shows_its_look_alikes(db: Path) -> None:
     assert latest["top"][0]["name"] == "daily-2026-11-01.md"
     assert ex["latest"]["miss_reason"] == "aliased" and "names" in ex["latest"]["look_at"]
     assert ex["latest"]["look_alikes_above"] == ["r0", "r1", "r2"]
-    assert ex["probe_summary"] == {"shown": 2, "hits": 1, "misses": {"aliased": 1}}
+    assert ex["probe_summary"] == {"shown": 2, "total": 2, "hits": 1, "misses": {"aliased": 1}}
 
 
 def test_an_unreachable_memory_and_an_unknown_one(db: Path) -> None:
@@ -59,7 +60,7 @@ def test_an_unreachable_memory_and_an_unknown_one(db: Path) -> None:
         assert explain_memory(con, "never", "n9")["unreachable"] is False  # in the ambient
         with pytest.raises(UnknownMemory, match="r5 \\(latest probe missed\\)"):
             explain_memory(con, "repetitive", "nope")
-        with pytest.raises(UnknownMemory, match="has no memories"):
+        with pytest.raises(NotFound, match="no such agent with memory events 'nobody'"):
             explain_memory(con, "nobody", "r5")
         # ids are the agent's own: another agent's r5 is not this one
         with pytest.raises(UnknownMemory):
@@ -77,4 +78,4 @@ def test_the_command(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain-memory", "n3", "--agent", "never", "--db", str(db)]) == 0
     assert "unreachable" in capsys.readouterr().out
     assert main(["explain-memory", "zz", "--agent", "repetitive", "--db", str(db)]) == 1
-    assert "no memory 'zz' of agent 'repetitive'" in capsys.readouterr().err
+    assert "no such memory 'zz' of agent 'repetitive'" in capsys.readouterr().err

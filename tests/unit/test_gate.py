@@ -516,7 +516,7 @@ def test_the_command_exits_0_1_2_with_one_line_reasons(
     assert doc["reason"].startswith("regression") and doc["metrics"][0]["bound"] < -0.02
 
     for args, says in (
-        (["--candidate", "nope"], "no judgements for run 'nope'"),
+        (["--candidate", "nope"], "no such run 'nope': no judgements of it"),
         (["--candidate", "good", "--candidate-condition", "other"], "no condition 'other'"),
     ):
         status, text = gate(capsys, *common, *args, "--json")

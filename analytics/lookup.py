@@ -1,0 +1,103 @@
+"""Unknown ids, said the same way everywhere: "no such org 'acme'", with the closest known ids
+and how many there are.
+
+Every question that takes an id (a session, an observation, an agent, an org, a project, a
+run) checks it here before it answers, so an unknown one is an error (exit 1, a 404 page,
+``{"error": ...}`` under ``--json``), never an empty table that reads as "nothing wrong".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from memdiag.analytics.db import DatabaseError, sql
+
+#: what each kind of id is called in a sentence, and the SQL that lists them
+#: (``analytics/sql/ids_KIND.sql``)
+KINDS = {
+    "org": "org",
+    "project": "project",
+    "agent": "agent",
+    "memory_agent": "agent with memory events",
+    "observation": "memory",
+    "session": "session",
+    "run": "run",
+}
+
+#: how many close ids an unknown one is offered
+CLOSEST = 5
+
+
+class NotFound(LookupError):
+    """An id that is not in the DuckDB file. ``kind`` and ``id`` name it, ``closest`` the
+    known ids nearest to it (of ``known`` in all); the message says all of it."""
+
+    def __init__(
+        self,
+        message: str,
+        kind: str | None = None,
+        id: str | None = None,
+        closest: list[str] | tuple[str, ...] = (),
+        known: int | None = None,
+    ):
+        super().__init__(message)
+        self.kind = kind
+        self.id = id
+        self.closest = list(closest)
+        self.known = known
+
+    def as_dict(self) -> dict[str, Any]:
+        """The error as ``--json`` prints it and the 404 page reads it."""
+        return {
+            "error": "not_found",
+            "message": str(self),
+            "kind": self.kind,
+            "id": self.id,
+            "closest": self.closest,
+            "known": self.known,
+        }
+
+
+def lookup(con: duckdb.DuckDBPyConnection, kind: str, value: str) -> tuple[bool, int, list[str]]:
+    """Whether ``value`` is a known id of ``kind``, how many ids of that kind there are, and the
+    closest of them (most similar first)."""
+    text = f"WITH ids AS ({sql('ids_' + kind)}) {sql('lookup')}"  # kind: a key of KINDS
+    try:
+        row = con.execute(text, {"id": value, "n": CLOSEST}).fetchone()
+    except duckdb.CatalogException as exc:
+        raise DatabaseError(
+            f"this DuckDB file lacks part of memdiag's schema ({str(exc).splitlines()[0]}); "
+            "it was written by an older memdiag: start `memdiag sink` on it once to upgrade it"
+        ) from exc
+    found, known, closest = row if row is not None else (False, 0, [])
+    return bool(found), int(known or 0), list(closest or [])
+
+
+def not_found(kind: str, value: str, known: int, closest: list[str]) -> NotFound:
+    """The error for an unknown ``value`` of ``kind``: the closest ids, and how many there are."""
+    name = KINDS[kind]
+    if not known:
+        message = f"no such {name} {value!r}: this DuckDB file has none"
+    else:
+        shown = ", ".join(closest)
+        of = f"{len(closest)} of {known:,}" if known > len(closest) else f"all {known:,}"
+        message = f"no such {name} {value!r}; the closest known ({of}): {shown}"
+    return NotFound(message, kind=kind, id=value, closest=closest, known=known)
+
+
+def ensure_known(con: duckdb.DuckDBPyConnection, kind: str, value: str | None) -> None:
+    """Raise :class:`NotFound` unless ``value`` (when given) is a known id of ``kind``."""
+    if value is None:
+        return
+    found, known, closest = lookup(con, kind, value)
+    if not found:
+        raise not_found(kind, value, known, closest)
+
+
+def data_span(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, datetime | None]:
+    """The event time the file's sessions, searches and verdicts span (first, last)."""
+    row = con.execute(sql("data_span")).fetchone()
+    return (None, None) if row is None else (row[0], row[1])

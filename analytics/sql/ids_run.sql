@@ -1,0 +1,2 @@
+-- Every benchmark run.
+SELECT DISTINCT run_id AS id FROM judgements
