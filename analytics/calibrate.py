@@ -405,3 +405,45 @@ def stream_check(
     return rows(
         con, "calibration_check", window=window, org_id=org, project_id=project, since=since
     )[0]
+
+
+#: A proxy is called uninformative on a file when it is this close to chance: the followup
+#: rate's AUC within 0.05 of 0.5, or an ignored memory's lift within 0.1 of 1, over at least
+#: MIN_EACH failed and MIN_EACH accepted sessions (fewer: not judged).
+CHANCE_AUC, CHANCE_LIFT, MIN_EACH = 0.05, 0.10, 20
+
+
+def proxies(
+    con: duckdb.DuckDBPyConnection,
+    stream_window: float = 30.0,
+    org: str | None = None,
+    project: str | None = None,
+    since: datetime | None = None,
+) -> dict[str, Any]:
+    """How much the two live proxies say on this file, as ``calibrate`` measures them (its
+    point estimates, no resampling): what ``status``, the report and the view say beside each
+    proxy when it is no better than chance here. Empty when too few sessions to judge."""
+    sessions = load(con, org, project, since)
+    failed = int(sessions.failed.sum())
+    if failed < MIN_EACH or len(sessions) - failed < MIN_EACH:
+        return {}
+    r = calibrate(sessions, (stream_window,), stream_window, resamples=0)
+    auc_ = r["rate_auc"]["auc"]
+    ignored = next(p for p in r["predictors"] if p["predictor"].startswith("≥ 1 ignored"))
+    lift = ignored["lift"]
+    out: dict[str, Any] = {}
+    if auc_ is not None:
+        out["followups"] = {
+            "auc": auc_,
+            "informative": abs(auc_ - 0.5) >= CHANCE_AUC,
+            "words": "on this data the followup rate barely tells failed sessions apart: "
+            f"AUC {auc_:.2f}, says memdiag calibrate",
+        }
+    if lift is not None:
+        out["ignored"] = {
+            "lift": lift,
+            "informative": abs(lift - 1) >= CHANCE_LIFT,
+            "words": "on this data an ignored memory barely predicts a failed session: lift "
+            f"{lift:.2f}, says memdiag calibrate",
+        }
+    return out

@@ -488,8 +488,11 @@ def verdict_of(
             raise DatabaseError("no DuckDB file given")
         con = connect()
         try:
-            return run_gate(con, baseline or "", candidate or "", policy, baseline_condition,
-                            candidate_condition)  # fmt: skip
+            verdict = run_gate(con, baseline or "", candidate or "", policy, baseline_condition,
+                               candidate_condition)  # fmt: skip
+            verdict.notes += doctor_notes(con, baseline or "", candidate or "", policy,
+                                          baseline_condition, candidate_condition)  # fmt: skip
+            return verdict
         finally:
             con.close()
     except (PolicyError, NeedsCondition) as exc:
@@ -509,6 +512,24 @@ def verdict_of(
         return error(f"cannot read {db}: {str(exc).splitlines()[0]}{hint}", policy)
     except Exception as exc:  # noqa: BLE001 - exit 1 means a regression: nothing else may
         return error(f"{type(exc).__name__}: {exc}", policy)
+
+
+def doctor_notes(
+    con: duckdb.DuckDBPyConnection,
+    baseline: str,
+    candidate: str,
+    policy: Policy,
+    baseline_condition: str | None,
+    candidate_condition: str | None,
+) -> list[str]:
+    """What ``memdiag doctor`` finds weak or refuses in the two runs, as the gate's notes:
+    a verdict read beside what weakens it."""
+    from memdiag.analytics.doctor import NOTE, doctor
+
+    found = doctor(con, (baseline, baseline_condition), (candidate, candidate_condition),
+                   policy.min_questions)  # fmt: skip
+    return [f"doctor: {f.subject}: {f.message}" for f in found
+            if f.level != NOTE and f.check != "no_data"]  # fmt: skip
 
 
 HEADLINE = {PASS: "pass", REGRESSION: "regression", CANNOT_JUDGE: "cannot judge",

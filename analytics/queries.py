@@ -194,10 +194,10 @@ def agent_breaks(con: duckdb.DuckDBPyConnection, agent: str) -> list[dict[str, A
     return rows(con, "agent_break_spans", agent_id=agent)
 
 
-def unreachable_memories(con: duckdb.DuckDBPyConnection, agent: str, limit: int = 50) -> Rows:
-    """One agent's memories no path reaches (past the deadline unindexed, not in the latest
-    ambient context), the oldest first."""
-    return counted(con, "unreachable_memories", agent_id=agent, limit=limit)
+def unindexed_memories(con: duckdb.DuckDBPyConnection, agent: str, limit: int = 100) -> Rows:
+    """One agent's unindexed memories, the oldest first, each marked ``unreachable`` when the
+    latest ambient context does not name it either."""
+    return counted(con, "unindexed_memories", agent_id=agent, limit=limit)
 
 
 def sessions_during_breaks(con: duckdb.DuckDBPyConnection, agent: str, limit: int = 50) -> Rows:
@@ -228,7 +228,12 @@ def failure_distribution(
     project: str | None = None,
     since: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    return rows(con, "failure_distribution", org_id=org, project_id=project, since=since)
+    """Failed sessions per category, every category listed, each with its share of them."""
+    found = rows(con, "failure_distribution", org_id=org, project_id=project, since=since)
+    total = sum(r["sessions"] for r in found)
+    for r in found:
+        r["share"] = r["sessions"] / total if total else None
+    return found
 
 
 def misleading(
@@ -256,8 +261,19 @@ def misleading_graph(
 def pipeline_health(
     con: duckdb.DuckDBPyConnection, agent: str | None = None
 ) -> list[dict[str, Any]]:
-    """The recall pipeline per agent (the ``pipeline_health`` view), broken agents first."""
-    return rows(con, "pipeline_health", agent_id=agent)
+    """The recall pipeline per agent (the ``pipeline_health`` view), broken agents first;
+    each with the ids of its first :data:`UNINDEXED_IDS` unindexed memories, the oldest
+    first (``unindexed`` says how many there are)."""
+    found = rows(con, "pipeline_health", agent_id=agent)
+    ids = {r["agent_id"]: r["memory_ids"]
+           for r in rows(con, "unindexed_ids", agent_id=agent, limit=UNINDEXED_IDS)}  # fmt: skip
+    for r in found:
+        r["unindexed_memory_ids"] = ids.get(r["agent_id"], [])
+    return found
+
+
+#: the unindexed memories pipeline health names per agent
+UNINDEXED_IDS = 10
 
 
 def pipeline_coverage_over_time(

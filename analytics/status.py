@@ -113,6 +113,7 @@ def status(
     org: str | None = None,
     project: str | None = None,
     since: datetime | None = None,
+    stream_window: float = 30.0,
 ) -> dict[str, Any]:
     """The figures of ``memdiag status`` (and the overview page, and the report's cards).
     ``org``, ``project`` and ``since`` select the sessions, searches and verdicts; misleading
@@ -132,6 +133,12 @@ def status(
     memory = _FRESHNESS_MEMORY if pipeline is not None else ""
     fresh = con.execute(_FRESHNESS.format(memory=memory)).fetchone() or (None, None)
     graph = queries.misleading_graph(con, org, since, top)
+    try:  # what calibrate says of the two proxies here (it needs the report extra's numpy)
+        from memdiag.analytics.calibrate import proxies
+
+        strength: dict[str, Any] | None = proxies(con, stream_window, org, project, since)
+    except ModuleNotFoundError:
+        strength = None
     return {
         "filters": {"org": org, "project": project, "since": since},
         "followup": {**followup, "caveat": FOLLOWUP_CAVEAT},
@@ -161,6 +168,8 @@ def status(
         "pipeline": pipeline,
         "dead_letters": dead,
         "freshness": {"newest_event": fresh[0], "last_written": fresh[1]},
+        # each live proxy's point estimate here, and whether it is near chance (calibrate)
+        "proxies": strength,
     }
 
 

@@ -42,6 +42,7 @@ from memdiag.contract import (
     RETRIEVAL_FAILURES,
     SEARCH_CALLS,
     UNINDEXED_MEMORIES,
+    pages,
 )
 from memdiag.contract.envelope import MINUTE_US
 from memdiag.schemas.models import format_ts
@@ -263,7 +264,27 @@ class Alert:
     #: the attribute values it is for, in the rule's ``by`` order (``()``: not grouped)
     group: Group = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def page(self) -> str:
+        """The path of the ``memdiag serve`` page that shows the cause: an agent's recall page
+        for an alert of one agent (a pipeline break, its probes missing), the misleading
+        memories, the dead letters, the benchmark runs (of one run), else the overview."""
+        group = dict(self.group)
+        if group.get("agent_id"):
+            return pages.agent_path(group["agent_id"])
+        names = {s.name for s in self.rule.series}
+        if MISLEADING in names:
+            return "/#misleading"
+        if DEAD_LETTERS in names:
+            return "/dead-letters"
+        if names & {READER_FAILURES, RETRIEVAL_FAILURES}:
+            return pages.runs_path(group.get("run_id"))
+        if names & {UNINDEXED_MEMORIES, RECALL_PROBES}:
+            return "/#cards"  # the broken pipelines' card names and links the agents
+        return "/"
+
+    def as_dict(self, serve_url: str = "") -> dict[str, Any]:
+        """The alert as ``--json`` prints it and the webhook gets it; with ``serve_url``
+        (MEMDIAG_SERVE_URL), ``page``: the link to the page that shows the cause."""
         d: dict[str, Any] = {
             "rule": self.rule.title,
             "expr": self.rule.text,
@@ -275,6 +296,8 @@ class Alert:
         }
         if self.rule.by:
             d["group"] = dict(self.group)
+        if serve_url:
+            d["page"] = pages.url(serve_url, self.page())
         return d
 
 

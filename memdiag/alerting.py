@@ -22,10 +22,10 @@ from memdiag.settings import Settings
 log = logging.getLogger("memdiag.alert")
 
 
-def post(url: str, alert: Alert, timeout: float = 5.0) -> None:
+def post(url: str, alert: Alert, timeout: float = 5.0, serve_url: str = "") -> None:
     request = urllib.request.Request(  # noqa: S310 - the user's own webhook URL
         url,
-        data=orjson.dumps(alert.as_dict()),
+        data=orjson.dumps(alert.as_dict(serve_url)),
         headers={"Content-Type": "application/json", "User-Agent": "memdiag-alert"},
         method="POST",
     )
@@ -71,7 +71,7 @@ async def watch(
         else:
             await consumer.seek_to_end(*tps)
         for alert in backlog:
-            await _emit(alert, show, webhook)
+            await _emit(alert, show, webhook, settings.serve_url)
         idle = 0.0
         while True:
             batches = await consumer.getmany(timeout_ms=500, max_records=5000)
@@ -85,7 +85,7 @@ async def watch(
                 idle = 0.0
                 alerts += evaluator.evaluate()
                 for alert in alerts:
-                    await _emit(alert, show, webhook)
+                    await _emit(alert, show, webhook, settings.serve_url)
             else:
                 idle += 0.5
                 if stop_after_idle is not None and idle >= stop_after_idle:
@@ -94,10 +94,12 @@ async def watch(
         await consumer.stop()
 
 
-async def _emit(alert: Alert, show: Callable[[Alert], None], webhook: str | None) -> None:
+async def _emit(
+    alert: Alert, show: Callable[[Alert], None], webhook: str | None, serve_url: str
+) -> None:
     show(alert)
     if webhook:
-        await deliver(webhook, alert)
+        await deliver(webhook, alert, serve_url=serve_url)
 
 
 #: seconds between the attempts of a webhook POST that failed (5 attempts, ~15 s in all)
@@ -134,12 +136,14 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, OSError | http.client.HTTPException)
 
 
-async def deliver(url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELAYS) -> bool:
+async def deliver(
+    url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELAYS, serve_url: str = ""
+) -> bool:
     """POST ``alert``, retrying with backoff; on giving up, log the whole alert that was
     dropped (stdout has it too). Returns whether it was delivered."""
     for attempt in range(len(delays) + 1):
         try:
-            await asyncio.to_thread(post, url, alert)
+            await asyncio.to_thread(post, url, alert, 5.0, serve_url)
             return True
         except (OSError, http.client.HTTPException, ValueError) as exc:  # HTTPError: OSError
             if not retryable(exc) or attempt == len(delays):
@@ -149,7 +153,7 @@ async def deliver(url: str, alert: Alert, delays: tuple[float, ...] = RETRY_DELA
                     "" if attempt == 0 else "s",
                     redacted(url),
                     exc,
-                    orjson.dumps(alert.as_dict()).decode(),
+                    orjson.dumps(alert.as_dict(serve_url)).decode(),
                 )
                 return False
             log.warning(

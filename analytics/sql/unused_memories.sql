@@ -4,7 +4,7 @@
 SELECT f.observation_id,
        count(*) AS judged_turns,
        count(DISTINCT f.session_id) AS sessions,
-       max(f.ts) AS last_injected_at,
+       max(f.ts) AS last_judged_at,
        st.strength,
        w.weight,
        count(*) OVER () AS total

@@ -40,7 +40,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
     )
 
     def show(alert: Any) -> None:
-        d = alert.as_dict()
+        d = alert.as_dict(settings.serve_url)
         if args.json:
             sys.stdout.write(json.dumps(d) + "\n")
             sys.stdout.flush()
@@ -53,6 +53,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
             f"[{colour}]{d['state'].upper():8}[/{colour}] {escape(d['rule'] + where)}  "
             f"value {value} "
             f"(window {d['window_minutes']}m ending {d['at']})"
+            + (f" → {escape(d['page'])}" if d.get("page") else "")
         )
 
     asyncio.run(

@@ -114,6 +114,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print_status(figures, args)
     report = write_html_report(result.db_path, Path(args.report))
     out.print(f"\n[bold]report:[/bold] {report}")
+    db = shlex.quote(args.db)
+    out.print(f"[bold]see it live:[/bold] memdiag serve --db {db}  (then open "
+              "http://127.0.0.1:8765/)")  # fmt: skip
     explain = f"memdiag explain {shlex.quote(latest[0])} --db {args.db} · " if latest else ""
     out.print(
         f"[dim]next: {explain}memdiag calibrate --db {args.db} · memdiag query misleading "

@@ -378,7 +378,7 @@ def _proxy_note(p: dict[str, Any] | None) -> str:
     """A proxy ``calibrate`` finds uninformative on this file, said beside it."""
     if not p or p.get("informative", True):
         return ""
-    return f" [yellow]({escape(p['words'])})[/yellow]"
+    return f"\n[yellow]{escape(p['words'])}[/yellow]"
 
 
 def _pipeline_links(st: dict[str, Any], args: argparse.Namespace) -> None:
@@ -470,7 +470,7 @@ def print_failure_distribution(rows: list[dict[str, Any]], args: argparse.Namesp
         t.add_row(
             r["failure_category"],
             f"{r['sessions']:,}",
-            f"{r['sessions'] / total:.1%}" if total else "—",
+            pct(r["share"]),
         )
     show(t)
 
@@ -536,7 +536,7 @@ def print_unused_memories(rows: Any, args: argparse.Namespace) -> None:
             f"{r['sessions']:,}",
             cell(r["strength"]),
             cell(r["weight"]),
-            cell(r["last_injected_at"]),
+            cell(r["last_judged_at"]),
         )
     show(t)
     note(cut(len(rows), rows.total, "rows", "--limit N for more"))
@@ -666,7 +666,8 @@ def print_pipeline_health(rows: list[dict[str, Any]], args: argparse.Namespace) 
     out.print(
         "[dim]PC (pipeline coverage): indexed / written. SRR (semantic recall rate): probed "
         "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
-        "rate): written memories in the latest ambient context. Unreach.: past the deadline "
+        "rate): written memories in the latest ambient context (query recall-trend's ATR is "
+        "the mean over a bucket's contexts, so the two differ). Unreach.: past the deadline "
         "unindexed and not in the latest ambient context: no path brings them back. Aliased: "
         "a memory with the same name key (another day's daily note) came back instead, its "
         "share of the probed memories in brackets. Times UTC; --json for every column; "
@@ -683,17 +684,22 @@ def print_pipeline_health(rows: list[dict[str, Any]], args: argparse.Namespace) 
 
 
 def _unindexed_links(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    """Where to read an agent's unindexed memories: its page, or ``explain-memory``."""
+    """Each agent's unindexed memories by id (the oldest first), and where to read more."""
     from memdiag.contract.pages import agent_path
 
     for r in rows:
         if not r["unindexed"]:
             continue
+        ids = r.get("unindexed_memory_ids") or []
+        more = f" ({len(ids)} of {r['unindexed']:,})" if r["unindexed"] > len(ids) else ""
         href = link(args, agent_path(r["agent_id"]))
-        where = href or f"memdiag serve, /agents/{r['agent_id']}"
-        note(
-            f"{escape(r['agent_id'])}: {r['unindexed']:,} unindexed, listed at {escape(where)}", out
-        )
+        out.print(f"[bold]{escape(r['agent_id'])}[/bold] unindexed{more}: "
+                  + ", ".join(escape(i) for i in ids))  # fmt: skip
+        literal = "'" + r["agent_id"].replace("'", "''") + "'"
+        hint = "SELECT memory_id FROM memory_pipeline WHERE status = 'unindexed' AND agent_id = "
+        every = href or hint + literal  # printed for a person to paste, never run here
+        note(f"  one: memdiag explain-memory ID --agent {escape(r['agent_id'])}"
+             + (f" · all: {escape(every)}" if more else ""), out)  # fmt: skip
 
 
 def print_recall_trend(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -743,7 +749,8 @@ def print_recall_trend(rows: list[dict[str, Any]], args: argparse.Namespace) -> 
     out.print(
         "[dim]SRR: of the memories probed in the bucket, those their own (latest) probe there "
         "found. ATR: the mean, over the bucket's ambient contexts, of the share of the agent's "
-        "memories written by then that the context names. "
+        "memories written by then that the context names (pipeline-health's ATR is the latest "
+        "context's alone). "
         + (
             "Memories: the agent's written memories at each probe or context. "
             if by_count

@@ -161,11 +161,7 @@ def agent(con: duckdb.DuckDBPyConnection, agent_id: str) -> Page:
                 recall_trends(con, [agent_id], agent_id),
             ),
             ("breaks", "When its pipeline was down", h.break_spans(p["breaks"], LIVE, agent_id)),
-            (
-                "unreachable",
-                "Unreachable memories",
-                h.unreachable(p["unreachable"], LIVE, agent_id),
-            ),
+            ("unindexed", "Unindexed memories", h.unindexed(p["unindexed"], LIVE, agent_id)),
             (
                 "sessions-in-breaks",
                 "Sessions that ended during its breaks",

@@ -347,7 +347,7 @@ def dead_weight(u: dict[str, Any], links: Links) -> str:
                 td(r["sessions"]),
                 td(r["strength"]),
                 td(r["weight"]),
-                td(r["last_injected_at"]),
+                td(r["last_judged_at"]),
             ]
             for r in top
         ],
@@ -878,7 +878,8 @@ def pipeline_table(agents: list[dict[str, Any]], links: Links) -> str:
     ) + note(
         "PC (pipeline coverage): indexed over written. SRR (semantic recall rate): probed "
         "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
-        "rate): written memories in the latest ambient context. Broken: a memory missed its "
+        "rate): written memories in the latest ambient context (the trends' ATR is the mean "
+        "over a bucket's contexts instead, so the two differ). Broken: a memory missed its "
         "index deadline and nothing was indexed since; an agent that never reports indexing "
         "shows as broken. PC misses an indexer that acknowledges but stores garbage: SRR "
         "catches it (an agent recalling nothing is marked so). Unreachable: past the deadline "
@@ -977,27 +978,23 @@ def break_spans(spans: list[dict[str, Any]], links: Links, agent: str) -> str:
     )
 
 
-def unreachable(rows: Any, links: Links, agent: str) -> str:
+def unindexed(rows: Any, links: Links, agent: str) -> str:
+    """An agent's unindexed memories, the unreachable ones (no path brings them back) marked."""
     if not rows:
-        return "<p>None: every written memory is indexed, pending, or in the ambient context.</p>"
+        return "<p>None: every written memory is indexed, or still within its deadline.</p>"
+    gone = sum(1 for r in rows if r["unreachable"])
     return table(
-        ["memory", "name", "written (UTC)", "store"],
-        [
-            [
-                td(None, a(links.memory(r["memory_id"], agent), r["memory_id"])),
-                td(r["name"]),
-                td(r["written_at"]),
-                td(r["store"]),
-            ]
-            for r in rows
-        ],
+        ["memory", "name", "written (UTC)", "store", "reachable"],
+        [[td(None, a(links.memory(r["memory_id"], agent), r["memory_id"])), td(r["name"]),
+          td(r["written_at"]), td(r["store"]),
+          td(None, '<b class="failed">no path</b>' if r["unreachable"]
+             else "in the ambient context")] for r in rows],
         keys=[r["memory_id"] for r in rows],
-    ) + shown(
-        len(rows),
-        getattr(rows, "total", len(rows)),
-        "unreachable memories",
-        "<code>memdiag query pipeline-health --agent A --json</code>",
-    )
+    ) + shown(len(rows), getattr(rows, "total", len(rows)), "unindexed memories",
+              "<code>SELECT * FROM memory_pipeline WHERE status = 'unindexed'</code>") + note(
+        f"Past the index deadline and never indexed; {gone} of them not in the latest ambient "
+        "context either: no path brings those back (unreachable)."
+    )  # fmt: skip
 
 
 def sessions_in_breaks(rows: Any, links: Links) -> str:
@@ -1254,7 +1251,8 @@ def gate(v: Any, doctor: dict[str, Any] | None = None) -> str:
             )
         )
     for n in v.notes:
-        parts.append(f'<p class="dim">note: {e(n)}</p>')
+        if doctor is None or not n.startswith("doctor: "):  # doctor's own list follows
+            parts.append(f'<p class="dim">note: {e(n)}</p>')
     if doctor is not None:
         found = [f for f in doctor["findings"] if f["level"] != "note"] or doctor["findings"]
         items = "".join(

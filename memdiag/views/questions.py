@@ -277,11 +277,21 @@ def _status(
     org: str | None = None,
     project: str | None = None,
     since: Any = None,
+    stream_window: float = 30.0,
 ) -> dict[str, Any]:
     from memdiag.analytics.status import RecallWatch, status
 
     watch = RecallWatch(recall_window, recall_drop, recall_min_probed)
-    return status(con, top=top, runs=runs, recall=watch, org=org, project=project, since=since)
+    return status(
+        con,
+        top=top,
+        runs=runs,
+        recall=watch,
+        org=org,
+        project=project,
+        since=since,
+        stream_window=stream_window,
+    )
 
 
 def _misleading(
@@ -496,6 +506,7 @@ STATUS = Question(
     ),
     _status,
     empty=lambda st: not st["sessions"] and not st["followup"]["searches"],
+    extras=("stream_window",),
 )
 
 FAILURE_DISTRIBUTION = Question(
@@ -982,7 +993,7 @@ def agent_page(con: duckdb.DuckDBPyConnection, agent_id: str) -> dict[str, Any]:
     page["recall_fell"] = [r for r in judged["fell"] if r["agent_id"] == agent_id]
     page["stopped_probing"] = [r for r in judged["stopped"] if r["agent_id"] == agent_id]
     page["breaks"] = queries.agent_breaks(con, agent_id)
-    page["unreachable"] = queries.unreachable_memories(con, agent_id, 50)
+    page["unindexed"] = queries.unindexed_memories(con, agent_id, 100)
     page["sessions_during_breaks"] = queries.sessions_during_breaks(con, agent_id, 50)
     return page
 

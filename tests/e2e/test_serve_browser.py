@@ -137,7 +137,9 @@ def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
                                                              "2026-11-21T11:00:00Z")), db)  # fmt: skip
         page.wait_for_selector('#failed-sessions tr[data-key="ses-new"]', timeout=120_000)
         assert page.evaluate("window.__same_page") is True
-        assert "new" in (page.get_attribute('#failed-sessions tr[data-key="ses-new"]', "class") or "")
+        assert "new" in (
+            page.get_attribute('#failed-sessions tr[data-key="ses-new"]', "class") or ""
+        )
         finish(run)
 
         # paused: nothing moves while the sink writes, and the page says updates wait
@@ -174,7 +176,7 @@ def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
         # an agent's recall page, and a comparison of two runs
         page.goto(f"{base}/agents/{AGENT}")
         assert "When its pipeline was down" in page.content()
-        assert "Unreachable memories" in page.content()
+        assert "Unindexed memories" in page.content()
         page.goto(base + "/runs")
         page.select_option("select[name=baseline]", "base")
         page.select_option("select[name=candidate]", "cand")
@@ -188,11 +190,13 @@ def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
         assert "not_json: 1 " in page.inner_text(summary)
         page.click(summary)  # the reader closes it
         run = memdiag_run(write(d / "fourth.jsonl", [], extra="still not json\n"), db)
-        until(page, f"document.querySelector('{summary}').textContent.includes('not_json: 2 ')",
-              120)
+        until(
+            page, f"document.querySelector('{summary}').textContent.includes('not_json: 2 ')", 120
+        )
         finish(run)
-        assert page.evaluate(
-            "document.querySelector('details[data-key=\"not_json\"]').open") is False
+        assert (
+            page.evaluate("document.querySelector('details[data-key=\"not_json\"]').open") is False
+        )
 
         for url in ("/", "/sessions/ses-new", "/memories/obs_stale", f"/agents/{AGENT}",
                     "/runs?baseline=base&candidate=cand", "/dead-letters"):  # fmt: skip

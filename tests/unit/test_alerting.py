@@ -450,3 +450,23 @@ def test_the_counter_schema_names_every_counter() -> None:
 def test_by_an_attribute_no_counter_carries_is_refused() -> None:
     with pytest.raises(RuleError, match="by agent: no counter of the rule carries it"):
         parse_rule("ratio(recall_probe_total{hit=false}, recall_probe_total) by agent > 0.5")
+
+
+def test_a_firing_alert_links_the_page_of_its_cause() -> None:
+    """With MEMDIAG_SERVE_URL set: an agent's recall page for an alert of one agent, the
+    misleading memories, the dead letters, the runs, else the overview; quoted ids."""
+    base = "https://memdiag.internal:8765/"
+    cases = [
+        ("recall_probe_miss > 0.5", (("agent_id", "a b/c"),), "/agents/a%20b%2Fc"),
+        ("misleading > 0", (), "/#misleading"),
+        ("dead_letters > 0", (), "/dead-letters"),
+        ("count(reader_failure_with_evidence_total) by run_id > 0", (("run_id", "r1"),),
+         "/runs?baseline=r1"),
+        ("pipeline_coverage", (), "/#cards"),
+        ("followup_rate > 0.3", (), "/"),
+    ]  # fmt: skip
+    for text, group, path in cases:
+        alert = Alert(parse_rule(text), "firing", 1.0, 0, group)
+        assert alert.page() == path, text
+        assert alert.as_dict(base)["page"] == "https://memdiag.internal:8765" + path
+        assert "page" not in alert.as_dict()  # no MEMDIAG_SERVE_URL, no link

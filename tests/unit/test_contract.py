@@ -189,8 +189,13 @@ def test_query_commands() -> None:
         ]
     )
     # --since is read as the parser reads it: a time, 7 days back from now
-    assert (a.question, a.org, a.project, a.json, a.db) == ("failure-distribution", "o", "p",
-                                                            True, "d")
+    assert (a.question, a.org, a.project, a.json, a.db) == (
+        "failure-distribution",
+        "o",
+        "p",
+        True,
+        "d",
+    )
     assert abs((datetime.now(UTC) - a.since).total_seconds() - 7 * 86_400) < 60
     a = parser.parse_args(["query", "misleading", "--org", "o", "--since", "1d", "--limit", "5"])
     assert (a.question, a.limit) == ("misleading", 5)

@@ -24,6 +24,8 @@ from memdiag.settings import Settings
 class FailingSink:
     """A sink whose flush raises ``errors`` in turn, then writes."""
 
+    last_flush_seconds = last_wait_seconds = 0.0  # what the runner logs of each flush
+
     def __init__(self, *errors: BaseException):
         self.errors = list(errors)
         self.flushes = 0

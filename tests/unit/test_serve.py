@@ -302,7 +302,9 @@ def test_server_sent_events_say_when_the_sink_wrote(db: Path, tmp_path: Path) ->
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         conn.request("GET", "/events")
         stream = conn.getresponse()
-        assert stream.status == 200 and stream.getheader("content-type").startswith("text/event-stream")
+        assert stream.status == 200 and stream.getheader("content-type").startswith(
+            "text/event-stream"
+        )
 
         def next_version() -> int:
             while True:
@@ -395,4 +397,6 @@ def test_the_sink_says_once_when_another_process_holds_the_file(
         if reader.poll() is None:
             reader.kill()
     assert len(said) == 1, said
-    assert "another process" in said[0] and "memdiag serve" in said[0] and "no row is lost" in said[0]
+    assert (
+        "another process" in said[0] and "memdiag serve" in said[0] and "no row is lost" in said[0]
+    )
