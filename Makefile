@@ -37,15 +37,16 @@ demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): st
 test: $(STAMP) $(CLIENTS) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
 	$(BIN)/pytest
 
-browser: ## Debian's headless Chromium, for the test that looks at the HTML report (root: installed if missing).
+browser: ## Debian's headless Chromium, for the tests that look at the report and memdiag serve (root: installed if missing).
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-		echo "chromium is not installed (needs root): the report rendering test will be skipped"
+		echo "chromium is not installed (needs root): the browser tests will be skipped"
 
-chaos: $(STAMP) ## The reliability suite at full size: 20 kill -9s, 5,000 hostile inputs, a broker restart (report: .build/chaos.json).
+chaos: $(STAMP) ## The reliability suite at full size: 20 kill -9s, 5,000 hostile inputs, a broker restart, two workers under 10 restarts (report: .build/chaos.json).
 	mkdir -p .build && rm -f .build/chaos.json
 	MEMDIAG_CHAOS=full MEMDIAG_FUZZ_INPUTS=5000 MEMDIAG_CHAOS_REPORT=.build/chaos.json \
-		$(BIN)/pytest -m chaos tests/chaos tests/unit/test_hostile.py
+		$(BIN)/pytest -m chaos tests/chaos tests/unit/test_hostile.py \
+		tests/integration/test_event_time.py
 	@cat .build/chaos.json
 
 unit: $(STAMP) $(CLIENTS) ## Run the unit tests only (no broker).
@@ -71,6 +72,12 @@ profile: $(STAMP) ## py-spy profile of the real worker on single-event traffic (
 docs: $(STAMP) ## Regenerate the reference pages that follow from the code (docs/events.md, commands.md, configuration.md).
 	$(BIN)/python scripts/make_docs.py
 
+screenshot: $(STAMP) browser ## The README's picture of memdiag serve on the demo (docs/img/overview.png).
+	$(BIN)/python scripts/screenshot.py --db .build/screenshot-demo.duckdb
+
+serve-bench: $(STAMP) ## memdiag serve on a 20,000-session file: page times, and the sink with the view open.
+	$(BIN)/python benchmarks/serve.py
+
 sample: $(STAMP) ## Regenerate the bundled demo sample (deterministic).
 	$(BIN)/python scripts/make_sample.py memdiag/data/sample.jsonl
 
@@ -89,4 +96,5 @@ capture-spans: $(CAPTURE_VENV)/.installed ## Re-capture tests/data/real_spans/ f
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .build .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install demo test chaos browser unit lint docs bench profile sample clean capture-spans
+.PHONY: help install demo test chaos browser unit lint docs bench profile sample clean capture-spans \
+	screenshot serve-bench

@@ -23,6 +23,7 @@ KINDS = {
     "agent": "agent",
     "memory_agent": "agent with memory events",
     "observation": "memory",
+    "recall_memory": "memory of the recall pipeline",
     "session": "session",
     "run": "run",
 }
@@ -42,12 +43,14 @@ class NotFound(LookupError):
         id: str | None = None,
         closest: list[str] | tuple[str, ...] = (),
         known: int | None = None,
+        agent: str | None = None,
     ):
         super().__init__(message)
         self.kind = kind
         self.id = id
         self.closest = list(closest)
         self.known = known
+        self.agent = agent  # the agent an id is of (memory ids are an agent's own)
 
     def as_dict(self) -> dict[str, Any]:
         """The error as ``--json`` prints it and the 404 page reads it."""
@@ -58,22 +61,40 @@ class NotFound(LookupError):
             "id": self.id,
             "closest": self.closest,
             "known": self.known,
+            **({"agent": self.agent} if self.agent else {}),
         }
 
 
+class UnknownRun(NotFound):
+    """No judgement of that run (or condition): the message lists what there is."""
+
+
+class NeedsCondition(UnknownRun):
+    """The run has several conditions and none was chosen: a usage error."""
+
+
 def lookup(con: duckdb.DuckDBPyConnection, kind: str, value: str) -> tuple[bool, int, list[str]]:
-    """Whether ``value`` is a known id of ``kind``, how many ids of that kind there are, and the
-    closest of them (most similar first)."""
-    text = f"WITH ids AS ({sql('ids_' + kind)}) {sql('lookup')}"  # kind: a key of KINDS
+    """Whether ``value`` is a known id of ``kind``; when it is not, how many ids of that kind
+    there are and the closest of them (most similar first): a known id costs one filtered
+    look, only an unknown one the ranking of them all."""
+    ids = sql("ids_" + kind)  # kind: a key of KINDS
     try:
-        row = con.execute(text, {"id": value, "n": CLOSEST}).fetchone()
+        hit = con.execute(
+            f"WITH ids AS ({ids}) SELECT EXISTS (SELECT 1 FROM ids WHERE id = $id)",  # noqa: S608 - a constant's SQL
+            {"id": value},
+        ).fetchone()
+        if hit is not None and hit[0]:
+            return True, 0, []
+        row = con.execute(
+            f"WITH ids AS ({ids}) {sql('lookup')}", {"id": value, "n": CLOSEST}
+        ).fetchone()
     except duckdb.CatalogException as exc:
         raise DatabaseError(
             f"this DuckDB file lacks part of memdiag's schema ({str(exc).splitlines()[0]}); "
             "it was written by an older memdiag: start `memdiag sink` on it once to upgrade it"
         ) from exc
-    found, known, closest = row if row is not None else (False, 0, [])
-    return bool(found), int(known or 0), list(closest or [])
+    _, known, closest = row if row is not None else (False, 0, [])
+    return False, int(known or 0), list(closest or [])
 
 
 def not_found(kind: str, value: str, known: int, closest: list[str]) -> NotFound:

@@ -61,6 +61,7 @@ def explain_memory(
             id=memory_id,
             closest=[r["memory_id"] for r in suggestions],
             known=known,
+            agent=agent_id,
         )
     memory = found[0] if found else None
     ids = sorted({r for p in probes for r in p["top_ids"] or ()})

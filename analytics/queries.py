@@ -117,7 +117,11 @@ def counted(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> Rows:
     """``rows`` of a statement whose rows carry ``total`` (``count(*) OVER ()`` before its
     ``LIMIT``), that column taken off into :attr:`Rows.total`."""
     found = rows(con, name, **params)
-    total = found[0]["total"] if found else 0
+    if not found and params.get("limit") == 0:  # none asked for: how many there are, still
+        first = rows(con, name, **{**params, "limit": 1})
+        total = first[0]["total"] if first else 0
+    else:
+        total = found[0]["total"] if found else 0
     for r in found:
         del r["total"]
     return Rows(found, total)
@@ -148,12 +152,22 @@ def observation_history(
     return counted(con, "observation_history", observation_id=observation_id, limit=limit)
 
 
-def observation_steps(con: duckdb.DuckDBPyConnection, observation_id: str) -> dict[str, Any]:
-    """One observation's weight and strength over time: every outcome step (with the session,
-    its outcome and category) and every strength step, in their order."""
+def observation_steps(
+    con: duckdb.DuckDBPyConnection, observation_id: str, points: int = 400, newest: int = 50
+) -> dict[str, Any]:
+    """One observation's weight and strength over time, for a chart: at most about ``points``
+    of each kind of step, spread evenly (first and last kept), in their order; the weight's
+    newest ``newest`` steps whole (its sessions, with their outcome and category), and how
+    many steps of each there are (``weight_total``, ``strength_total``)."""
+    weight = rows(con, "observation_weight_steps", observation_id=observation_id, points=points,
+                  newest=newest)  # fmt: skip
+    strength = rows(con, "observation_strength_steps", observation_id=observation_id,
+                    points=points)  # fmt: skip
     return {
-        "weight": rows(con, "observation_weight_steps", observation_id=observation_id),
-        "strength": rows(con, "observation_strength_steps", observation_id=observation_id),
+        "weight": weight,
+        "strength": strength,
+        "weight_total": weight[0]["total"] if weight else 0,
+        "strength_total": strength[0]["total"] if strength else 0,
     }
 
 

@@ -24,7 +24,7 @@ import duckdb
 import numpy as np
 
 from memdiag import __version__
-from memdiag.analytics.lookup import NotFound, lookup
+from memdiag.analytics.lookup import NeedsCondition, UnknownRun, lookup
 from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
 from memdiag.analytics.stats import describe_deltas, mcnemar_exact
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
@@ -60,12 +60,6 @@ class Judged:
         return CORRECT if self.correct else (self.failure_mode or UNATTRIBUTED)
 
 
-class UnknownRun(NotFound):
-    """No judgement of that run (or condition): the message lists what there is."""
-
-
-class NeedsCondition(UnknownRun):
-    """The run has several conditions and none was chosen: a usage error."""
 
 
 def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:

@@ -114,11 +114,16 @@ def status(
     project: str | None = None,
     since: datetime | None = None,
     stream_window: float = 30.0,
+    with_proxies: bool = True,
+    light_pipeline: bool = False,
 ) -> dict[str, Any]:
     """The figures of ``memdiag status`` (and the overview page, and the report's cards).
     ``org``, ``project`` and ``since`` select the sessions, searches and verdicts; misleading
     memories take the org and the time (they are counted per org and day), dead weight the
-    time; the recall pipeline, benchmark runs and dead letters are of the whole file."""
+    time; the recall pipeline, benchmark runs and dead letters are of the whole file.
+    ``light_pipeline``: the pipeline without its worst coverage and recall (see
+    :func:`pipeline_summary`). ``with_proxies``: also what calibrate says of the two proxies
+    here (:func:`proxy_strength`; the live view asks it apart, at most once a minute)."""
     where = {"org_id": org, "project_id": project, "since": since}
     followup = rows(con, "status_followup", **where)[0]
     feedback = rows(con, "status_feedback", **where)[0]
@@ -129,16 +134,11 @@ def status(
     recent_runs = rows(con, "status_runs", limit=runs)
     dead = rows(con, "status_dead_letters")
     unused = queries.unused_memories(con, UNUSED_MIN_INJECTIONS, since, top)
-    pipeline = pipeline_summary(con, recall or RecallWatch())
+    pipeline = pipeline_summary(con, recall or RecallWatch(), light=light_pipeline)
     memory = _FRESHNESS_MEMORY if pipeline is not None else ""
     fresh = con.execute(_FRESHNESS.format(memory=memory)).fetchone() or (None, None)
     graph = queries.misleading_graph(con, org, since, top)
-    try:  # what calibrate says of the two proxies here (it needs the report extra's numpy)
-        from memdiag.analytics.calibrate import proxies
-
-        strength: dict[str, Any] | None = proxies(con, stream_window, org, project, since)
-    except ModuleNotFoundError:
-        strength = None
+    strength = proxy_strength(con, stream_window, org, project, since) if with_proxies else None
     return {
         "filters": {"org": org, "project": project, "since": since},
         "followup": {**followup, "caveat": FOLLOWUP_CAVEAT},
@@ -173,6 +173,22 @@ def status(
     }
 
 
+def proxy_strength(
+    con: duckdb.DuckDBPyConnection,
+    stream_window: float = 30.0,
+    org: str | None = None,
+    project: str | None = None,
+    since: datetime | None = None,
+) -> dict[str, Any] | None:
+    """What calibrate says of the two live proxies on this file (None without the report
+    extra's numpy, which it needs)."""
+    try:
+        from memdiag.analytics.calibrate import proxies
+    except ModuleNotFoundError:
+        return None
+    return proxies(con, stream_window, org, project, since)
+
+
 def newest_event(con: duckdb.DuckDBPyConnection) -> datetime | None:
     """The newest event time in the file (``/healthz``, the freshness line)."""
     found = con.execute(
@@ -197,16 +213,31 @@ def feedback_per_observation(
 
 
 def pipeline_summary(
-    con: duckdb.DuckDBPyConnection, recall: RecallWatch | None = None
+    con: duckdb.DuckDBPyConnection, recall: RecallWatch | None = None, light: bool = False
 ) -> dict[str, Any] | None:
     """The status line of the recall pipeline: the agents broken, then the worst coverage and
     recall, and the agents whose recall fell (``recall``). None for a file written before
-    memdiag had it (its sink upgrades it)."""
+    memdiag had it (its sink upgrades it). ``light``: without the worst coverage and recall
+    (None), which take the whole ``pipeline_health`` view (the status cards do not show
+    them)."""
     watch = recall or RecallWatch()
-    try:
-        agents = pipeline_health(con)
-    except DatabaseError:
-        return None
+    if light:
+        try:
+            found = rows(con, "pipeline_broken")[0]
+        except DatabaseError:
+            return None
+        agents: list[dict[str, Any]] = []
+        broken = [dict(b) for b in found["broken"]]
+    else:
+        try:
+            agents = pipeline_health(con)
+        except DatabaseError:
+            return None
+        broken = [
+            {"agent_id": a["agent_id"], "since": a["broken_since"], "unindexed": a["unindexed"]}
+            for a in agents
+            if a["broken"]
+        ]
     try:
         judged: dict[str, Any] | None = recall_judgement(con, watch)
     except DatabaseError:  # a file from before the trends: the sink upgrades it
@@ -220,12 +251,8 @@ def pipeline_summary(
         return {"agent_id": a["agent_id"], "value": a[column]}
 
     return {
-        "agents": len(agents),
-        "broken": [
-            {"agent_id": a["agent_id"], "since": a["broken_since"], "unindexed": a["unindexed"]}
-            for a in agents
-            if a["broken"]
-        ],
+        "agents": found["agents"] if light else len(agents),
+        "broken": broken,
         "worst_coverage": worst("pipeline_coverage"),
         "worst_recall": worst("semantic_recall_rate"),
         "recall_fell": None

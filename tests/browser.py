@@ -48,7 +48,7 @@ def browser() -> Iterator[Any]:
 class Console:
     """A page's console errors and uncaught exceptions, to assert there are none."""
 
-    def __init__(self, page: Any):
-        self.errors: list[str] = []
+    def __init__(self, page: Any, errors: list[str] | None = None):
+        self.errors: list[str] = [] if errors is None else errors  # one list for many tabs
         page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))

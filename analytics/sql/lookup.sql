@@ -1,5 +1,5 @@
--- Whether $id is one of the ids of a kind (the `ids` CTE, from analytics/sql/ids_KIND.sql),
--- how many there are, and the closest few by Jaro-Winkler similarity (case folded): what an
+-- For an id not among the ids of a kind (the `ids` CTE, from analytics/sql/ids_KIND.sql):
+-- how many there are, and the closest few by Jaro-Winkler similarity (case folded), what an
 -- unknown id's message offers.
 SELECT bool_or(id = $id) AS found,
        count(*) AS known,

@@ -225,6 +225,8 @@ def _question(p: argparse.ArgumentParser, q: Question, json_help: str | None = N
     q.add_to(p)
     _db_and_json(p, json_help or "print the answer as JSON")
     p.set_defaults(func=lambda args: answer(q, args))
+    if q.name != "gate":  # the gate's errors are verdicts (its own shape)
+        p.error = _json_usage(p)  # type: ignore[method-assign]
 
 
 def _db_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
@@ -248,6 +250,21 @@ def _json_error(p: argparse.ArgumentParser, command: str | None = None) -> Any:
             sys.stdout.write(
                 json.dumps({"status": 2, "verdict": "error", "reason": f"error: {message}"}) + "\n"
             )
+            p.exit(2)
+        usage_error(message)
+
+    return error
+
+
+def _json_usage(p: argparse.ArgumentParser) -> Any:
+    """A question's usage error: under --json, one JSON object on stdout as its other errors
+    are (``{"status": 2, "error": "usage", "message": ...}``), exit 2."""
+    usage_error = p.error
+
+    def error(message: str) -> NoReturn:
+        argv = _ARGV if _ARGV is not None else sys.argv[1:]
+        if "--json" in argv:
+            sys.stdout.write(json.dumps({"status": 2, "error": "usage", "message": message}) + "\n")
             p.exit(2)
         usage_error(message)
 

@@ -15,7 +15,7 @@ from typing import Any
 from rich.markup import escape
 
 from memdiag.analytics.db import DatabaseError
-from memdiag.analytics.lookup import NotFound, data_span
+from memdiag.analytics.lookup import NeedsCondition, NotFound, data_span
 from memdiag.analytics.queries import Rows
 from memdiag.cli.common import (
     REPORT_EXTRA,
@@ -32,6 +32,8 @@ from memdiag.views.questions import NoSessions, Question, Usage
 
 def _error(exc: Exception) -> tuple[int, dict[str, Any]]:
     """An error's exit status and its JSON."""
+    if isinstance(exc, NeedsCondition):  # the arguments must say which condition
+        return 2, {"error": "usage", "message": str(exc)}
     if isinstance(exc, NotFound):
         return 1, exc.as_dict()
     if isinstance(exc, NoSessions):
@@ -81,6 +83,7 @@ def answer(q: Question, args: argparse.Namespace) -> int:
             span = data_span(con) if con is not None else None
     except (NotFound, NoSessions, Usage, DatabaseError, ConfigError, ModuleNotFoundError) as exc:
         status, error = _error(exc)
+        status = q.error_exit if q.error_exit is not None else status
         if q.on_error is None:
             return _fail(args, status, error)
         result = q.on_error(error["message"])  # the question's own answer to it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -14,8 +15,19 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from memdiag.settings import Settings
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+#: off a terminal (a pipe, a file, a CI log), the width when COLUMNS does not say: wide, so
+#: that lines are not folded for a width nobody reads at; nothing is ever cut either way
+PIPE_WIDTH = 200
+
+
+def _width(stream: Any) -> int | None:
+    if os.environ.get("COLUMNS") or (hasattr(stream, "isatty") and stream.isatty()):
+        return None  # Rich's own: the terminal's, or COLUMNS
+    return PIPE_WIDTH
+
+
+out = Console(highlight=False, width=_width(sys.stdout))
+err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 #: What the `report` extra installs: the reports' charts and statistics only.

@@ -278,7 +278,7 @@ def print_status(st: dict[str, Any], args: argparse.Namespace) -> None:
     out.print(Panel(head, title=title, title_align="left", expand=False))
 
     cats = table(
-        "failed sessions by category", ["category", "sessions", ""], ["sessions", ""], box=False
+        "failed sessions by category", ["category", "sessions", ""], ["sessions"], box=False
     )
     most = max((c["sessions"] for c in st["failure_categories"]), default=0) or 1
     for c in st["failure_categories"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 
 from rich.markup import escape
 
@@ -52,8 +53,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
     import uvicorn
 
+    if args.nice:
+        os.nice(args.nice)  # a reader: on a shared machine, the pipeline goes first
     db = settings.duckdb_path
-    app = create_app(db, token=token, loopback=loopback, policy=args.policy, refresh=refresh)
+    app = create_app(db, token=token, loopback=loopback, policy=args.policy, refresh=refresh,
+                     stream_window=settings.followup_window_seconds)  # fmt: skip
     host = f"[{args.host}]" if ":" in args.host else args.host
     where = f"http://{host}:{args.port}/"
     err.print(
@@ -105,6 +109,14 @@ def add_serve(add: object) -> None:
         default="1s",
         metavar="DURATION",
         help="take a new snapshot of the file at most this often (default 1s)",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        metavar="N",
+        help="run at this lower CPU priority (default 10; 0: as started), so that on a "
+        "machine it shares with the worker and the sink, they go first",
     )
     p.add_argument(
         "--log-level",

@@ -21,11 +21,11 @@ import hmac
 import ipaddress
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from http.cookies import SimpleCookie
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import Request, cookie_parser
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -74,6 +74,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def same_path(scope: Scope) -> str:
+    """The request's own path, as it came (percent-encoded), for a redirect to itself: never
+    another host (leading slashes and backslashes collapse to one slash)."""
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+    path = raw.decode("latin-1").split("?", 1)[0]
+    return "/" + path.lstrip("/\\")
 
 
 def host_name(header: str) -> str:
@@ -120,9 +128,11 @@ class Guard:
             given = dict(pairs).get("token")
             if given is not None and self._ok(given):  # once: the cookie, then the clean URL
                 rest = urlencode([(k, v) for k, v in pairs if k != "token"])
-                where = scope["path"] + (f"?{rest}" if rest else "")
+                where = same_path(scope) + (f"?{rest}" if rest else "")
                 secure = "; Secure" if scope.get("scheme") == "https" else ""
-                cookie_text = f"{COOKIE}={self.cookie}; HttpOnly; SameSite=Strict; Path=/{secure}"
+                # Lax: a link clicked in a chat or an alert (another site) brings it along; the
+                # view is read-only, every request a GET
+                cookie_text = f"{COOKIE}={self.cookie}; HttpOnly; SameSite=Lax; Path=/{secure}"
                 headers_out = [
                     (b"location", where.encode("latin-1")),
                     (b"set-cookie", cookie_text.encode()),
@@ -135,14 +145,11 @@ class Guard:
                 await secured({"type": "http.response.body", "body": b""})
                 return
             bearer = headers.get("authorization", "")
-            cookie: SimpleCookie = SimpleCookie()
-            try:
-                cookie.load(headers.get("cookie", ""))
-            except Exception:  # noqa: BLE001 - a malformed cookie header is no credential
-                cookie = SimpleCookie()
+            # Starlette's parser, as browsers read cookies: another tool's malformed cookie
+            # on the same host (cookies ignore ports) never hides ours
+            cookie = cookie_parser(headers.get("cookie", "")).get(COOKIE, "")
             ok = (bearer.startswith("Bearer ") and self._ok(bearer[7:])) or (
-                COOKIE in cookie
-                and hmac.compare_digest(cookie[COOKIE].value.encode(), self.cookie.encode())
+                bool(cookie) and hmac.compare_digest(cookie.encode(), self.cookie.encode())
             )
             if not ok:
                 await _plain(
@@ -221,15 +228,22 @@ class Hub:
 
 
 def create_app(
-    db: str, token: str = "", loopback: bool = True, policy: str | None = None, refresh: float = 1.0
+    db: str,
+    token: str = "",
+    loopback: bool = True,
+    policy: str | None = None,
+    refresh: float = 1.0,
+    stream_window: float = 30.0,
 ) -> ASGIApp:
     """The view of the DuckDB file at ``db``: gate verdicts under ``policy`` (the bundled one
-    by default), a new snapshot at most every ``refresh`` seconds."""
+    by default), a new snapshot at most every ``refresh`` seconds; ``stream_window``: the
+    worker's followup window (what calibrate's caveats are computed at)."""
     from memdiag.analytics.gate import bundled_policy
 
     policy_file = policy or str(bundled_policy())
     policy_name = "the bundled policy" if policy is None else f"policy {Path(policy).name}"
     snapshots = Snapshots(db, min_interval=refresh)
+    caveats = pages.Caveats(stream_window)
     hub = Hub()
     cache: OrderedDict[tuple[Any, ...], tuple[pages.Page, float]] = OrderedDict()
     newest: dict[int, Any] = {}
@@ -242,7 +256,8 @@ def create_app(
                 log.exception("could not take a snapshot of %s", db)
                 changed = False
             if changed:
-                cache.clear()
+                with cache_lock:
+                    cache.clear()
                 hub.publish(
                     snapshots.version if snapshots.state == READY else -snapshots.version - 1
                 )
@@ -250,7 +265,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await asyncio.to_thread(snapshots.refresh)
+        try:
+            await asyncio.to_thread(snapshots.refresh)
+        except Exception:  # noqa: BLE001 - the view starts anyway; its pages say what is wrong
+            log.exception("could not take a first snapshot of %s", db)
         hub.publish(snapshots.version)
         task = asyncio.create_task(refresher())
         try:
@@ -259,48 +277,65 @@ def create_app(
             task.cancel()
             snapshots.close()
 
+    cache_lock = threading.Lock()  # the cache is read in worker threads, cleared in the loop
+    building: dict[tuple[Any, ...], threading.Lock] = {}
+
     def answer(
         key: tuple[Any, ...], build: Callable[[Any], pages.Page]
-    ) -> tuple[pages.Page, float]:
-        """The page, from the cache when this snapshot already answered it."""
-        version = snapshots.version
-        hit = cache.get((version, *key))
-        if hit is not None:
-            cache.move_to_end((version, *key))
-            return hit
+    ) -> tuple[pages.Page, float, bool, int]:
+        """The page, its server time, whether the cache had it, and the version of the snapshot
+        it was read from. Pages already answered from that snapshot come from the cache; a
+        page many ask at once is built once (the others wait for it)."""
         t0 = time.perf_counter()
         try:
-            with snapshots.cursor() as cur:
-                page = build(cur)
-        except NotFound as exc:
-            page = not_found(exc)
+            with snapshots.reading() as (version, cur):
+                full = (version, *key)
+                with cache_lock:
+                    hit = cache.get(full)
+                    if hit is not None:
+                        cache.move_to_end(full)
+                        return hit[0], hit[1], True, version
+                    one = building.setdefault(full, threading.Lock())
+                with one:
+                    with cache_lock:
+                        hit = cache.get(full)
+                    if hit is not None:  # another request built it meanwhile
+                        return hit[0], hit[1], True, version
+                    try:
+                        page = build(cur)
+                    except NotFound as exc:
+                        page = not_found(exc)
+                    except ValueError as exc:  # a bad filter (--since, say)
+                        page = pages.Page(
+                            "memdiag: that cannot be read",
+                            "",
+                            [("error", "Bad request", f'<p class="error-page">{e(exc)}</p>')],
+                            status=400,
+                        )
+                    ms = (time.perf_counter() - t0) * 1000
+                    with cache_lock:
+                        cache[full] = (page, ms)
+                        while len(cache) > CACHE_PAGES:
+                            cache.popitem(last=False)
+                        building.pop(full, None)
         except DatabaseError as exc:
-            page = unavailable(str(exc))
-        except ValueError as exc:  # a bad filter (--since, say)
-            page = pages.Page(
-                "memdiag: that cannot be read",
-                "",
-                [("error", "Bad request", f'<p class="error-page">{e(exc)}</p>')],
-                status=400,
-            )
-        result = (page, (time.perf_counter() - t0) * 1000)
-        cache[(version, *key)] = result
-        while len(cache) > CACHE_PAGES:
-            cache.popitem(last=False)
-        return result
+            return unavailable(str(exc)), (time.perf_counter() - t0) * 1000, False, -1
+        return page, ms, False, version
 
-    async def render(
-        request: Request, key: tuple[Any, ...], build: Callable[[Any], pages.Page]
-    ) -> Response:
+    async def render(request: Request, build: Callable[[Any], pages.Page]) -> Response:
         if snapshots.state != READY:
-            page, ms = unavailable(snapshots.detail), 0.0
+            page, ms, cached, version = unavailable(snapshots.detail), 0.0, False, -1
         else:
-            page, ms = await run_in_threadpool(answer, key, build)
-        timing = {"server-timing": f"page;dur={ms:.1f}", "cache-control": "no-store"}
+            key = (request.url.path, _query(request))
+            page, ms, cached, version = await run_in_threadpool(answer, key, build)
+        timing = {
+            "server-timing": f"page;dur={ms:.1f}" + (';desc="cached"' if cached else ""),
+            "cache-control": "no-store",
+        }
         if request.query_params.get("partial"):
             return JSONResponse(
                 {
-                    "version": snapshots.version,
+                    "version": version,  # the snapshot it was read from, not the newest
                     "status": page.status,
                     "meta": page.meta,
                     "sections": {s[0]: s[2] for s in page.sections},
@@ -311,7 +346,7 @@ def create_app(
         body = page.top + "".join(
             h.section(title, body, id=sid) for sid, title, body in page.sections
         )
-        nav = _NAV.format(version=snapshots.version, state="live")
+        nav = _NAV.format(version=version, state="live")
         return HTMLResponse(
             h.page(page.title, body, page.meta, head=_HEAD, top=nav),
             status_code=page.status,
@@ -326,9 +361,12 @@ def create_app(
                 return f"/?{urlencode({kind: value})}"
             if kind == "run":
                 return paths.runs_path(value, None)
+            if kind == "memory":  # a memory of one agent's recall pipeline
+                return paths.memory_path(value, exc.agent)
             to: dict[str, Callable[[str], str]] = {
                 "session": paths.session_path,
                 "observation": paths.memory_path,
+                "recall_memory": paths.memory_path,
                 "agent": paths.agent_path,
                 "memory_agent": paths.agent_path,
             }
@@ -360,28 +398,26 @@ def create_app(
 
     async def overview(request: Request) -> Response:
         q = _query(request)
-        return await render(request, ("/", q), lambda cur: pages.overview(cur, dict(q)))
+        return await render(request, lambda cur: pages.overview(cur, dict(q), caveats))
 
     async def session(request: Request) -> Response:
         sid = request.path_params["session_id"]
-        return await render(request, ("s", sid), lambda cur: pages.session(cur, sid))
+        return await render(request, lambda cur: pages.session(cur, sid))
 
     async def memory(request: Request) -> Response:
         mid, q = request.path_params["memory_id"], _query(request)
-        return await render(request, ("m", mid, q), lambda cur: pages.memory(cur, mid, dict(q)))
+        return await render(request, lambda cur: pages.memory(cur, mid, dict(q)))
 
     async def agent(request: Request) -> Response:
         aid = request.path_params["agent_id"]
-        return await render(request, ("a", aid), lambda cur: pages.agent(cur, aid))
+        return await render(request, lambda cur: pages.agent(cur, aid))
 
     async def runs(request: Request) -> Response:
         q = _query(request)
-        return await render(
-            request, ("r", q), lambda cur: pages.runs(cur, dict(q), policy_file, policy_name)
-        )
+        return await render(request, lambda cur: pages.runs(cur, dict(q), policy_file, policy_name))
 
     async def dead_letters(request: Request) -> Response:
-        return await render(request, ("d",), pages.dead_letters)
+        return await render(request, pages.dead_letters)
 
     async def go(request: Request) -> Response:
         """The search box: the page of a session, memory or agent of that id."""
@@ -397,6 +433,7 @@ def create_app(
             for kind, path in (
                 ("session", paths.session_path),
                 ("observation", paths.memory_path),
+                ("recall_memory", paths.memory_path),
                 ("agent", paths.agent_path),
                 ("run", lambda r: paths.runs_path(r, None)),
             ):

@@ -4,6 +4,8 @@ one. No HTTP here: :mod:`memdiag.serve.app` serves these."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,14 +31,46 @@ class Page:
     top: str = ""  # above the sections, not updated (a form)
 
 
-def _since(text: str | None) -> Any:
-    return None if not text else qs.since(text)
+class Caveats:
+    """What calibrate says of the live proxies, per filter, computed at most once a minute:
+    it costs more than the rest of the overview, and it moves slowly."""
+
+    def __init__(self, stream_window: float = 30.0, ttl: float = 60.0):
+        self.stream_window, self.ttl = stream_window, ttl
+        self._got: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, key: Any = None, **where: Any) -> Any:
+        """``where``: the filters; ``key``: what names them (the URL's text: a relative
+        --since is a new time at each call, its text is not)."""
+        from memdiag.analytics.status import proxy_strength
+
+        key = key if key is not None else tuple(sorted(where.items()))
+        now = time.monotonic()
+        with self._lock:
+            hit = self._got.get(key)
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        value = proxy_strength(con, self.stream_window, **where)
+        with self._lock:
+            if len(self._got) > 256:
+                self._got.clear()
+            self._got[key] = (now, value)
+        return value
 
 
-def overview(con: duckdb.DuckDBPyConnection, q: Mapping[str, str]) -> Page:
-    org, project, since_text = (q.get(k) or None for k in ("org", "project", "since"))
-    since = _since(since_text)
-    st = qs.overview(con, org, project, since)
+def overview(con: duckdb.DuckDBPyConnection, q: Mapping[str, str],
+             caveats: Caveats | None = None) -> Page:  # fmt: skip
+    # the filters, read as the command line reads --org, --project and --since
+    given = qs.STATUS.read(q, ("org", "project", "since"))
+    org, project, since = given["org"], given["project"], given["since"]
+    since_text = q.get("since") or None
+    text_key = (org, project, since_text)
+
+    def strength(con: duckdb.DuckDBPyConnection, **where: Any) -> Any:
+        return caveats(con, key=text_key, **where) if caveats is not None else None
+
+    st = qs.overview(con, org, project, since, proxies=strength if caveats else None)
     filters = [
         f"{k} {v}" for k, v in (("org", org), ("project", project), ("since", since_text)) if v
     ]
@@ -209,7 +243,7 @@ def runs(
     if p["error"]:
         sections.append(("compare", "compare", f'<p class="failed">{e(p["error"])}</p>'))
     if p["verdict"] is not None:
-        sections.append(("gate", f"gate, under {policy_name}", h.gate(p["verdict"], p["doctor"])))
+        sections.append(("gate", f"gate, under {policy_name}", h.gate(p["verdict"])))
     return Page(
         "benchmark runs",
         f"{len(ids):,} runs" + (f" · {e(b)} → {e(c)}" if b and c else ""),

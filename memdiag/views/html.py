@@ -89,7 +89,9 @@ def td(v: Any, html_text: str | None = None) -> str:
     """A cell: numbers right-aligned; ``html_text`` (already escaped) instead of ``v``'s text."""
     numeric = isinstance(v, int | float) and not isinstance(v, bool)
     text = html_text if html_text is not None else e(fmt(v))
-    return f'<td class="n">{text}</td>' if numeric else f"<td>{text}</td>"
+    if numeric:
+        return f'<td class="n">{text}</td>'
+    return f'<td class="t">{text}</td>' if isinstance(v, datetime) else f"<td>{text}</td>"
 
 
 def table(
@@ -395,11 +397,11 @@ def failed_sessions(rows: Any, links: Links, more: str = "") -> str:
             "agent",
             "outcome",
             "category",
-            "agent searches",
+            "searches",
             "followups",
-            "ignored memories",
-            "misleading memories",
-            "outcome at (UTC)",
+            "ignored",
+            "misleading",
+            "ended (UTC)",
         ],
         [
             [
@@ -624,15 +626,16 @@ def memory(m: dict[str, Any], links: Links) -> str:
             + "</dl>"
         )
         steps = m["steps"]
+        # the steps come thinned for the chart (queries.observation_steps), placed by number
         wpoints = [
-            charts.Point(i, s["new_weight"], label=f"{s['session_id']} ({s['outcome']})")
-            for i, s in enumerate(steps["weight"])
+            charts.Point(s["n"], s["new_weight"], label=f"{s['session_id']} ({s['outcome']})")
+            for s in steps["weight"]
         ]
         spoints = [
             charts.Point(
-                i, s["strength"], label=f"{s['session_id']} {s['turn_id']} ({s['signal']})"
+                s["n"], s["strength"], label=f"{s['session_id']} {s['turn_id']} ({s['signal']})"
             )
-            for i, s in enumerate(steps["strength"])
+            for s in steps["strength"]
         ]
         if wpoints:
             parts.append(
@@ -644,7 +647,8 @@ def memory(m: dict[str, Any], links: Links) -> str:
                 "<h3>Strength over its judged turns</h3>"
                 + charts.line(spoints, "Strength after each judged turn", colour=charts.USED)
             )
-        sessions = list(reversed(steps["weight"]))
+        total = steps["weight_total"]
+        sessions = [s for s in reversed(steps["weight"]) if s["n"] > total - 50]
         if sessions:
             parts.append(
                 "<h3>The sessions it was in (the newest first)</h3>"
@@ -678,6 +682,12 @@ def memory(m: dict[str, Any], links: Links) -> str:
                     ],
                     keys=[s["session_id"] for s in sessions],
                     numeric=(3, 4, 5),
+                )
+                + shown(
+                    len(sessions),
+                    total,
+                    "sessions",
+                    "its weight history in DuckDB: <code>observation_weight_history</code>",
                 )
             )
         history = m["history"]
@@ -1250,9 +1260,13 @@ def gate(v: Any, doctor: dict[str, Any] | None = None) -> str:
                 numeric=(1, 2, 3),
             )
         )
+    quoted = [n.removeprefix("doctor: ") for n in v.notes if n.startswith("doctor: ")]
     for n in v.notes:
-        if doctor is None or not n.startswith("doctor: "):  # doctor's own list follows
+        if not n.startswith("doctor: "):
             parts.append(f'<p class="dim">note: {e(n)}</p>')
+    if quoted and doctor is None:
+        items = "".join(f"<li>{e(n)}</li>" for n in quoted)
+        parts.append(f"<h3>What <code>memdiag doctor</code> found</h3><ul>{items}</ul>")
     if doctor is not None:
         found = [f for f in doctor["findings"] if f["level"] != "note"] or doctor["findings"]
         items = "".join(

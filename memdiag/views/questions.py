@@ -146,6 +146,9 @@ class Question:
     #: an error as this question's own answer (the gate's: a verdict of status 2, so that
     #: every exit prints one JSON object of one shape); None: errors are errors
     on_error: Callable[[str], Any] | None = None
+    #: the exit status of every error, when the question's own statuses give 1 a meaning
+    #: (doctor: 1 is "weak", so its errors are 2)
+    error_exit: int | None = None
 
     @property
     def name(self) -> str:
@@ -179,15 +182,22 @@ class Question:
         """The fetch's keywords from parsed values (a namespace's ``vars``)."""
         return {a.name: given.get(a.name, a.default) for a in self.args if a.fetch}
 
-    def read(self, texts: Mapping[str, str | None]) -> dict[str, Any]:
-        """The fetch's keywords from text (a URL's path and query); ValueError says which is
-        wrong. A missing required one is an error too."""
+    def read(
+        self,
+        texts: Mapping[str, str | None],
+        names: tuple[str, ...] | None = None,
+        required: bool = True,
+    ) -> dict[str, Any]:
+        """The fetch's keywords (``names`` of them, or all) from text, a URL's path and query,
+        read as the command line reads them; ValueError says which is wrong. A missing required
+        one is an error too, unless ``required`` is False (a page that asks without it)."""
         values = {}
         for a in self.args:
-            if not a.fetch:
+            if not a.fetch or (names is not None and a.name not in names):
                 continue
             text = texts.get(a.name)
-            if (a.required or a.flag is None) and (text is None or text == ""):
+            missing = text is None or text == ""
+            if required and (a.required or a.flag is None) and missing:
                 raise ValueError(f"{a.flag or a.name} is required")
             values[a.name] = a.read(text)
         return values
@@ -798,6 +808,7 @@ DOCTOR = Question(
     _doctor,
     status=lambda r: int(r["status"]),
     needs_report=True,
+    error_exit=2,
 )
 
 COMPARE = Question(
@@ -932,13 +943,20 @@ def overview(
     org: str | None = None,
     project: str | None = None,
     since: Any = None,
-    failed: int = 20,
+    failed: int = 10,
+    proxies: Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
     """The overview page: the status figures (with the filters), and the newest failed
-    sessions."""
+    sessions. ``proxies(con, org, project, since)`` gives what calibrate says of the proxies
+    (the view's keeps it a minute: it costs more than the rest of the page); by default it
+    is computed."""
+    from memdiag.analytics.status import RecallWatch, proxy_strength, status
+
     for kind, value in (("org", org), ("project", project)):
         ensure_known(con, kind, value)
-    st = STATUS.fetch(con, 5, 5, 86_400.0, 20.0, 10, org, project, since)
+    st = status(con, 5, 5, RecallWatch(), org, project, since, with_proxies=False,
+                light_pipeline=True)  # fmt: skip
+    st["proxies"] = (proxies or proxy_strength)(con, org=org, project=project, since=since)
     st["failed_sessions"] = queries.failed_sessions(con, org, project, since, failed)
     return st
 
@@ -970,7 +988,7 @@ def memory_page(
         page["stats"] = queries.observation_stats(con, memory_id)
         page["history"] = queries.observation_history(con, memory_id, 50)
         page["steps"] = queries.observation_steps(con, memory_id)
-    elif page["recall"] is None:
+    elif page["recall"] is None and not recall_agents:
         raise not_found("observation", memory_id, known, closest)
     return page
 
@@ -1006,18 +1024,13 @@ def runs_page(
     candidate_condition: str | None,
     policy: str,
 ) -> dict[str, Any]:
-    """The runs page: every run with its provenance; with two chosen, what ``compare``,
-    ``gate`` (under ``policy``) and ``doctor`` say of them."""
+    """The runs page: every run with its provenance; with two chosen, what ``compare`` and
+    ``gate`` (under ``policy``) say of them, the gate quoting what ``doctor`` finds."""
     from memdiag.analytics import gate as g
     from memdiag.analytics.scores import UnknownRun
 
-    page: dict[str, Any] = {
-        "runs": queries.runs(con, 200),
-        "comparison": None,
-        "verdict": None,
-        "doctor": None,
-        "error": None,
-    }
+    page: dict[str, Any] = {"runs": queries.runs(con, 200), "comparison": None, "verdict": None,
+                            "error": None}  # fmt: skip
     if baseline and candidate:
         for run in (baseline, candidate):
             ensure_known(con, "run", run)
@@ -1027,9 +1040,6 @@ def runs_page(
             )
         except UnknownRun as exc:  # several conditions and none chosen, nothing to pair
             page["error"] = str(exc)
-        page["doctor"] = _doctor(
-            con, None, baseline, candidate, baseline_condition, candidate_condition, 30
-        )
         page["verdict"] = g.verdict_of(
             lambda: con.cursor(),
             baseline,

@@ -1,8 +1,8 @@
 """``memdiag serve`` in a real browser (Debian's Chromium, driven by Playwright), while
 ``memdiag run`` writes the file in the background: a new failed session appears without a
-reload, a paused page does not move, a closed row stays closed, the filters survive clicking
-down to a session and a memory and back, the agent and runs pages open, and no page has a
-console error."""
+reload, a paused page does not move while another tab follows, a closed row stays closed, the
+window stays on what the reader scrolled to, the filters survive clicking down to a session
+and a memory and back, the agent and runs pages open, and no page has a console error."""
 
 from __future__ import annotations
 
@@ -99,23 +99,29 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     db = d / "live.duckdb"
     finish(memdiag_run(write(d / "first.jsonl", first_file(), extra="not json at all\n"), db))
     port = free_port()
+    log = (d / "serve.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "memdiag.cli", "serve", "--db", str(db), "--port", str(port),
          "--refresh", "0.3s"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=log, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
+        deadline = time.monotonic() + 60
+        while True:
             try:
                 if health(base)["state"] == "ready":
                     break
             except OSError:
-                time.sleep(0.1)
+                pass
+            assert server.poll() is None, (d / "serve.log").read_text()
+            assert time.monotonic() < deadline, "memdiag serve not ready in 60 s"
+            time.sleep(0.1)
         yield base, db, d
     finally:
         server.terminate()
-        server.communicate(timeout=30)
+        server.wait(timeout=30)
+        log.close()
 
 
 def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
@@ -143,12 +149,19 @@ def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
         finish(run)
 
         # paused: nothing moves while the sink writes, and the page says updates wait
+        # a second tab on the dead letters, whose reader closes one reason
+        dead = b.new_page(viewport={"width": 1280, "height": 800})
+        Console(dead, console.errors)  # one list of errors for both tabs
+        dead.goto(base + "/dead-letters")
+        summary = 'details[data-key="not_json"] summary'
+        assert "not_json: 1 " in dead.inner_text(summary)
+        dead.click(summary)
         page.click("#pause")
         rows = "[...document.querySelectorAll('#failed-sessions tr[data-key]')].map(r => r.dataset.key + '|' + r.textContent)"
         before = page.evaluate(rows)
         version = health(base)["snapshot"]["version"]
-        run = memdiag_run(write(d / "third.jsonl", failed("ses-paused", "org_a",
-                                                            "2026-11-21T12:00:00Z")), db)  # fmt: skip
+        third = failed("ses-paused", "org_a", "2026-11-21T12:00:00Z")
+        run = memdiag_run(write(d / "third.jsonl", third, extra="still not json\n"), db)
         finish(run)
         deadline = time.monotonic() + 30
         while health(base)["snapshot"]["version"] == version and time.monotonic() < deadline:
@@ -157,9 +170,21 @@ def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
         time.sleep(1.0)
         assert page.evaluate(rows) == before  # (the marks of new rows may fade meanwhile)
         assert page.locator('tr[data-key="ses-paused"]').count() == 0
-        page.click("#pause")  # resume: the waiting update comes at once
+        # the other tab, live: a closed row stayed closed, the new sample is there
+        until(dead, f"document.querySelector('{summary}').textContent.includes('not_json: 2 ')",
+              30)  # fmt: skip
+        assert dead.evaluate(f"document.querySelector('{summary}').parentElement.open") is False
+        dead.close()
+        # the reader scrolled down to the dead letters; the update above keeps them in place
+        page.evaluate("document.getElementById('dead-letters').scrollIntoView()")
+        top = "document.getElementById('dead-letters').getBoundingClientRect().top"
+        where = page.evaluate(top)
+        assert page.evaluate("window.scrollY") > 300  # the new row comes in above the window
+        # resume (a click that does not scroll the window): the waiting update comes at once
+        page.evaluate("document.getElementById('pause').click()")
         page.wait_for_selector('#failed-sessions tr[data-key="ses-paused"]', timeout=30_000)
         assert page.evaluate("window.__same_page") is True
+        assert abs(page.evaluate(top) - where) < 3, (where, page.evaluate(top))
 
         # down to a session, a memory, and back: the filters are still there
         page.click('#failed-sessions tr[data-key="ses-paused"] a[href^="/sessions/"]')
@@ -183,20 +208,6 @@ def test_the_live_view_in_chromium(served: tuple[str, Path, Path]) -> None:
         page.click("form.filters button[type=submit]")
         page.wait_for_url("**/runs?baseline=base&candidate=cand*")
         assert "Where the answers moved" in page.content() and "gate, under" in page.content()
-
-        # a closed row stays closed across an update, the new sample is marked
-        page.goto(base + "/dead-letters")
-        summary = 'details[data-key="not_json"] summary'
-        assert "not_json: 1 " in page.inner_text(summary)
-        page.click(summary)  # the reader closes it
-        run = memdiag_run(write(d / "fourth.jsonl", [], extra="still not json\n"), db)
-        until(
-            page, f"document.querySelector('{summary}').textContent.includes('not_json: 2 ')", 120
-        )
-        finish(run)
-        assert (
-            page.evaluate("document.querySelector('details[data-key=\"not_json\"]').open") is False
-        )
 
         for url in ("/", "/sessions/ses-new", "/memories/obs_stale", f"/agents/{AGENT}",
                     "/runs?baseline=base&candidate=cand", "/dead-letters"):  # fmt: skip

@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 
 from memdiag.analytics.db import connect
 from memdiag.analytics.snapshot import MISSING, NOT_DUCKDB, READY, Snapshots
-from memdiag.serve.app import CSP, create_app, host_name, is_loopback
+from memdiag.serve.app import CSP, create_app, host_name, is_loopback, same_path
 from tests.recall_scenario import ambient, indexed, probe, written
 from tests.unit.test_explain import HOSTILE, story
 from tests.unit.test_judgements import judgement
@@ -216,9 +216,12 @@ def test_a_missing_file_says_what_to_run_then_shows_it(tmp_path: Path, db: Path)
         r = c.get("/")
         assert r.status_code == 503 and "memdiag run --input" in r.text and "memdiag sink" in r.text
         assert c.get("/healthz").json()["state"] == MISSING
-        shutil.copy(db, path)
-        snapshots = app.app.state.snapshots  # type: ignore[attr-defined]
-        assert snapshots.refresh() and snapshots.state == READY
+        shutil.copy(db, tmp_path / "whole.tmp")
+        (tmp_path / "whole.tmp").rename(path)  # it appears whole, as a sink's first flush
+        deadline = time.monotonic() + 10
+        while c.get("/healthz").json()["state"] != READY:  # the view's own tick finds it
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
         assert c.get("/").status_code == 200
 
 
@@ -249,11 +252,27 @@ def test_the_token_rule(db: Path) -> None:
         r = c.get(f"/sessions/bad-1?x=1&token={quote(token)}")
         assert r.status_code == 303 and r.headers["location"] == "/sessions/bad-1?x=1"
         cookie = r.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and token not in cookie
+        # Lax: a link clicked in a chat or an alert (another site) keeps the cookie
+        assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and token not in cookie
         assert c.get("/sessions/bad-1").status_code == 200  # the cookie, from now on
+        # another tool's malformed cookie on the same host never hides this one
+        value = cookie.split(";")[0].split("=", 1)[1]
+        odd = {"Cookie": f'x=a\\b; other="un closed; memdiag_token={value}'}
+        assert c.get("/sessions/bad-1", headers=odd).status_code == 200
+        # the redirect keeps the path as it came, encoded, and never leaves the host
+        for asked, kept in ((f"/sessions/a%3Fb?token={quote(token)}", "/sessions/a%3Fb"),
+                            (f"/sessions/%E4%B8%AD?token={quote(token)}", "/sessions/%E4%B8%AD"),
+                            (f"/%5Cevil.example?token={quote(token)}", "/%5Cevil.example")):
+            r = c.get(asked)
+            assert r.status_code == 303 and r.headers["location"] == kept, (asked, r.headers)
         c.cookies.clear()
         assert c.get(f"/?token={quote(token)}x").status_code == 401
         assert c.get("/", headers={"Cookie": "memdiag_token=" + "0" * 64}).status_code == 401
+    # a path a client sends as //host/... (no test client sends it so) stays on this host
+    assert same_path({"raw_path": b"//evil.example/x", "path": "//evil.example/x"}) == (
+        "/evil.example/x")
+    assert same_path({"raw_path": b"/\\evil.example", "path": "/\\evil.example"}) == (
+        "/evil.example")
 
 
 def test_a_loopback_binding_answers_loopback_names_only(client: TestClient) -> None:
@@ -313,9 +332,12 @@ def test_server_sent_events_say_when_the_sink_wrote(db: Path, tmp_path: Path) ->
                     return int(json.loads(line[6:])["version"])
 
         first = next_version()
-        con = connect(path)  # the sink's write, as it makes them
-        con.execute("UPDATE dead_letters SET detail = detail || ' (again)'")
-        con.close()
+        # the sink's write, from another process as the sink makes it (POSIX locks never
+        # conflict within one process)
+        subprocess.run([sys.executable, "-c", "import sys; from memdiag.analytics.db import "
+                        "connect; c = connect(sys.argv[1]); c.execute(\"UPDATE dead_letters "
+                        "SET detail = detail || ' (again)'\"); c.close()", str(path)],
+                       check=True, timeout=60)  # fmt: skip
         t0 = time.monotonic()
         assert next_version() == first + 1 and time.monotonic() - t0 < 2.0
         conn.close()
@@ -400,3 +422,63 @@ def test_the_sink_says_once_when_another_process_holds_the_file(
     assert (
         "another process" in said[0] and "memdiag serve" in said[0] and "no row is lost" in said[0]
     )
+
+
+def test_memdiag_run_relays_the_sinks_lock_warning_once(tmp_path: Path) -> None:
+    """`memdiag run` keeps its children's logs in files: the sink's word that another process
+    holds the file reaches the person running it, once, without the log's prefix."""
+    from memdiag.runner import Child
+
+    log_path = tmp_path / "sink.log"
+    log = log_path.open("ab")
+    child = Child("sink", subprocess.Popen(["true"]), log_path, log)
+    child.proc.wait()
+    log.write(b"[2026-11-25 10:00:00,000] [1] [INFO] memdiag.sink: started\n"
+              b"[2026-11-25 10:00:03,000] [1] [WARNING] memdiag.db: waiting 3s for another "
+              b"process to let go of x.duckdb (/usr/bin/duckdb (PID 7)): close it\n"
+              b"[2026-11-25 10:00:03,000] [1] [WARNING] aiokafka: something else\n"
+              b"[2026-11-25 10:00:04,000] [1] [WARNING] memdiag.db: half a li")  # fmt: skip
+    assert child.new_warnings() == [
+        "waiting 3s for another process to let go of x.duckdb (/usr/bin/duckdb (PID 7)): close it"
+    ]
+    assert child.new_warnings() == []  # said once
+    log.write(b"ne\n")
+    assert child.new_warnings() == ["half a line"]
+    log.close()
+
+
+def test_the_overviews_light_pipeline_figures_are_the_full_ones(db: Path) -> None:
+    """The cards read the broken agents without the whole pipeline_health view: the same
+    agents, in the same order, with the same counts."""
+    from memdiag.analytics.status import pipeline_summary
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        full, light = pipeline_summary(con), pipeline_summary(con, light=True)
+    assert full is not None and light is not None
+    assert light["broken"] == full["broken"] and light["broken"]
+    assert light["agents"] == full["agents"] and light["recall_fell"] == full["recall_fell"]
+    assert light["worst_coverage"] is None and full["worst_coverage"] is not None
+
+
+def test_the_caveats_are_kept_a_minute(db: Path) -> None:
+    from memdiag.serve.pages import Caveats
+
+    calls: list[Any] = []
+    caveats = Caveats(ttl=60)
+    with duckdb.connect(str(db), read_only=True) as con:
+        import memdiag.analytics.status as status_module
+
+        real = status_module.proxy_strength
+
+        def counting(*a: Any, **k: Any) -> Any:
+            calls.append(k)
+            return real(*a, **k)
+
+        status_module.proxy_strength = counting  # type: ignore[assignment]
+        try:
+            first = caveats(con, org=None, project=None, since=None)
+            assert caveats(con, org=None, project=None, since=None) == first
+            caveats(con, org="x", project=None, since=None)
+        finally:
+            status_module.proxy_strength = real  # type: ignore[assignment]
+    assert len(calls) == 2  # once per filter within the minute

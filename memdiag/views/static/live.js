@@ -78,12 +78,15 @@
         return r.json();
       })
       .then(function (page) {
-        if (page.status !== 200 && !document.querySelector("section#error")) {
-          window.location.reload();  // the page became (or stopped being) an error page
+        if (paused) {  // paused while it was on its way: it waits like the others
+          waiting++;
+          say("paused · " + waiting + " update" + (waiting === 1 ? "" : "s") + " waiting");
           return;
         }
-        if (page.status === 200 && document.querySelector("section#error")) {
-          window.location.reload();
+        var have = Array.prototype.map.call(document.querySelectorAll("section[id]"),
+                                            function (s) { return s.id; }).sort().join(" ");
+        if (Object.keys(page.sections).sort().join(" ") !== have) {
+          window.location.reload();  // the page changed shape (an error page, new sections)
           return;
         }
         var changed = 0;
@@ -93,13 +96,18 @@
         });
         var meta = document.querySelector("p.meta .page-meta");
         if (meta && page.meta !== undefined) meta.innerHTML = page.meta;
+        // browsers with scroll anchoring (Chromium, Firefox) keep the place themselves: then
+        // this moves nothing; others (Safari) are kept on the row that was at the top
         if (anchor) {
           var el = document.querySelector('[data-key="' + CSS.escape(anchor.key) + '"]');
           if (el) window.scrollBy(0, el.getBoundingClientRect().top - anchor.top);
         }
         say("live · updated " + new Date().toLocaleTimeString() + (changed ? "" : " (no change)"));
       })
-      .catch(function (err) { say("live · update failed (" + err.message + "), retrying"); })
+      .catch(function (err) {
+        say("live · update failed (" + err.message + "), retrying");
+        setTimeout(function () { if (!paused) refresh(); }, 2000);
+      })
       .then(function () {
         busy = false;
         if (again) { again = false; refresh(); }
