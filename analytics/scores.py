@@ -60,8 +60,6 @@ class Judged:
         return CORRECT if self.correct else (self.failure_mode or UNATTRIBUTED)
 
 
-
-
 def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
     rows = con.execute(
         "SELECT condition, question_id, repeat_index, judge_correct, failure_mode, ts, "
