@@ -34,8 +34,11 @@ install: $(STAMP) $(CLIENTS) ## Create .venv and install memdiag with everything
 demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): status screen and HTML report.
 	$(BIN)/memdiag demo
 
+# The unit tests (no broker, CPU-bound) on every core; then the ones with a broker, one at a
+# time (they time processes, kills and restarts).
 test: $(STAMP) $(CLIENTS) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto tests/unit tests/spec
+	$(BIN)/pytest tests/e2e tests/integration tests/chaos
 
 browser: ## Debian's headless Chromium, for the tests that look at the report and memdiag serve (root: installed if missing).
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
@@ -50,7 +53,7 @@ chaos: $(STAMP) ## The reliability suite at full size: 20 kill -9s, 5,000 hostil
 	@cat .build/chaos.json
 
 unit: $(STAMP) $(CLIENTS) ## Run the unit tests only (no broker).
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -n auto tests/unit
 
 # mypy and import-linter read a regular install: the editable one maps memdiag.streams and
 # its siblings with an import hook, which neither follows. Their paths are the installed ones

@@ -327,6 +327,10 @@ def test_the_pipeline_resumes_after_a_broker_restart(s3: dict[str, str], tmp_pat
     restarted_at = None
     try:
         p.start("worker", "sink")
+        # both at work before the broker goes: a process still starting when it goes (its
+        # first connection refused) is another case than a broker lost mid-run
+        _wait_ready(p, "worker", 0)
+        _wait_ready(p, "sink", 0)
         asyncio.run(_publish(settings, msgs[:half], rate=200))
         time.sleep(1.0)  # work in flight
         broker.stop()  # the broker goes away mid-run...
