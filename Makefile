@@ -38,7 +38,7 @@ demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): st
 # time (they time processes, kills and restarts).
 test: $(STAMP) $(CLIENTS) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
 	$(BIN)/pytest -n auto tests/unit tests/spec
-	$(BIN)/pytest tests/e2e tests/integration tests/chaos
+	$(BIN)/pytest -n auto --maxprocesses 4 tests/e2e tests/integration tests/chaos
 
 browser: ## Debian's headless Chromium, for the tests that look at the report and memdiag serve (root: installed if missing).
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
