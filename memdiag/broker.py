@@ -66,8 +66,11 @@ class EmbeddedBroker:
         startup_timeout: float = 20.0,
         storage: str = "memory://tansu/",
         env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
     ):
         self.port = port or free_port()
+        #: the address it listens on and advertises: clients must reach it there
+        self.host = host
         self.startup_timeout = startup_timeout
         #: Tansu's storage engine: memory (the default: gone with the process), or
         #: ``s3://bucket/`` (with ``env`` naming the endpoint) to survive a restart
@@ -78,7 +81,8 @@ class EmbeddedBroker:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"{host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -86,7 +90,7 @@ class EmbeddedBroker:
 
     def start(self) -> EmbeddedBroker:
         binary = tansu_binary()
-        listener = f"tcp://127.0.0.1:{self.port}"
+        listener = f"tcp://{self.bootstrap}"
         fd, log_path = tempfile.mkstemp(prefix="memdiag-tansu-", suffix=".log")
         self._log = Path(log_path)
         with os.fdopen(fd, "wb") as log:
@@ -111,6 +115,10 @@ class EmbeddedBroker:
             self.stop()
             raise
         return self
+
+    def poll(self) -> int | None:
+        """The broker's exit code once it has exited by itself; None while it runs."""
+        return None if self._proc is None else self._proc.poll()
 
     def log_tail(self, lines: int = 20) -> str:
         if self._log is None or not self._log.exists():

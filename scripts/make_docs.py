@@ -52,6 +52,60 @@ def _type(spec: dict[str, Any], defs: dict[str, Any]) -> str:
     return str(kind)
 
 
+#: The end of docs/events.md: what the schemas cannot say, answered from the code (#36).
+PRODUCER_QUESTIONS = """
+## Questions producers ask
+
+**What goes in `errors[].tool` when no tool raised the error?** The field is required and
+must be a string: an error without it, or with `null`, dead-letters its outcome
+(`missing_field`, `wrong_type`). Any string is accepted, the empty one too: put the part of
+the runtime that raised it (`"agent"`, `"runtime"`, the model), or `""`. No rule reads it:
+the category looks at error messages and at failed `tool_calls`, so a linter named only in
+`errors[].tool` does not make a session `style`, its failed call in `tool_calls` does. It is
+kept beside its message in `session_diagnostics.errors_encountered` of a failed session and
+shown by `memdiag explain` and the session page (an accepted session's errors are not kept).
+
+**`rejected` or `rework`?** Both are failed sessions, and every rule treats them alike: each
+gets a failure category, counts toward the misleading rule (3 failed sessions, no accepted
+one) and moves its memories' weights toward 0 by the same step. The difference is yours to
+give, and memdiag keeps it: `session_diagnostics.outcome`, the `outcome` attribute of
+`agentmemory.session_outcome_total` and `memdiag status` count them apart. A convention
+that reads well: `rejected` when the work was thrown away, `rework` when it was kept only
+after someone (or another session) fixed it.
+
+**Must `result_ids` match the injected ids?** No: they feed different rules. `result_ids`
+feed only the followup rule (a search without results is not judged; a followup's results
+share no id with its predecessor's), so give one memory the same id in every search.
+Used/ignored, the misleading rule, the weights and the strengths work on the `observations`
+of `injection` events: inject what you injected, after any reranking or filtering, whatever
+the search returned. (From spans, a turn's injection is made of its searches' results with
+content: there the two are one; see [spans](spans.md).)
+
+**What does `helpful_observation_ids` change?** Nothing memdiag computes: no rule reads it.
+It does not make a memory `used` (that is the keyword rule on the response), and it does not
+move a weight or a strength, or clear a memory of misleading. It is stored as given, for
+accepted and failed sessions alike, in `session_diagnostics.helpful_observation_ids`, and
+shown by `memdiag explain` and the session page as "reported helpful by the runtime", so
+that you can set your runtime's judgement beside memdiag's verdicts (in SQL, for example).
+
+**Must a response come after its injection?** No. A turn `(session_id, turn_id)` is judged
+when both halves have arrived, in either order, before or after the session's outcome;
+every injection of the turn counts, and the response is the turn's first in event time.
+Each verdict takes the later of the two halves' `ts`, and strength steps follow that order
+(ties by that later event's `event_id`). A half still alone when its session's own clock is
+`MEMDIAG_TURN_TTL_SECONDS` (3600) past its `ts` is counted once in
+`memdiag.unmatched_turn_total{half}`, and still joins if its partner comes later.
+
+**What does an empty `files_modified` do?** It says the session modified nothing: a failed
+session with no failed test runner or linter and no style or regression error is then
+`incomplete`, even when it has errors (`incomplete` comes before `wrong_approach`). Send the
+files the session modified, and `[]` only when it modified none. You cannot skip the rule by
+leaving the field out: it is required, and an outcome without it (or with `null`) is
+dead-lettered (`missing_field`, `wrong_type`). Only an outcome memdiag maps from spans
+without `memdiag.file` goes without it, and the `incomplete` rule does not apply to that one.
+"""
+
+
 def events_page() -> str:
     out = [
         GENERATED.format(source="schemas/*.schema.json"),
@@ -70,6 +124,7 @@ def events_page() -> str:
         "A message holds one event (a JSON object) or a batch (a JSON array). A file",
         "of events for `memdiag run` and `memdiag publish` is JSON Lines, one event a line.",
         "Unknown extra fields are allowed and ignored. `?` marks an optional field.",
+        "[Questions producers ask](#questions-producers-ask) are answered at the end.",
     ]
     for kind in EVENT_KINDS:
         schema = load_schema(kind)
@@ -84,6 +139,7 @@ def events_page() -> str:
                 text += f" Default `{spec['default']}`."
             text = text.replace("|", "\\|").strip()
             out.append(f"| `{name}`{mark} | {_type(spec, defs)} | {text} |")
+    out += ["", PRODUCER_QUESTIONS.strip()]
     return "\n".join(out) + "\n"
 
 

@@ -27,6 +27,10 @@ RUNNERS = set(
     "jest vitest pytest go_test mocha jasmine karma ava cargo_test rspec minitest phpunit "
     "junit unittest nose2 playwright_test cypress".split()
 )
+LINTERS = set(
+    "eslint prettier biome stylelint ruff flake8 pylint black isort autopep8 yapf rubocop "
+    "golangci_lint gofmt rustfmt clippy ktlint swiftlint shellcheck hadolint markdownlint".split()
+)
 
 
 def parse(ts: str) -> int:
@@ -45,12 +49,17 @@ def words(text: str) -> list[str]:
 
 
 def category(outcome: dict[str, Any]) -> str:
-    for call in outcome["tool_calls"]:
-        name = call["tool"].lower().replace("-", "_").replace(" ", "_")
-        if not call["success"] and name in RUNNERS:
-            return "test_failure"
+    failed = [
+        call["tool"].lower().replace("-", "_").replace(" ", "_")
+        for call in outcome["tool_calls"]
+        if not call["success"]
+    ]
+    if any(name in RUNNERS for name in failed):
+        return "test_failure"
     messages = [e["message"] for e in outcome["errors"]]
     if any(re.search("lint|format|prettier|eslint", m, re.I) for m in messages):
+        return "style"
+    if any(name in LINTERS for name in failed):
         return "style"
     if any(re.search("regression|broke|previously", m, re.I) for m in messages):
         return "regression"

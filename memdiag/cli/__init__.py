@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     sink.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
     sink.set_defaults(func=cmd_sink)
 
+    from memdiag.cli.broker import add_broker
+
+    add_broker(add)
+
     publish = add(
         "publish",
         "publish a JSON Lines file of events to MEMDIAG_BROKER, with progress",

@@ -34,6 +34,33 @@ TEST_RUNNERS = frozenset(
         "cypress",
     }
 )
+#: Linters and formatters: a failed call of one is ``style``, whatever its error says (a
+#: ``ruff`` run that says only "E501 Line too long" is a style failure, not a wrong approach).
+LINTERS = frozenset(
+    {
+        "eslint",
+        "prettier",
+        "biome",
+        "stylelint",
+        "ruff",
+        "flake8",
+        "pylint",
+        "black",
+        "isort",
+        "autopep8",
+        "yapf",
+        "rubocop",
+        "golangci_lint",
+        "gofmt",
+        "rustfmt",
+        "clippy",
+        "ktlint",
+        "swiftlint",
+        "shellcheck",
+        "hadolint",
+        "markdownlint",
+    }
+)
 STYLE_PATTERN = re.compile(r"lint|format|prettier|eslint", re.IGNORECASE)
 REGRESSION_PATTERN = re.compile(r"regression|broke|previously", re.IGNORECASE)
 
@@ -56,6 +83,15 @@ def _quote(message: str) -> str:
     return repr(text if len(text) <= _QUOTE else text[: _QUOTE - 1] + "…")
 
 
+def _mentions(pattern: re.Pattern[str], messages: Sequence[str]) -> str | None:
+    """The reason when an error message matches ``pattern``: the message and the word."""
+    for message in messages:
+        found = pattern.search(message)
+        if found:
+            return f"error {_quote(message)} mentions {found.group(0).lower()!r}"
+    return None
+
+
 def classify(
     tool_calls: Iterable[tuple[str, bool]],
     error_messages: Sequence[str],
@@ -65,26 +101,31 @@ def classify(
     (tool, success) pairs; ``files_modified`` is ``None`` when the outcome cannot know its
     files (one mapped from spans without ``memdiag.file``): ``incomplete`` then does not
     apply."""
-    for tool, ok in tool_calls:
-        if not ok and tool_name(tool) in TEST_RUNNERS:
+    failed = [tool for tool, ok in tool_calls if not ok]
+    for tool in failed:
+        if tool_name(tool) in TEST_RUNNERS:
             return Classified(TEST_FAILURE, f"test runner {tool} failed")
-    for pattern, category in ((STYLE_PATTERN, STYLE), (REGRESSION_PATTERN, REGRESSION)):
-        for message in error_messages:
-            found = pattern.search(message)
-            if found:
-                return Classified(
-                    category, f"error {_quote(message)} mentions {found.group(0).lower()!r}"
-                )
+    said = _mentions(STYLE_PATTERN, error_messages)
+    if said:
+        return Classified(STYLE, said)
+    for tool in failed:
+        if tool_name(tool) in LINTERS:
+            return Classified(STYLE, f"linter or formatter {tool} failed")
+    said = _mentions(REGRESSION_PATTERN, error_messages)
+    if said:
+        return Classified(REGRESSION, said)
     if files_modified is not None and not files_modified:
         return Classified(INCOMPLETE, "no file was modified")
     if error_messages:
         n = len(error_messages)
         return Classified(
             WRONG_APPROACH,
-            f"{n} error{'s' if n > 1 else ''} and no failed test, style or regression error; "
-            f"the first: {_quote(error_messages[0])}",
+            f"{n} error{'s' if n > 1 else ''} and no failed test runner or linter, no style or "
+            f"regression error; the first: {_quote(error_messages[0])}",
         )
-    return Classified(OTHER, "no rule holds: no failed test runner, no error, files modified")
+    return Classified(
+        OTHER, "no rule holds: no failed test runner or linter, no error, files modified"
+    )
 
 
 def failure_category(

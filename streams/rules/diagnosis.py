@@ -18,6 +18,7 @@ from collections.abc import Collection
 
 from memdiag.contract import READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 from memdiag.contract.categories import (
+    LINTERS,
     REGRESSION_PATTERN,
     STYLE_PATTERN,
     TEST_RUNNERS,
@@ -26,6 +27,7 @@ from memdiag.contract.categories import (
 )
 
 __all__ = [
+    "LINTERS",
     "MISLEADING_MIN_FAILURES",
     "REGRESSION_PATTERN",
     "STYLE_PATTERN",

@@ -42,10 +42,23 @@ EDITED = ["src/a.py"]
             ["TypeError: x is undefined", "again"],
             None,
             "wrong_approach",
-            "2 errors and no failed test, style or regression error; "
+            "2 errors and no failed test runner or linter, no style or regression error; "
             "the first: 'TypeError: x is undefined'",
         ),
-        ([], [], None, "other", "no rule holds: no failed test runner, no error, files modified"),
+        (
+            [("ruff", True)],
+            [],
+            None,
+            "other",
+            "no rule holds: no failed test runner or linter, no error, files modified",
+        ),
+        (
+            [("npm", False), ("Ruff", False)],
+            ["E501 Line too long", "it broke"],
+            EDITED,
+            "style",
+            "linter or formatter Ruff failed",
+        ),
     ],
 )
 def test_the_reason_names_what_fired(tools, errors, files, category, reason) -> None:
