@@ -241,10 +241,11 @@ ORDER BY c.ord;
 
 -- Graph feedback: every injected graph entity and edge takes the outcome step an observation
 -- takes (the memory system gets the same on `graph_weights`). `id` is the topic's key:
--- `entity:ID` or `edge:SOURCE|TARGET|RELATIONSHIP`; `graph_id` the part after the kind.
+-- `entity:ID` or `edge:SOURCE|TARGET|RELATIONSHIP`; `graph_kind` the part before the colon,
+-- `graph_id` the part after it (docs/memory-system.md, "Names").
 CREATE TABLE IF NOT EXISTS graph_weights (
     id                VARCHAR PRIMARY KEY,
-    kind              VARCHAR NOT NULL,     -- entity | edge
+    kind              VARCHAR NOT NULL,     -- deprecated: the same as graph_kind
     graph_id          VARCHAR NOT NULL,     -- the entity id, or SOURCE|TARGET|RELATIONSHIP
     weight            DOUBLE NOT NULL,
     updated_at        TIMESTAMPTZ NOT NULL,
@@ -252,12 +253,13 @@ CREATE TABLE IF NOT EXISTS graph_weights (
     failed_sessions   INTEGER NOT NULL,
     accepted_sessions INTEGER NOT NULL,
     misleading        BOOLEAN NOT NULL,
-    version           BIGINT NOT NULL
+    version           BIGINT NOT NULL,
+    graph_kind        VARCHAR               -- entity | edge, as the topic's field names it
 );
 
 CREATE TABLE IF NOT EXISTS graph_weight_history (
     id               VARCHAR NOT NULL,
-    kind             VARCHAR NOT NULL,
+    kind             VARCHAR NOT NULL,  -- deprecated: the same as graph_kind
     graph_id         VARCHAR NOT NULL,
     session_id       VARCHAR NOT NULL,
     outcome          VARCHAR NOT NULL,
@@ -269,8 +271,15 @@ CREATE TABLE IF NOT EXISTS graph_weight_history (
     outcome_event_id VARCHAR NOT NULL,
     step             BIGINT NOT NULL,
     misleading       BOOLEAN NOT NULL,
+    graph_kind       VARCHAR,           -- entity | edge (`kind`: the same, deprecated)
     PRIMARY KEY (id, session_id)
 );
+-- Files from before `graph_kind` (the name memdiag.graph_weights gives entity | edge; the
+-- topic's `kind` is the message kind): the column, filled from `kind`, last in both tables.
+ALTER TABLE graph_weights ADD COLUMN IF NOT EXISTS graph_kind VARCHAR;
+ALTER TABLE graph_weight_history ADD COLUMN IF NOT EXISTS graph_kind VARCHAR;
+UPDATE graph_weights SET graph_kind = kind WHERE graph_kind IS NULL;
+UPDATE graph_weight_history SET graph_kind = kind WHERE graph_kind IS NULL;
 
 -- Graph entities (edges) seen in >= 3 failed sessions and no accepted one, over the sessions
 -- selected, as misleading_observations. One column `id`: the entity id, or the edge as
