@@ -1,61 +1,119 @@
-"""The Python publisher for agent runtimes: validate, route, key and batch events.
+"""The Python publisher for agent runtimes: validate, route, key, batch, and outlive the broker.
 
     from memdiag.client import Publisher
 
-    with Publisher("localhost:9092") as memdiag:       # or Publisher(settings=...)
+    with Publisher("kafka://localhost:9092") as memdiag:  # or Publisher(settings=...)
         memdiag.publish({"kind": "search", "event_id": "e1", "ts": "...", ...})
 
 :class:`AsyncPublisher` is the same for asyncio code (``await publisher.publish(event)``).
+:mod:`memdiag.events` has the events as ``TypedDict``s, for a type checker.
 
 - **Validation.** Every event is checked against the JSON Schemas with the worker's own
-  compiled validators before it is sent; a bad one raises :class:`EventRejected` with the
-  reason and a detail that says what to fix, and nothing is sent. (The worker still judges
-  everything it receives: this only moves the error to where it can be fixed.)
+  compiled validators before it is kept; a bad one raises :class:`EventRejected` with the
+  reason and a detail that says what to fix. Something that is not a mapping raises
+  ``TypeError``.
 - **Routing and keys** as the contract says: session events to ``events`` keyed by
   ``session_id``, judgements to ``judgements`` keyed by ``run_id``, the recall pipeline's
   events to ``memory`` keyed by ``agent_id``.
 - **Batching**, like OpenTelemetry's ``BatchSpanProcessor``: events of one key wait at most
   ``linger_ms`` (default 50, at most 100) and go as one message (a JSON array), at most
-  ``max_batch_events`` events and ``max_batch_bytes`` bytes. The order of one key's events
-  is kept.
-- **Flush and close.** :meth:`flush` sends everything and waits for the broker's
-  acknowledgement (``acks=all``), and raises :class:`PublishFailed` if the broker did not
-  take something; :meth:`close` flushes. Interpreter exit closes a :class:`Publisher` that
-  is still open, as a last resort (at most 30 s; at exit Python may already refuse the
-  connection a first send needs): close it, or use ``with``.
+  ``max_batch_events`` events and ``max_batch_bytes`` bytes.
+- **The broker's worst day.** A runtime must not stall on its diagnostics:
 
-What a crash loses: the events of the last ``linger_ms`` not yet handed to the producer, and
-whatever the producer had not yet had acknowledged. Call :meth:`flush` where the runtime
-needs a guarantee (for example before it reports a session's outcome to a user); a
-redelivered event is harmless, since the worker counts each ``event_id`` once.
+  - *A broker down at start*: :class:`BrokerUnavailable` names it and says what to check,
+    and nothing is left open. ``wait_for_broker=S`` retries for ``S`` seconds first;
+    ``wait_for_broker=None`` starts at once and connects in the background, keeping events
+    meanwhile.
+  - *A broker that goes away*: a send or delivery that fails is kept and sent again, one
+    message at a time with a growing pause (0.1 s to 5 s) until the broker takes one; then
+    everything kept goes. Nothing is given up while it is kept.
+  - *A bounded buffer*: at most ``max_held_events`` events and ``max_held_bytes`` bytes are
+    kept (batched, sending, or waiting for the broker's acknowledgement). When it is full,
+    :meth:`~AsyncPublisher.publish` waits up to ``max_block_seconds`` for room while the
+    broker is taking events (a broker slower than the runtime), and drops the event at once
+    while it is not (a failed delivery, or no acknowledgement for 2 s while messages wait).
+    Every dropped event is counted in :meth:`~AsyncPublisher.stats` (``dropped``), exactly:
+    ``publish`` returns ``False`` for it.
+  - *One warning a minute*, on the ``memdiag.client`` logger, with the counts: when the
+    broker goes, while it stays away, and when it is back. aiokafka's own lines about this
+    publisher's connections are held to one a minute each (other clients in the process are
+    not touched).
+  - :meth:`~AsyncPublisher.flush` and :meth:`~AsyncPublisher.close` take a ``timeout``
+    (default 30 s). A flush that runs out raises :class:`FlushTimeout` and keeps the events;
+    a close that runs out counts what it could not send as dropped and says so.
+
+What a crash loses: whatever was kept and not yet acknowledged. Call :meth:`flush` where
+the runtime needs a guarantee. A message is sent again when its acknowledgement did not
+come, so the broker may hold an event twice: harmless, since the worker counts each
+``event_id`` once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    InvalidTopicError,
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+)
 
 from memdiag.contract import UNKNOWN_KIND
-from memdiag.kafka import client_options
+from memdiag.kafka import client_options, describe_failure
 from memdiag.schemas import JUDGEMENT_KINDS, MEMORY_KINDS, SESSION_KINDS
 from memdiag.schemas.decode import Decoder
 from memdiag.settings import Settings
 
+if TYPE_CHECKING:
+    from memdiag.events import Event
+
+__all__ = [
+    "AsyncPublisher",
+    "BrokerUnavailable",
+    "EventRejected",
+    "FlushTimeout",
+    "PublishFailed",
+    "Publisher",
+    "PublisherStats",
+]
+
+log = logging.getLogger("memdiag.client")
+
 #: The longest an event waits in the publisher for others of its key.
 MAX_LINGER_MS = 100
-#: Messages waiting for the producer at most; publishing waits beyond (backpressure).
-MAX_OUTBOX = 10_000
-#: How long the blocking publisher's close (and so interpreter exit) waits for the broker.
-CLOSE_TIMEOUT_SECONDS = 30.0
+#: Messages handed to the producer and not yet acknowledged, at most.
+MAX_IN_FLIGHT = 5_000
+#: The default of ``flush`` and ``close`` (and so of interpreter exit).
+DEFAULT_TIMEOUT_SECONDS = 30.0
+#: How often the publisher says the broker is still away, and lets each line of aiokafka's
+#: about this publisher through.
+WARN_EVERY_SECONDS = 60.0
+#: A broker that has acknowledged nothing for this long while messages wait for it is not
+#: taking events: a full buffer drops at once instead of waiting for room.
+STALL_SECONDS = 2.0
+#: Retrying a broker that went away: the first pause, and the longest.
+BACKOFF_SECONDS = (0.1, 5.0)
+#: A message the broker can never take: counted as dropped at once, not retried.
+_NEVER_TAKEN = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    InvalidTopicError,
+    TopicAuthorizationFailedError,
+)
 
 
 class EventRejected(ValueError):
@@ -67,8 +125,109 @@ class EventRejected(ValueError):
         self.detail = detail
 
 
+class BrokerUnavailable(ConnectionError):
+    """No broker answered at start (or within ``wait_for_broker``); the message names the
+    broker and what to check. Nothing is left open."""
+
+
 class PublishFailed(RuntimeError):
-    """The broker did not take some events (the cause is chained); they may be lost."""
+    """Events the broker has not acknowledged in time (see :class:`FlushTimeout`)."""
+
+
+class FlushTimeout(PublishFailed, TimeoutError):
+    """A flush that ran out of time. The events are still kept, and are sent when the broker
+    takes them; ``held`` says how many, ``dropped`` how many were dropped so far."""
+
+    def __init__(self, message: str, held: int, dropped: int):
+        super().__init__(message)
+        self.held = held
+        self.dropped = dropped
+
+
+@dataclass(frozen=True)
+class PublisherStats:
+    """What a publisher has done so far (:meth:`AsyncPublisher.stats`)."""
+
+    #: events taken by ``publish`` (valid, and not dropped at once)
+    events: int
+    #: events the broker acknowledged
+    delivered: int
+    #: messages (one event or a batch) the broker acknowledged
+    messages: int
+    #: events kept now: batched, sending, or waiting for an acknowledgement
+    held: int
+    #: events dropped: a full buffer, a message the broker can never take, or a close that
+    #: ran out of time (an event sent but never acknowledged may still have arrived)
+    dropped: int
+    #: sends or deliveries that failed (each message was kept and sent again)
+    failures: int
+    #: ``time.time()`` since when the broker has not taken events; ``None`` while it does
+    broker_away_since: float | None
+    #: the last failure, as a person reads it
+    last_error: str | None
+
+
+# The publisher whose work is running: set around the tasks it starts, so that aiokafka's
+# tasks inherit it and a log filter can tell this publisher's lines from other clients'.
+_OWNER: contextvars.ContextVar[AsyncPublisher | None] = contextvars.ContextVar(
+    "memdiag_publisher", default=None
+)
+_quieter_lock = threading.Lock()
+_quieter_installed = False
+
+
+class _Quieter(logging.Filter):
+    """Lets each of aiokafka's lines about a publisher's connections through once a minute
+    (a dead broker gives about 20 a second), and keeps the last ones for our own message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        owner = _OWNER.get()
+        if owner is None:
+            return True
+        return owner._let_through(record)
+
+
+def _install_quieter() -> None:
+    global _quieter_installed
+    with _quieter_lock:
+        if _quieter_installed:
+            return
+        quieter = _Quieter()
+        names = {"aiokafka"} | {
+            name for name in logging.Logger.manager.loggerDict if name.startswith("aiokafka.")
+        }
+        for name in sorted(names):  # a logger's filters do not see its children's records
+            logging.getLogger(name).addFilter(quieter)
+        _quieter_installed = True
+
+
+class _Room:
+    """The bounded buffer's gauge: events and bytes kept. Thread-safe, so the blocking
+    publisher decides in the caller's thread, exactly, whether an event is kept."""
+
+    def __init__(self, max_events: int, max_bytes: int):
+        self.max_events, self.max_bytes = max_events, max_bytes
+        self.events = 0
+        self.bytes = 0
+        self.cond = threading.Condition()
+
+    def take(self, size: int) -> bool:
+        with self.cond:
+            if self.events + 1 > self.max_events or self.bytes + size > self.max_bytes:
+                return False
+            self.events += 1
+            self.bytes += size
+            return True
+
+    def give(self, events: int, size: int) -> None:
+        with self.cond:
+            self.events -= events
+            self.bytes -= size
+            self.cond.notify_all()
+
+
+# (topic, key, value, events in it, their bytes)
+_Message = tuple[str, bytes, bytes, int, int]
 
 
 class AsyncPublisher:
@@ -82,10 +241,24 @@ class AsyncPublisher:
         linger_ms: float = 50.0,
         max_batch_events: int = 500,
         max_batch_bytes: int = 900 * 1024,
+        max_held_events: int = 100_000,
+        max_held_bytes: int = 64 * 1024 * 1024,
+        max_block_seconds: float = 5.0,
+        wait_for_broker: float | None = 0.0,
+        request_timeout_ms: int = 5_000,
         producer: Any = None,
     ):
+        """``bootstrap_servers``: ``host:port`` or ``kafka://host:port`` (several separated by
+        commas), as ``MEMDIAG_BROKER``; without it and ``settings``, the ``MEMDIAG_*``
+        environment (:meth:`memdiag.settings.Settings.from_env`) decides, security included.
+        ``request_timeout_ms``: how long a send may wait for the broker before it counts as
+        failed and is sent again. ``producer``: an aiokafka-like producer, for tests."""
         if not 0 <= linger_ms <= MAX_LINGER_MS:
             raise ValueError(f"linger_ms must be between 0 and {MAX_LINGER_MS}, not {linger_ms}")
+        if max_held_events < 1 or max_held_bytes < 1:
+            raise ValueError("max_held_events and max_held_bytes must be at least 1")
+        if wait_for_broker is not None and wait_for_broker < 0:
+            raise ValueError(f"wait_for_broker must be >= 0 or None, not {wait_for_broker}")
         if settings is None:
             overrides = {} if bootstrap_servers is None else {"broker": bootstrap_servers}
             settings = Settings.from_env(None, **overrides)
@@ -93,53 +266,111 @@ class AsyncPublisher:
         self.linger = linger_ms / 1000
         self.max_batch_events = max_batch_events
         self.max_batch_bytes = max_batch_bytes
+        self.max_block_seconds = max_block_seconds
+        self.wait_for_broker = wait_for_broker
+        self.request_timeout = request_timeout_ms / 1000
         topics = settings.topics
         self._routes = {kind: (topics.events, "session_id") for kind in SESSION_KINDS}
         self._routes.update({kind: (topics.judgements, "run_id") for kind in JUDGEMENT_KINDS})
         self._routes.update({kind: (topics.memory, "agent_id") for kind in MEMORY_KINDS})
         self._decoders = {
-            topics.events: Decoder(
-                SESSION_KINDS, topics.events, settings.max_event_bytes, settings.max_skew_us
-            ),
-            topics.judgements: Decoder(
-                JUDGEMENT_KINDS, topics.judgements, settings.max_event_bytes, settings.max_skew_us
-            ),
-            topics.memory: Decoder(
-                MEMORY_KINDS, topics.memory, settings.max_event_bytes, settings.max_skew_us
-            ),
+            topic: Decoder(kinds, topic, settings.max_event_bytes, settings.max_skew_us)
+            for topic, kinds in (
+                (topics.events, SESSION_KINDS),
+                (topics.judgements, JUDGEMENT_KINDS),
+                (topics.memory, MEMORY_KINDS),
+            )
         }
         self._producer = producer
         self._own_producer = producer is None
+        self._room = _Room(max_held_events, max_held_bytes)
         # (topic, key) -> (encoded events, their bytes, when the first one came)
         self._buffers: dict[tuple[str, bytes], tuple[list[bytes], int, float]] = {}
-        self._pending: set[asyncio.Future[Any]] = set()  # sent, not yet acknowledged
-        self._failed: BaseException | None = None  # the first send or delivery that failed
+        self._outbox: deque[_Message] = deque()  # ready, in the order they go
+        self._in_flight: dict[asyncio.Future[Any], _Message] = {}
+        self._started = False
         self._closing = False
-        self._outbox: deque[tuple[str, bytes, bytes]] = deque()
         self._timer: asyncio.Task[None] | None = None
         self._send_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()  # something is buffered
         self._has_mail = asyncio.Event()  # something is in the outbox
-        self._idle = asyncio.Event()  # the sender has nothing in hand
-        self._idle.set()
-        self._room = asyncio.Event()  # the outbox has room
-        self.events = 0
-        self.messages = 0
+        self._changed = asyncio.Event()  # an acknowledgement, a drop, or room
+        self._lock = threading.Lock()  # the counters, shared with the blocking publisher
+        self._events = self._delivered_events = self._messages = 0
+        self._dropped = self._failures = 0
+        self._away_since: float | None = None  # time.time()
+        self._last_error: str | None = None
+        self._next_warning = 0.0  # time.monotonic()
+        self._last_ack = 0.0  # time.monotonic() of the last acknowledgement
+        self._dropped_said = 0
+        self._quiet: dict[tuple[str, object], float] = {}  # aiokafka's lines, when let through
+        self._said: deque[str] = deque(maxlen=5)  # aiokafka's last lines at WARNING or above
+
+    # -- starting -----------------------------------------------------------------------
 
     async def start(self) -> AsyncPublisher:
-        if self._producer is None:
-            self._producer = AIOKafkaProducer(
-                **client_options(self.settings),
-                acks="all",
-                linger_ms=5,
-                max_batch_size=1024 * 1024,
-                max_request_size=8 * 1024 * 1024,
-            )
-        if self._own_producer:
-            await self._producer.start()
-        self._timer = asyncio.ensure_future(self._linger_loop())
-        self._send_task = asyncio.ensure_future(self._sender())
+        """Connect (see ``wait_for_broker``), then start sending. Raises
+        :class:`BrokerUnavailable` when no broker answered in time."""
+        _install_quieter()
+        token = _OWNER.set(self)  # aiokafka's tasks, started below, inherit it
+        try:
+            if self._own_producer:
+                if self.wait_for_broker is None:
+                    client_options(self.settings)  # a bad setting raises here, not later
+                    self._producer = None  # the sender connects in the background
+                else:
+                    self._producer = await self._connect(time.monotonic() + self.wait_for_broker)
+            self._timer = asyncio.ensure_future(self._linger_loop())
+            self._send_task = asyncio.ensure_future(self._sender())
+        finally:
+            _OWNER.reset(token)
+        self._started = True
         return self
+
+    def _new_producer(self) -> Any:
+        return AIOKafkaProducer(
+            **client_options(self.settings),
+            acks="all",
+            linger_ms=5,
+            max_batch_size=1024 * 1024,
+            max_request_size=8 * 1024 * 1024,
+            request_timeout_ms=int(self.request_timeout * 1000),
+        )
+
+    async def _connect(self, deadline: float | None) -> Any:
+        """A started producer; retries until ``deadline`` (``None``: one attempt, returning
+        ``None`` on failure instead of raising)."""
+        pause = BACKOFF_SECONDS[0]
+        while True:
+            producer = self._new_producer()  # a bad setting raises here
+            try:
+                await producer.start()
+                return producer
+            except Exception as exc:  # noqa: BLE001 - said in our words, or kept for a retry
+                await self._discard(producer)
+                self._note_error(exc)
+                if deadline is None:
+                    return None
+                if time.monotonic() + pause > deadline:
+                    raise BrokerUnavailable(
+                        "memdiag's publisher could not connect: "
+                        + describe_failure(self.settings, exc, list(self._said))
+                        + (
+                            f" (retried for {self.wait_for_broker:g} s)"
+                            if self.wait_for_broker
+                            else "; pass wait_for_broker=SECONDS to wait for it, or None "
+                            "to connect in the background"
+                        )
+                    ) from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, BACKOFF_SECONDS[1])
+
+    async def _discard(self, producer: Any) -> None:
+        """Stop a producer that failed, so nothing is left open; never waits long."""
+        try:
+            await asyncio.wait_for(producer.stop(), self.request_timeout)
+        except Exception:  # noqa: BLE001 - already failed; this only closes what is left
+            log.debug("stopping a failed producer", exc_info=True)
 
     async def __aenter__(self) -> AsyncPublisher:
         return await self.start()
@@ -147,9 +378,20 @@ class AsyncPublisher:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def route(self, event: Mapping[str, Any]) -> tuple[str, bytes, bytes]:
-        """(topic, key, encoded event) for a valid event; raises :class:`EventRejected`."""
-        kind = event.get("kind")
+    # -- taking events ------------------------------------------------------------------
+
+    def route(self, event: Event | Mapping[str, Any]) -> tuple[str, bytes, bytes]:
+        """(topic, key, encoded event) for a valid event; raises :class:`EventRejected`, or
+        ``TypeError`` for something that is not a mapping."""
+        if isinstance(event, msgspec.Struct):
+            event = msgspec.to_builtins(event)
+        if not isinstance(event, Mapping):
+            raise TypeError(
+                f"an event is a mapping (a dict, or a memdiag.events TypedDict), "
+                f"not {type(event).__name__}"
+            )
+        data: dict[str, Any] = dict(event)  # a TypedDict is a dict; this is its copy
+        kind = data.get("kind")
         route = self._routes.get(kind) if isinstance(kind, str) else None
         if route is None:
             raise EventRejected(
@@ -157,24 +399,54 @@ class AsyncPublisher:
                 f"kind {kind!r} is not one of {', '.join(sorted(self._routes))}",
             )
         topic, key_field = route
-        raw = orjson.dumps(event)
+        try:
+            raw = orjson.dumps(data)
+        except TypeError as exc:
+            raise TypeError(f"the event is not JSON: {exc}") from exc
         decoded = self._decoders[topic].decode(raw, time.time_ns() // 1_000_000)
         if decoded.rejected:
             r = decoded.rejected[0]
             raise EventRejected(r.reason, r.detail)
-        return topic, str(event[key_field]).encode("utf-8"), raw
+        return topic, str(data[key_field]).encode("utf-8"), raw
 
-    async def publish(self, event: Mapping[str, Any]) -> None:
-        """Validate and queue one event (sent within ``linger_ms``)."""
+    async def publish(self, event: Event | Mapping[str, Any]) -> bool:
+        """Validate and keep one event (sent within ``linger_ms``). ``False``: the buffer
+        was full and the event is dropped (counted in :meth:`stats`)."""
         self._check()
         topic, key, raw = self.route(event)
+        if not self._room.take(len(raw)):
+            if not await self._wait_for_room(len(raw)):
+                self._drop(1, "the buffer is full")
+                return False
         self.add(topic, key, raw)
-        if len(self._outbox) >= MAX_OUTBOX:
-            await self.wait_room()
+        return True
+
+    def _taking(self) -> bool:
+        """Whether the broker takes events: not known away, and an acknowledgement within
+        ``STALL_SECONDS`` while messages wait for one (a dead broker is only known away when
+        a delivery fails, after ``request_timeout_ms``)."""
+        if self._away_since is not None:
+            return False
+        return not self._in_flight or time.monotonic() - self._last_ack < STALL_SECONDS
+
+    async def _wait_for_room(self, size: int) -> bool:
+        deadline = time.monotonic() + self.max_block_seconds
+        while self._taking():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._changed.clear()
+            if self._room.take(size):
+                return True
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                pass
+        return self._room.take(size)
 
     def add(self, topic: str, key: bytes, raw: bytes) -> None:
-        """Queue one validated, encoded event. Synchronous, so the events of a key stay in
-        the order they were added, whoever adds them."""
+        """Queue one validated, encoded event whose room is taken. Synchronous, so the
+        events of a key stay in the order they were added, whoever adds them."""
         k = (topic, key)
         buffered = self._buffers.get(k)
         if buffered is not None and buffered[1] + len(raw) + 1 > self.max_batch_bytes:
@@ -183,7 +455,8 @@ class AsyncPublisher:
         lines, size, since = buffered or ([], 0, time.monotonic())
         lines.append(raw)
         self._buffers[k] = (lines, size + len(raw) + 1, since)
-        self.events += 1
+        with self._lock:
+            self._events += 1
         if len(lines) >= self.max_batch_events:
             self._ready(k)
         elif len(self._buffers) == 1:
@@ -193,54 +466,8 @@ class AsyncPublisher:
         """Move a key's buffer to the outbox, which one task sends in order."""
         lines = self._buffers.pop(k)[0]
         value = lines[0] if len(lines) == 1 else b"[" + b",".join(lines) + b"]"
-        self._outbox.append((k[0], k[1], value))
+        self._outbox.append((k[0], k[1], value, len(lines), sum(map(len, lines))))
         self._has_mail.set()
-
-    async def _sender(self) -> None:
-        try:
-            while True:
-                if not self._outbox:
-                    self._idle.set()
-                    self._room.set()
-                    self._has_mail.clear()
-                    await self._has_mail.wait()
-                    continue
-                self._idle.clear()
-                topic, key, value = self._outbox.popleft()
-                future = await self._producer.send(topic, value=value, key=key)
-                self._pending.add(future)
-                future.add_done_callback(self._delivered)
-                self.messages += 1
-                if len(self._outbox) < MAX_OUTBOX // 2:
-                    self._room.set()
-                while len(self._pending) >= 5_000 and self._failed is None:
-                    await asyncio.wait(list(self._pending), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - kept, and raised to whoever waits
-            self._failed = self._failed or exc
-        finally:
-            self._idle.set()
-            self._room.set()
-
-    def _delivered(self, future: asyncio.Future[Any]) -> None:
-        self._pending.discard(future)
-        if not future.cancelled() and future.exception() is not None and self._failed is None:
-            self._failed = future.exception()
-
-    def _check(self) -> None:
-        if self._timer is None or self._closing:
-            raise RuntimeError("the publisher is closed (or was never started)")
-        if self._failed is not None:
-            raise PublishFailed(
-                f"an earlier send failed: {self._failed!r}; events since may be lost"
-            ) from self._failed
-
-    async def wait_room(self) -> None:
-        """Wait until the outbox has room again (backpressure on a slow broker)."""
-        self._room.clear()
-        if len(self._outbox) >= MAX_OUTBOX // 2 and self._failed is None:
-            await self._room.wait()
 
     async def _linger_loop(self) -> None:
         while True:
@@ -257,38 +484,284 @@ class AsyncPublisher:
             for k in due:
                 self._ready(k)
 
-    async def flush(self) -> None:
-        """Send every queued event and wait until the broker has acknowledged all of them
-        (including those another caller sent meanwhile); raises :class:`PublishFailed` if
-        any send or delivery failed."""
+    # -- sending ------------------------------------------------------------------------
+
+    async def _sender(self) -> None:
+        while True:
+            try:
+                await self._send_loop()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug of ours must not stop the sending
+                self._note_error(exc)
+                log.exception("memdiag publisher: the sender failed; it starts again")
+                await asyncio.sleep(BACKOFF_SECONDS[1])
+
+    async def _send_loop(self) -> None:
+        pause = BACKOFF_SECONDS[0]
+        while True:
+            if self._producer is None:  # connecting in the background
+                self._producer = await self._connect(None)
+                if self._producer is None:
+                    self._mark_away()
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, BACKOFF_SECONDS[1])
+                    continue
+                self._mark_back()
+                pause = BACKOFF_SECONDS[0]
+            if not self._outbox:
+                self._has_mail.clear()
+                await self._has_mail.wait()
+                continue
+            if self._away_since is not None:
+                # the broker went away: let what is in flight settle, then try one message
+                # at a time until the broker takes one
+                if self._in_flight:
+                    await asyncio.wait(list(self._in_flight))
+                    await asyncio.sleep(0)  # their callbacks put the failed ones back
+                    continue
+                message = self._outbox.popleft()
+                future = await self._send(message)
+                if future is not None:
+                    await asyncio.wait([future])
+                    if not future.cancelled() and future.exception() is None:
+                        self._mark_back()
+                        pause = BACKOFF_SECONDS[0]
+                        continue
+                self._warn_if_due()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, BACKOFF_SECONDS[1])
+                continue
+            await self._send(self._outbox.popleft())
+            while len(self._in_flight) >= MAX_IN_FLIGHT and self._away_since is None:
+                await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
+
+    async def _send(self, message: _Message) -> asyncio.Future[Any] | None:
+        """Hand one message to the producer; ``None`` when that failed (the message is kept,
+        or dropped if the broker can never take it)."""
+        topic, key, value, _, _ = message
+        try:
+            future = await asyncio.wait_for(
+                self._producer.send(topic, value=value, key=key), self.request_timeout
+            )
+        except asyncio.CancelledError:
+            self._outbox.appendleft(message)
+            raise
+        except Exception as exc:  # noqa: BLE001 - kept and sent again, or dropped and said
+            self._failed(message, exc)
+            return None
+        if not self._in_flight:
+            self._last_ack = time.monotonic()  # waiting starts now
+        self._in_flight[future] = message
+        future.add_done_callback(self._settled)
+        return future  # type: ignore[no-any-return]
+
+    def _settled(self, future: asyncio.Future[Any]) -> None:
+        message = self._in_flight.pop(future, None)
+        if message is None:
+            return
+        if future.cancelled():
+            self._failed(message, asyncio.CancelledError("the send was cancelled"))
+        elif (exc := future.exception()) is not None:
+            self._failed(message, exc)
+        else:
+            self._last_ack = time.monotonic()
+            with self._lock:
+                self._delivered_events += message[3]
+                self._messages += 1
+            self._room.give(message[3], message[4])
+            self._changed.set()
+
+    def _failed(self, message: _Message, exc: BaseException) -> None:
+        with self._lock:
+            self._failures += 1
+        self._note_error(exc)
+        if isinstance(exc, _NEVER_TAKEN):
+            self._room.give(message[3], message[4])
+            self._drop(message[3], f"the broker can never take this message ({exc!r})")
+            return
+        self._outbox.appendleft(message)
+        self._has_mail.set()
+        self._mark_away()
+
+    # -- saying what happens ------------------------------------------------------------
+
+    def _note_error(self, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        self._last_error = text
+
+    def _drop(self, events: int, why: str, counted: bool = False) -> None:
+        if not counted:
+            with self._lock:
+                self._dropped += events
+        self._changed.set()
+        if self._away_since is None:  # while away, the minute's warning says it
+            self._warn_if_due(f"dropped {events} event(s): {why}")
+
+    def _mark_away(self) -> None:
+        if self._away_since is None:
+            self._away_since = time.time()
+            self._next_warning = 0.0  # the first is said at once
+            self._changed.set()  # a publisher waiting for room stops waiting
+        self._warn_if_due()
+
+    def _mark_back(self) -> None:
+        if self._away_since is None:
+            return
+        away = time.time() - self._away_since
+        self._away_since = None
+        s = self.stats()
+        log.warning(
+            "memdiag publisher: the broker at %s takes events again after %.0f s; sending the "
+            "%d kept (%d dropped so far)", self.settings.bootstrap_servers, away, s.held,
+            s.dropped,
+        )  # fmt: skip
+        self._next_warning = 0.0
+
+    def _warn_if_due(self, what: str | None = None) -> None:
+        now = time.monotonic()
+        if now < self._next_warning:
+            return
+        self._next_warning = now + WARN_EVERY_SECONDS
+        s = self.stats()
+        new_drops = s.dropped - self._dropped_said
+        self._dropped_said = s.dropped
+        if self._away_since is not None:
+            since = time.strftime("%H:%M:%S", time.localtime(self._away_since))
+            log.warning(
+                "memdiag publisher: the broker at %s has not taken events since %s (%s); "
+                "%d kept and retried, %d dropped so far (%d in the last minute; the buffer "
+                "keeps %d). Check that the broker runs and MEMDIAG_BROKER points at it",
+                self.settings.bootstrap_servers, since, s.last_error, s.held, s.dropped,
+                new_drops, self._room.max_events,
+            )  # fmt: skip
+        elif what is not None:
+            log.warning(
+                "memdiag publisher: %s; %d dropped so far (said at most once a minute)",
+                what, s.dropped,
+            )  # fmt: skip
+
+    def _let_through(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            self._said.append(record.getMessage())
+        key = (record.name, record.msg)
+        now = time.monotonic()
+        if now < self._quiet.get(key, 0.0):
+            return False
+        self._quiet[key] = now + WARN_EVERY_SECONDS
+        return True
+
+    def stats(self) -> PublisherStats:
+        """What this publisher has done so far; thread-safe."""
+        with self._lock:
+            return PublisherStats(
+                events=self._events,
+                delivered=self._delivered_events,
+                messages=self._messages,
+                held=self._room.events,
+                dropped=self._dropped,
+                failures=self._failures,
+                broker_away_since=self._away_since,
+                last_error=self._last_error,
+            )
+
+    @property
+    def events(self) -> int:
+        """Events taken by ``publish`` (kept for code written before :meth:`stats`)."""
+        return self._events
+
+    @property
+    def messages(self) -> int:
+        """Messages acknowledged (kept for code written before :meth:`stats`)."""
+        return self._messages
+
+    def _check(self) -> None:
+        if not self._started or self._closing:
+            raise RuntimeError("the publisher is closed (or was never started)")
+
+    # -- flushing and closing -----------------------------------------------------------
+
+    async def flush(self, timeout: float | None = DEFAULT_TIMEOUT_SECONDS) -> None:
+        """Send every kept event and wait until the broker has acknowledged all of them (also
+        those another caller published meanwhile). Raises :class:`FlushTimeout` after
+        ``timeout`` seconds (``None``: no limit), with the events still kept."""
         for k in list(self._buffers):
             self._ready(k)
-        while (self._outbox or not self._idle.is_set()) and self._failed is None:
-            await self._idle.wait()
-            await asyncio.sleep(0)
-        if self._pending:
-            await asyncio.wait(list(self._pending))
-        if self._failed is not None:
-            raise PublishFailed(f"a send failed: {self._failed!r}") from self._failed
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._room.events > 0:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                s = self.stats()
+                away = (
+                    f"the broker at {self.settings.bootstrap_servers} has not taken events "
+                    f"since {time.strftime('%H:%M:%S', time.localtime(s.broker_away_since))} "
+                    f"({s.last_error})"
+                    if s.broker_away_since is not None
+                    else f"the broker at {self.settings.bootstrap_servers} is slow to acknowledge"
+                )
+                raise FlushTimeout(
+                    f"flush ran out after {timeout:g} s with {s.held} events not yet "
+                    f"acknowledged: {away}. They are kept and sent when it takes them; "
+                    f"{s.dropped} dropped so far",
+                    s.held,
+                    s.dropped,
+                )
+            for k in list(self._buffers):  # published meanwhile
+                self._ready(k)
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(left or 0.05, 0.05))
+            except TimeoutError:
+                pass
 
-    async def close(self) -> None:
-        if self._timer is None:
+    async def close(self, timeout: float | None = DEFAULT_TIMEOUT_SECONDS) -> None:
+        """Flush (for at most ``timeout`` seconds), then stop. What the broker has not
+        acknowledged by then is counted as dropped, and said."""
+        if not self._started or self._timer is None:
             return
         self._closing = True  # what comes now would not be flushed: refuse it
+        start = time.monotonic()
+        late: FlushTimeout | None = None
         try:
-            await self.flush()
+            await self.flush(timeout)
+        except FlushTimeout as exc:
+            late = exc
         finally:
             for task in (self._timer, self._send_task):
                 if task is not None:
                     task.cancel()
+            for task in (self._timer, self._send_task):
+                if task is not None:
+                    try:
+                        await task
+                    except BaseException:  # noqa: BLE001, S110 - cancelled, as asked
+                        pass
             self._timer = self._send_task = None
             if self._own_producer and self._producer is not None:
-                await self._producer.stop()
+                # the producer sends what it holds, for what time is left (its own requests
+                # run out after request_timeout_ms whatever happens)
+                left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
+                try:
+                    await asyncio.wait_for(self._producer.stop(), left)
+                except (Exception, asyncio.CancelledError):  # noqa: BLE001 - closing anyway
+                    log.debug("the producer did not stop in time", exc_info=True)
+            self._in_flight.clear()  # what settles from now on is not counted twice
+        lost = self._room.events
+        if lost:
+            with self._lock:
+                self._dropped += lost
+            log.warning(
+                "memdiag publisher: closed with %d events the broker did not acknowledge, "
+                "counted as dropped (%d in all)%s", lost, self._dropped,
+                f": {late}" if late is not None else "",
+            )  # fmt: skip
 
 
 class Publisher:
     """A blocking :class:`AsyncPublisher` for code without an event loop: it runs one in a
-    thread of its own. Thread-safe; flushed at interpreter exit if still open."""
+    thread of its own. Thread-safe; closed at interpreter exit if still open. Takes the
+    keyword arguments of :class:`AsyncPublisher`; raises :class:`BrokerUnavailable` as it
+    does, with its thread stopped."""
 
     def __init__(self, bootstrap_servers: str | None = None, **kwargs: Any):
         self._loop = asyncio.new_event_loop()
@@ -296,10 +769,17 @@ class Publisher:
             target=self._loop.run_forever, name="memdiag-publisher", daemon=True
         )
         self._thread.start()
-        self._inner = self._call(self._make(bootstrap_servers, kwargs))
-        self._lock = threading.Lock()
         self._closed = False
-        atexit.register(self.close)  # what is queued at exit is still sent
+        try:
+            self._inner: AsyncPublisher = self._call(self._make(bootstrap_servers, kwargs))
+        except BaseException:
+            self._closed = True
+            self._stop_loop()
+            raise
+        self._lock = threading.Lock()
+        self._incoming: list[tuple[str, bytes, bytes]] = []  # published, not yet on the loop
+        self._handing = False  # a hand-over is scheduled on the loop
+        atexit.register(self.close)  # what is kept at exit is still sent
 
     async def _make(self, bootstrap_servers: str | None, kwargs: dict[str, Any]) -> AsyncPublisher:
         return await AsyncPublisher(bootstrap_servers, **kwargs).start()
@@ -308,33 +788,82 @@ class Publisher:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout)
 
-    def publish(self, event: Mapping[str, Any]) -> None:
-        """Validate and queue one event; raises :class:`EventRejected` for a bad one.
-        Validation runs in the caller's thread; the event joins the loop's queue without a
-        round trip, in the order of the calls."""
-        inner = self._inner
+    def publish(self, event: Event | Mapping[str, Any]) -> bool:
+        """Validate and keep one event; raises :class:`EventRejected` for a bad one, and
+        ``TypeError`` for something that is not a mapping. ``False``: the buffer was full
+        and the event is dropped (counted in :meth:`stats`). Validation runs in the caller's
+        thread; the event joins the loop's queue without a round trip, in call order."""
         if self._closed:
             raise RuntimeError("the publisher is closed")
+        inner = self._inner
         inner._check()
         with self._lock:  # the decoder keeps per-call state
             topic, key, raw = inner.route(event)
-            self._loop.call_soon_threadsafe(inner.add, topic, key, raw)
-        if len(inner._outbox) >= MAX_OUTBOX:
-            self._call(inner.wait_room())
+        if not inner._room.take(len(raw)) and not self._wait_for_room(inner, len(raw)):
+            with inner._lock:  # counted here, so stats() is exact on return
+                inner._dropped += 1
+            self._loop.call_soon_threadsafe(inner._drop, 1, "the buffer is full", True)
+            return False
+        with self._lock:  # one wake-up of the loop for all that came meanwhile, in order
+            self._incoming.append((topic, key, raw))
+            if not self._handing:
+                self._handing = True
+                self._loop.call_soon_threadsafe(self._hand_over)
+        return True
 
-    def flush(self) -> None:
-        self._call(self._inner.flush())
+    def _hand_over(self) -> None:
+        """On the loop: what the callers' threads published since the last hand-over."""
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+            self._handing = False
+        for topic, key, raw in incoming:
+            self._inner.add(topic, key, raw)
 
-    def close(self) -> None:
+    @staticmethod
+    def _wait_for_room(inner: AsyncPublisher, size: int) -> bool:
+        deadline = time.monotonic() + inner.max_block_seconds
+        with inner._room.cond:
+            while inner._taking():
+                if inner._room.take(size):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                inner._room.cond.wait(min(left, 0.1))
+        return inner._room.take(size)
+
+    def stats(self) -> PublisherStats:
+        return self._inner.stats()
+
+    def flush(self, timeout: float | None = DEFAULT_TIMEOUT_SECONDS) -> None:
+        """As :meth:`AsyncPublisher.flush`: raises :class:`FlushTimeout` after ``timeout``."""
+        self._call(self._inner.flush(timeout))
+
+    def close(self, timeout: float | None = DEFAULT_TIMEOUT_SECONDS) -> None:
+        """As :meth:`AsyncPublisher.close`; returns within about ``timeout`` seconds."""
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self.close)
         try:
-            self._call(self._inner.close(), CLOSE_TIMEOUT_SECONDS)
+            self._call(self._inner.close(timeout))
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        async def cancel_the_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=1.0) if tasks else None
+
+        try:
+            self._call(cancel_the_rest(), 2.0)
+        except Exception:  # noqa: BLE001 - stopping anyway
+            log.debug("tasks left at close", exc_info=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
             self._loop.close()
 
     def __enter__(self) -> Publisher:

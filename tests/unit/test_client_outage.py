@@ -1,0 +1,333 @@
+"""``memdiag.client`` on the broker's worst day: a broker down at start, one that goes away
+and comes back, a full buffer, a message the broker can never take, bounded flush and close,
+and one warning a minute instead of a flood. A fake producer plays the broker; the real one
+(killed and restarted under a publishing runtime) is tests/chaos/test_publisher_outage.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+import warnings
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+
+from memdiag import client
+from memdiag.client import (
+    AsyncPublisher,
+    BrokerUnavailable,
+    FlushTimeout,
+    Publisher,
+    PublishFailed,
+)
+from memdiag.settings import Settings
+
+SETTINGS = Settings.from_env({}, topic_prefix="u.")
+
+
+def search(i: int, session: str = "s1") -> dict[str, Any]:
+    return {"kind": "search", "event_id": f"{session}-{i}", "ts": "2026-11-21T09:30:00Z",
+            "session_id": session, "query": "q", "result_ids": ["a"]}  # fmt: skip
+
+
+class Broker:
+    """A producer whose broker can go away: while ``away``, every delivery fails after
+    ``fail_after`` seconds, as aiokafka's do (NodeNotReadyError after its request timeout).
+    ``taken`` holds every event the broker acknowledged, in order, once per delivery."""
+
+    def __init__(self, fail_after: float = 0.0, error: type[Exception] = KafkaConnectionError):
+        self.away = False
+        self.slow = False  # deliveries wait until this is False again
+        self.fail_after = fail_after
+        self.error = error
+        self.taken: list[dict[str, Any]] = []
+        self.attempts = 0
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+        self.attempts += 1
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        away = self.away
+
+        async def settle() -> None:
+            if away:
+                await asyncio.sleep(self.fail_after)
+                done.set_exception(self.error("broker gone"))
+                return
+            while self.slow:
+                await asyncio.sleep(0.01)
+            events = orjson.loads(value)
+            self.taken.extend(events if isinstance(events, list) else [events])
+            done.set_result(None)
+
+        asyncio.ensure_future(settle())
+        return done
+
+
+async def started(broker: Broker, **kw: Any) -> AsyncPublisher:
+    kw.setdefault("linger_ms", 1)
+    return await AsyncPublisher(settings=SETTINGS, producer=broker, **kw).start()
+
+
+def ids(events: list[dict[str, Any]]) -> list[str]:
+    return sorted(e["event_id"] for e in events)
+
+
+async def test_a_broker_that_goes_away_and_comes_back_loses_nothing_and_sends_each_once() -> None:
+    broker = Broker()
+    p = await started(broker)
+    for i in range(5):
+        assert await p.publish(search(i))
+    await p.flush(timeout=5)
+    broker.away = True
+    for i in range(5, 40):
+        assert await p.publish(search(i, f"s{i % 7}"))
+    with pytest.raises(FlushTimeout) as late:
+        await p.flush(timeout=0.5)
+    assert late.value.held == 35 and late.value.dropped == 0
+    assert "kept and sent when it takes them" in str(late.value)
+    s = p.stats()
+    assert s.broker_away_since is not None and "broker gone" in (s.last_error or "")
+    assert s.failures >= 1 and s.held == 35
+    broker.away = False
+    await p.flush(timeout=10)
+    s = p.stats()
+    assert s.broker_away_since is None
+    assert (s.events, s.delivered, s.held, s.dropped) == (40, 40, 0, 0)
+    expected = ids([search(i) for i in range(5)] + [search(i, f"s{i % 7}") for i in range(5, 40)])
+    assert ids(broker.taken) == expected  # each once: a failed delivery is not half-taken
+    await p.close(timeout=5)
+
+
+async def test_while_away_one_message_at_a_time_is_tried_with_a_growing_pause() -> None:
+    broker = Broker()
+    p = await started(broker)
+    broker.away = True
+    for i in range(50):
+        await p.publish(search(i, f"s{i}"))  # 50 keys: 50 messages
+    await asyncio.sleep(1.0)
+    # the first wave went before the broker was known to be away; then a probe at a time,
+    # 0.1 + 0.2 + 0.4 s apart: not 50 messages again and again
+    first_wave = 50
+    assert broker.attempts - first_wave <= 4
+    broker.away = False
+    await p.flush(timeout=10)
+    assert p.stats().delivered == 50
+    await p.close()
+
+
+async def test_a_full_buffer_drops_at_once_while_the_broker_is_away_and_counts_exactly() -> None:
+    broker = Broker()
+    p = await started(broker, max_held_events=5)
+    broker.away = True
+    await p.publish(search(0))
+    await asyncio.sleep(0.1)  # the broker is known to be away
+    kept = [await p.publish(search(i)) for i in range(1, 9)]
+    assert kept == [True] * 4 + [False] * 4
+    s = p.stats()
+    assert (s.events, s.held, s.dropped) == (5, 5, 4)
+    broker.away = False
+    await p.flush(timeout=10)
+    assert ids(broker.taken) == ids([search(i) for i in range(5)])
+    await p.close()
+
+
+async def test_a_full_buffer_waits_for_a_slow_broker_then_drops() -> None:
+    broker = Broker()
+    broker.slow = True
+    p = await started(broker, max_held_events=2, max_block_seconds=0.3)
+    assert await p.publish(search(0)) and await p.publish(search(1))
+    t0 = time.monotonic()
+    assert not await p.publish(search(2))  # waited for room, none came
+    assert time.monotonic() - t0 >= 0.25
+    asyncio.get_running_loop().call_later(0.1, setattr, broker, "slow", False)
+    assert await p.publish(search(3))  # room came within the wait
+    await p.flush(timeout=5)
+    s = p.stats()
+    assert (s.delivered, s.dropped) == (3, 1)
+    await p.close()
+
+
+async def test_a_message_the_broker_can_never_take_is_dropped_not_retried() -> None:
+    broker = Broker(error=MessageSizeTooLargeError)
+    p = await started(broker)
+    broker.away = True
+    await p.publish(search(0))
+    await p.publish(search(1))
+    await p.flush(timeout=5)  # nothing kept: both dropped
+    s = p.stats()
+    assert (s.dropped, s.held, s.delivered) == (2, 0, 0)
+    assert broker.attempts == 1  # one message of two events
+    await p.close()
+
+
+async def test_close_returns_within_its_timeout_and_counts_what_it_could_not_send(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = Broker(fail_after=0.2)
+    p = await started(broker)
+    broker.away = True
+    for i in range(7):
+        await p.publish(search(i))
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        await p.close(timeout=0.5)
+    assert time.monotonic() - t0 < 2.5
+    s = p.stats()
+    assert (s.dropped, s.delivered) == (7, 0)
+    assert "closed with 7 events the broker did not acknowledge" in caplog.text
+    with pytest.raises(RuntimeError, match="closed"):
+        await p.publish(search(8))
+
+
+async def test_one_warning_a_minute_while_away_and_one_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = Broker()
+    p = await started(broker)
+    broker.away = True
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        for i in range(30):
+            await p.publish(search(i, f"s{i}"))
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(1.0)  # several probes fail meanwhile
+        away = [r for r in caplog.records if "has not taken events since" in r.getMessage()]
+        assert len(away) == 1
+        assert "Check that the broker runs" in away[0].getMessage()
+        broker.away = False
+        await p.flush(timeout=10)
+    back = [r for r in caplog.records if "takes events again" in r.getMessage()]
+    assert len(back) == 1 and "sending the" in back[0].getMessage()
+    await p.close()
+
+
+def test_aiokafka_lines_about_the_publisher_are_held_to_one_a_minute() -> None:
+    """A dead broker makes aiokafka log 'Unable connect to node' about 20 times a second;
+    the publisher's own tasks carry it in their context, other clients' lines pass."""
+    p = AsyncPublisher(settings=SETTINGS, producer=Broker())
+    client._install_quieter()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep(logging.ERROR)
+    conn = logging.getLogger("aiokafka.conn")
+    conn.addHandler(handler)
+    try:
+        token = client._OWNER.set(p)
+        for _ in range(50):
+            conn.error("Unable connect to node with id %s: %s", 1, "refused")
+        client._OWNER.reset(token)
+        for _ in range(3):  # another client's lines in the same process are not touched
+            conn.error("Unable connect to node with id %s: %s", 2, "refused")
+    finally:
+        conn.removeHandler(handler)
+    assert seen.count("Unable connect to node with id 1: refused") == 1
+    assert seen.count("Unable connect to node with id 2: refused") == 3
+    assert list(p._said)[-1] == "Unable connect to node with id 1: refused"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_broker_down_at_start_is_our_error_and_leaves_nothing_open() -> None:
+    port = _closed_port()
+    before = {t.name for t in threading.enumerate()}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(BrokerUnavailable) as err:
+            Publisher(f"kafka://127.0.0.1:{port}", settings=None)
+        import gc
+
+        gc.collect()
+    message = str(err.value)
+    assert f"127.0.0.1:{port}" in message and "MEMDIAG_BROKER" in message
+    assert "wait_for_broker" in message  # what to do when it only starts later
+    assert {t.name for t in threading.enumerate()} - before == set()  # the loop thread ended
+    assert not [w for w in caught if "Unclosed" in str(w.message)]
+
+
+async def test_wait_for_broker_retries_then_says_how_long() -> None:
+    port = _closed_port()
+    t0 = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"retried for 0\.5 s"):
+        await AsyncPublisher(f"127.0.0.1:{port}", wait_for_broker=0.5).start()
+    assert 0.3 <= time.monotonic() - t0 < 3
+
+
+async def test_without_waiting_it_starts_at_once_and_keeps_events_until_the_broker_comes() -> None:
+    port = _closed_port()
+    p = await AsyncPublisher(f"127.0.0.1:{port}", wait_for_broker=None, linger_ms=1).start()
+    assert await p.publish(search(0))
+    await asyncio.sleep(0.3)
+    s = p.stats()
+    assert s.held == 1 and s.broker_away_since is not None
+    assert "127.0.0.1" in (s.last_error or "") or s.last_error  # what failed, in words
+    t0 = time.monotonic()
+    await p.close(timeout=0.5)
+    assert time.monotonic() - t0 < 3
+    assert p.stats().dropped == 1
+
+
+def test_the_blocking_publisher_flush_and_close_are_bounded() -> None:
+    broker = Broker(fail_after=0.05)
+    with Publisher(settings=SETTINGS, producer=broker, linger_ms=1) as p:
+        broker.away = True
+        p.publish(search(0))
+        t0 = time.monotonic()
+        with pytest.raises(FlushTimeout):
+            p.flush(timeout=0.3)
+        assert time.monotonic() - t0 < 2
+        assert isinstance(FlushTimeout("x", 0, 0), PublishFailed)  # older code catches that
+        broker.away = False
+        p.flush(timeout=10)
+        assert p.stats().delivered == 1
+
+
+def test_the_blocking_publisher_counts_drops_exactly_from_several_threads() -> None:
+    broker = Broker()
+    with Publisher(settings=SETTINGS, producer=broker, linger_ms=1, max_held_events=100) as p:
+        broker.away = True
+        p.publish(search(0))
+        time.sleep(0.2)  # known away
+        results: list[bool] = []
+        lock = threading.Lock()
+
+        def runtime(t: int) -> None:
+            for i in range(100):
+                kept = p.publish(search(i, f"t{t}"))
+                with lock:
+                    results.append(kept)
+
+        threads = [threading.Thread(target=runtime, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results.count(True) == 99
+        assert p.stats().dropped == results.count(False) == 301
+        broker.away = False
+        p.flush(timeout=10)
+    assert len(broker.taken) == 100 and p.stats().delivered == 100
+
+
+@pytest.mark.parametrize("bad", ["not a dict", 42, None, ["a", "list"]])
+def test_something_not_a_mapping_is_a_type_error(bad: Any) -> None:
+    with Publisher(settings=SETTINGS, producer=Broker()) as p:
+        with pytest.raises(TypeError, match="an event is a mapping"):
+            p.publish(bad)
+
+
+def test_the_broker_may_be_given_as_memdiag_broker_spells_it() -> None:
+    p = AsyncPublisher("kafka://broker-1:9092,kafka://broker-2:9093", producer=Broker())
+    assert p.settings.bootstrap_servers == "broker-1:9092,broker-2:9093"
