@@ -40,7 +40,8 @@
     not touched).
   - :meth:`~AsyncPublisher.flush` and :meth:`~AsyncPublisher.close` take a ``timeout``
     (default 30 s). A flush that runs out raises :class:`FlushTimeout` and keeps the events;
-    a close that runs out counts what it could not send as dropped and says so.
+    a close that runs out counts what it never sent as dropped, and what it sent without an
+    acknowledgement as ``unconfirmed`` (it may have arrived), and says so.
 
 What a crash loses: whatever was kept and not yet acknowledged. Call :meth:`flush` where
 the runtime needs a guarantee. A message is sent again when its acknowledgement did not
@@ -156,9 +157,11 @@ class PublisherStats:
     messages: int
     #: events kept now: batched, sending, or waiting for an acknowledgement
     held: int
-    #: events dropped: a full buffer, a message the broker can never take, or a close that
-    #: ran out of time (an event sent but never acknowledged may still have arrived)
+    #: events dropped, never sent: a full buffer, a message the broker can never take, or
+    #: still waiting to be sent when a close ran out of time
     dropped: int
+    #: events sent and not acknowledged when a close ran out of time: they may have arrived
+    unconfirmed: int
     #: sends or deliveries that failed (each message was kept and sent again)
     failures: int
     #: ``time.time()`` since when the broker has not taken events; ``None`` while it does
@@ -226,8 +229,9 @@ class _Room:
             self.cond.notify_all()
 
 
-# (topic, key, value, events in it, their bytes)
-_Message = tuple[str, bytes, bytes, int, int]
+# (topic, key, value, events in it, their bytes, order of making): a message put back after a
+# failure goes back in its order, so one key's events keep theirs
+_Message = tuple[str, bytes, bytes, int, int, int]
 
 
 class AsyncPublisher:
@@ -287,6 +291,9 @@ class AsyncPublisher:
         # (topic, key) -> (encoded events, their bytes, when the first one came)
         self._buffers: dict[tuple[str, bytes], tuple[list[bytes], int, float]] = {}
         self._outbox: deque[_Message] = deque()  # ready, in the order they go
+        self._retry: list[_Message] = []  # failed, to go back to the outbox's front in order
+        self._made = 0  # messages made
+        self._probe_failed: set[str] = set()  # topics whose try failed, while away
         self._in_flight: dict[asyncio.Future[Any], _Message] = {}
         self._started = False
         self._closing = False
@@ -296,11 +303,14 @@ class AsyncPublisher:
         self._has_mail = asyncio.Event()  # something is in the outbox
         self._changed = asyncio.Event()  # an acknowledgement, a drop, or room
         self._lock = threading.Lock()  # the counters, shared with the blocking publisher
+        self._stopping: asyncio.Future[Any] | None = None  # the producer's stop, at close
         self._events = self._delivered_events = self._messages = 0
-        self._dropped = self._failures = 0
+        self._dropped = self._failures = self._unconfirmed = 0
         self._away_since: float | None = None  # time.time()
         self._last_error: str | None = None
-        self._next_warning = 0.0  # time.monotonic()
+        self._next_warning = 0.0  # time.monotonic(): the next 'away' warning may be said
+        self._next_back = 0.0  # and the next 'back' one
+        self._next_drop_warning = 0.0  # and the next 'dropped' one
         self._last_ack = 0.0  # time.monotonic() of the last acknowledgement
         self._dropped_said = 0
         self._quiet: dict[tuple[str, object], float] = {}  # aiokafka's lines, when let through
@@ -346,12 +356,14 @@ class AsyncPublisher:
             try:
                 await producer.start()
                 return producer
-            except Exception as exc:  # noqa: BLE001 - said in our words, or kept for a retry
-                await self._discard(producer)
+            except BaseException as exc:  # noqa: BLE001 - said in our words, or kept for a retry
+                await self._discard(producer)  # also when cancelled: nothing left open
+                if not isinstance(exc, Exception):
+                    raise
                 self._note_error(exc)
                 if deadline is None:
                     return None
-                if time.monotonic() + pause > deadline:
+                if time.monotonic() >= deadline:
                     raise BrokerUnavailable(
                         "memdiag's publisher could not connect: "
                         + describe_failure(self.settings, exc, list(self._said))
@@ -362,14 +374,14 @@ class AsyncPublisher:
                             "to connect in the background"
                         )
                     ) from exc
-                await asyncio.sleep(pause)
+                await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, BACKOFF_SECONDS[1])
 
     async def _discard(self, producer: Any) -> None:
         """Stop a producer that failed, so nothing is left open; never waits long."""
         try:
-            await asyncio.wait_for(producer.stop(), self.request_timeout)
-        except Exception:  # noqa: BLE001 - already failed; this only closes what is left
+            await asyncio.wait_for(asyncio.shield(producer.stop()), self.request_timeout)
+        except BaseException:  # noqa: BLE001 - already failed; this only closes what is left
             log.debug("stopping a failed producer", exc_info=True)
 
     async def __aenter__(self) -> AsyncPublisher:
@@ -418,6 +430,11 @@ class AsyncPublisher:
             if not await self._wait_for_room(len(raw)):
                 self._drop(1, "the buffer is full")
                 return False
+            if self._closing:  # closed while it waited for room: it would not be sent
+                self._room.give(1, len(raw))
+                self._check()
+        with self._lock:
+            self._events += 1
         self.add(topic, key, raw)
         return True
 
@@ -438,8 +455,8 @@ class AsyncPublisher:
             self._changed.clear()
             if self._room.take(size):
                 return True
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
+            try:  # in slices: a broker that stops acknowledging is seen within one
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.1))
             except TimeoutError:
                 pass
         return self._room.take(size)
@@ -455,8 +472,6 @@ class AsyncPublisher:
         lines, size, since = buffered or ([], 0, time.monotonic())
         lines.append(raw)
         self._buffers[k] = (lines, size + len(raw) + 1, since)
-        with self._lock:
-            self._events += 1
         if len(lines) >= self.max_batch_events:
             self._ready(k)
         elif len(self._buffers) == 1:
@@ -466,7 +481,8 @@ class AsyncPublisher:
         """Move a key's buffer to the outbox, which one task sends in order."""
         lines = self._buffers.pop(k)[0]
         value = lines[0] if len(lines) == 1 else b"[" + b",".join(lines) + b"]"
-        self._outbox.append((k[0], k[1], value, len(lines), sum(map(len, lines))))
+        self._made += 1
+        self._outbox.append((k[0], k[1], value, len(lines), sum(map(len, lines)), self._made))
         self._has_mail.set()
 
     async def _linger_loop(self) -> None:
@@ -509,6 +525,7 @@ class AsyncPublisher:
                     continue
                 self._mark_back()
                 pause = BACKOFF_SECONDS[0]
+            self._requeue()
             if not self._outbox:
                 self._has_mail.clear()
                 await self._has_mail.wait()
@@ -520,14 +537,16 @@ class AsyncPublisher:
                     await asyncio.wait(list(self._in_flight))
                     await asyncio.sleep(0)  # their callbacks put the failed ones back
                     continue
-                message = self._outbox.popleft()
+                message = self._next_probe()
                 future = await self._send(message)
                 if future is not None:
                     await asyncio.wait([future])
+                    await asyncio.sleep(0)  # its callback has run
                     if not future.cancelled() and future.exception() is None:
                         self._mark_back()
                         pause = BACKOFF_SECONDS[0]
                         continue
+                self._probe_failed.add(message[0])
                 self._warn_if_due()
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, BACKOFF_SECONDS[1])
@@ -536,14 +555,32 @@ class AsyncPublisher:
             while len(self._in_flight) >= MAX_IN_FLIGHT and self._away_since is None:
                 await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
 
+    def _next_probe(self) -> _Message:
+        """The oldest message of a topic not yet tried in vain since the broker went away: a
+        topic that does not exist does not hold up the others, and the messages of a key (all
+        on one topic) still go in order."""
+        for i, message in enumerate(self._outbox):
+            if message[0] not in self._probe_failed:
+                del self._outbox[i]
+                return message
+        self._probe_failed.clear()  # each failed once: round again
+        return self._outbox.popleft()
+
+    def _requeue(self) -> None:
+        """Failed messages back to the front of the outbox, in the order they were made."""
+        if self._retry:
+            self._retry.sort(key=lambda m: m[5])
+            self._outbox.extendleft(reversed(self._retry))
+            self._retry.clear()
+
     async def _send(self, message: _Message) -> asyncio.Future[Any] | None:
         """Hand one message to the producer; ``None`` when that failed (the message is kept,
         or dropped if the broker can never take it)."""
-        topic, key, value, _, _ = message
+        topic, key, value = message[:3]
         try:
-            future = await asyncio.wait_for(
-                self._producer.send(topic, value=value, key=key), self.request_timeout
-            )
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+            async with asyncio.timeout(self.request_timeout):
+                future = await self._producer.send(topic, value=value, key=key)
         except asyncio.CancelledError:
             self._outbox.appendleft(message)
             raise
@@ -557,13 +594,14 @@ class AsyncPublisher:
         return future  # type: ignore[no-any-return]
 
     def _settled(self, future: asyncio.Future[Any]) -> None:
+        failure = None if future.cancelled() else future.exception()  # always read
         message = self._in_flight.pop(future, None)
         if message is None:
             return
         if future.cancelled():
             self._failed(message, asyncio.CancelledError("the send was cancelled"))
-        elif (exc := future.exception()) is not None:
-            self._failed(message, exc)
+        elif failure is not None:
+            self._failed(message, failure)
         else:
             self._last_ack = time.monotonic()
             with self._lock:
@@ -580,15 +618,15 @@ class AsyncPublisher:
             self._room.give(message[3], message[4])
             self._drop(message[3], f"the broker can never take this message ({exc!r})")
             return
-        self._outbox.appendleft(message)
+        self._retry.append(message)
         self._has_mail.set()
         self._mark_away()
 
     # -- saying what happens ------------------------------------------------------------
 
     def _note_error(self, exc: BaseException) -> None:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        self._last_error = text
+        name, said = type(exc).__name__, str(exc)
+        self._last_error = said if said.startswith(name) else f"{name}: {said}" if said else name
 
     def _drop(self, events: int, why: str, counted: bool = False) -> None:
         if not counted:
@@ -601,7 +639,6 @@ class AsyncPublisher:
     def _mark_away(self) -> None:
         if self._away_since is None:
             self._away_since = time.time()
-            self._next_warning = 0.0  # the first is said at once
             self._changed.set()  # a publisher waiting for room stops waiting
         self._warn_if_due()
 
@@ -610,32 +647,42 @@ class AsyncPublisher:
             return
         away = time.time() - self._away_since
         self._away_since = None
+        self._probe_failed.clear()
+        now = time.monotonic()
+        if now < self._next_back:  # a broker that comes and goes: once a minute
+            return
+        self._next_back = now + WARN_EVERY_SECONDS
         s = self.stats()
         log.warning(
             "memdiag publisher: the broker at %s takes events again after %.0f s; sending the "
             "%d kept (%d dropped so far)", self.settings.bootstrap_servers, away, s.held,
             s.dropped,
         )  # fmt: skip
-        self._next_warning = 0.0
 
     def _warn_if_due(self, what: str | None = None) -> None:
+        """The minute's warning: the broker away (with the counts), else ``what`` (a drop
+        while the broker takes events). Each kind at most once a minute, apart."""
         now = time.monotonic()
-        if now < self._next_warning:
-            return
-        self._next_warning = now + WARN_EVERY_SECONDS
         s = self.stats()
-        new_drops = s.dropped - self._dropped_said
-        self._dropped_said = s.dropped
         if self._away_since is not None:
+            if now < self._next_warning:
+                return
+            self._next_warning = now + WARN_EVERY_SECONDS
+            new_drops = s.dropped - self._dropped_said
+            self._dropped_said = s.dropped
             since = time.strftime("%H:%M:%S", time.localtime(self._away_since))
             log.warning(
                 "memdiag publisher: the broker at %s has not taken events since %s (%s); "
-                "%d kept and retried, %d dropped so far (%d in the last minute; the buffer "
-                "keeps %d). Check that the broker runs and MEMDIAG_BROKER points at it",
+                "%d kept and retried, %d dropped so far (%d since the last warning; the "
+                "buffer keeps %d). Check that the broker runs and MEMDIAG_BROKER points at it",
                 self.settings.bootstrap_servers, since, s.last_error, s.held, s.dropped,
                 new_drops, self._room.max_events,
             )  # fmt: skip
         elif what is not None:
+            if now < self._next_drop_warning:
+                return
+            self._next_drop_warning = now + WARN_EVERY_SECONDS
+            self._dropped_said = s.dropped
             log.warning(
                 "memdiag publisher: %s; %d dropped so far (said at most once a minute)",
                 what, s.dropped,
@@ -660,6 +707,7 @@ class AsyncPublisher:
                 messages=self._messages,
                 held=self._room.events,
                 dropped=self._dropped,
+                unconfirmed=self._unconfirmed,
                 failures=self._failures,
                 broker_away_since=self._away_since,
                 last_error=self._last_error,
@@ -715,8 +763,9 @@ class AsyncPublisher:
                 pass
 
     async def close(self, timeout: float | None = DEFAULT_TIMEOUT_SECONDS) -> None:
-        """Flush (for at most ``timeout`` seconds), then stop. What the broker has not
-        acknowledged by then is counted as dropped, and said."""
+        """Flush (for at most ``timeout`` seconds), then stop. What was never sent by then is
+        counted as dropped; what was sent and not acknowledged as ``unconfirmed`` (it may
+        have arrived). Both are said."""
         if not self._started or self._timer is None:
             return
         self._closing = True  # what comes now would not be flushed: refuse it
@@ -727,34 +776,43 @@ class AsyncPublisher:
         except FlushTimeout as exc:
             late = exc
         finally:
-            for task in (self._timer, self._send_task):
-                if task is not None:
-                    task.cancel()
-            for task in (self._timer, self._send_task):
-                if task is not None:
-                    try:
-                        await task
-                    except BaseException:  # noqa: BLE001, S110 - cancelled, as asked
-                        pass
+            tasks = [t for t in (self._timer, self._send_task) if t is not None]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=1.0)
             self._timer = self._send_task = None
-            if self._own_producer and self._producer is not None:
-                # the producer sends what it holds, for what time is left (its own requests
-                # run out after request_timeout_ms whatever happens)
-                left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
-                try:
-                    await asyncio.wait_for(self._producer.stop(), left)
-                except (Exception, asyncio.CancelledError):  # noqa: BLE001 - closing anyway
-                    log.debug("the producer did not stop in time", exc_info=True)
+            self._requeue()
+            unconfirmed = sum(m[3] for m in self._in_flight.values())
             self._in_flight.clear()  # what settles from now on is not counted twice
-        lost = self._room.events
-        if lost:
+            if self._own_producer and self._producer is not None:
+                # the producer sends what it holds for the time left, and lets go of its
+                # connections in the background after that: its requests run out after
+                # request_timeout_ms whatever happens
+                stopping = asyncio.ensure_future(self._producer.stop())
+                left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+                await asyncio.wait([stopping], timeout=left)
+                self._stopping = stopping
+        held = self._room.events
+        if held:
+            self._room.give(held, self._room.bytes)
             with self._lock:
-                self._dropped += lost
+                self._dropped += held - unconfirmed
+                self._unconfirmed += unconfirmed
+            away = (
+                f"the broker at {self.settings.bootstrap_servers} has not taken events since "
+                f"{time.strftime('%H:%M:%S', time.localtime(self._away_since))} "
+                f"({self._last_error})"
+                if self._away_since is not None
+                else f"the broker at {self.settings.bootstrap_servers} did not acknowledge "
+                "them in time"
+            )
             log.warning(
-                "memdiag publisher: closed with %d events the broker did not acknowledge, "
-                "counted as dropped (%d in all)%s", lost, self._dropped,
-                f": {late}" if late is not None else "",
+                "memdiag publisher: closed with %d events never sent, counted as dropped (%d "
+                "in all), and %d sent but not acknowledged (they may have arrived): %s",
+                held - unconfirmed, self._dropped, unconfirmed, away,
             )  # fmt: skip
+        del late
 
 
 class Publisher:
@@ -805,11 +863,22 @@ class Publisher:
             self._loop.call_soon_threadsafe(inner._drop, 1, "the buffer is full", True)
             return False
         with self._lock:  # one wake-up of the loop for all that came meanwhile, in order
+            if self._closed:  # close began meanwhile: it would not be sent, nor counted
+                inner._room.give(1, len(raw))
+                raise RuntimeError("the publisher is closed")
+            with inner._lock:
+                inner._events += 1
             self._incoming.append((topic, key, raw))
             if not self._handing:
                 self._handing = True
                 self._loop.call_soon_threadsafe(self._hand_over)
         return True
+
+    async def _hand_over_then_close(self, timeout: float | None) -> None:
+        self._hand_over()  # whatever is still on its way to the loop
+        await self._inner.close(timeout)
+        if self._inner._stopping is not None:  # the loop stops next: let the producer finish
+            await asyncio.wait([self._inner._stopping], timeout=1.0)
 
     def _hand_over(self) -> None:
         """On the loop: what the callers' threads published since the last hand-over."""
@@ -840,13 +909,15 @@ class Publisher:
         self._call(self._inner.flush(timeout))
 
     def close(self, timeout: float | None = DEFAULT_TIMEOUT_SECONDS) -> None:
-        """As :meth:`AsyncPublisher.close`; returns within about ``timeout`` seconds."""
-        if self._closed:
-            return
-        self._closed = True
+        """As :meth:`AsyncPublisher.close`; returns within ``timeout`` seconds and one more
+        (the producer letting go of a broker that is gone)."""
+        with self._lock:  # a publish either hands its event over before this, or is refused
+            if self._closed:
+                return
+            self._closed = True
         atexit.unregister(self.close)
         try:
-            self._call(self._inner.close(timeout))
+            self._call(self._hand_over_then_close(timeout))
         finally:
             self._stop_loop()
 

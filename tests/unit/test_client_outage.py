@@ -177,10 +177,11 @@ async def test_close_returns_within_its_timeout_and_counts_what_it_could_not_sen
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, "memdiag.client"):
         await p.close(timeout=0.5)
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 2.0
     s = p.stats()
-    assert (s.dropped, s.delivered) == (7, 0)
-    assert "closed with 7 events the broker did not acknowledge" in caplog.text
+    assert (s.dropped + s.unconfirmed, s.delivered, s.held) == (7, 0, 0)
+    assert f"closed with {s.dropped} events never sent, counted as dropped" in caplog.text
+    assert f"{s.unconfirmed} sent but not acknowledged (they may have arrived)" in caplog.text
     with pytest.raises(RuntimeError, match="closed"):
         await p.publish(search(8))
 
@@ -272,7 +273,8 @@ async def test_without_waiting_it_starts_at_once_and_keeps_events_until_the_brok
     await asyncio.sleep(0.3)
     s = p.stats()
     assert s.held == 1 and s.broker_away_since is not None
-    assert "127.0.0.1" in (s.last_error or "") or s.last_error  # what failed, in words
+    assert "KafkaConnectionError" in (s.last_error or "")  # what failed, in words
+    assert not (s.last_error or "").startswith("KafkaConnectionError: KafkaConnectionError")
     t0 = time.monotonic()
     await p.close(timeout=0.5)
     assert time.monotonic() - t0 < 3
@@ -331,3 +333,89 @@ def test_something_not_a_mapping_is_a_type_error(bad: Any) -> None:
 def test_the_broker_may_be_given_as_memdiag_broker_spells_it() -> None:
     p = AsyncPublisher("kafka://broker-1:9092,kafka://broker-2:9093", producer=Broker())
     assert p.settings.bootstrap_servers == "broker-1:9092,broker-2:9093"
+
+
+async def test_a_keys_events_keep_their_order_through_an_outage() -> None:
+    broker = Broker(fail_after=0.01)
+    p = await started(broker, max_batch_events=1)  # one message per event
+    broker.away = True
+    for i in range(8):
+        await p.publish(search(i))
+    await asyncio.sleep(0.3)  # all failed at least once, and were put back
+    broker.away = False
+    await p.flush(timeout=10)
+    assert [e["event_id"] for e in broker.taken] == [f"s1-{i}" for i in range(8)]
+    await p.close()
+
+
+async def test_a_message_that_can_never_go_does_not_hold_up_the_others() -> None:
+    """A topic that does not exist fails every send of its messages; the others still go."""
+
+    class OneTopicMissing(Broker):
+        async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+            self.away = topic == "u.judgements"
+            return await super().send(topic, value, key)
+
+    broker = OneTopicMissing()
+    p = await started(broker)
+    await p.publish({"kind": "judgement", "event_id": "j1", "ts": "2026-11-21T09:30:00Z",
+                     "run_id": "r1", "question_id": "q1", "judge_correct": True,
+                     "gold_evidence_ids": [], "retrieved_context_ids": []})  # fmt: skip
+    await asyncio.sleep(0.05)
+    for i in range(5):
+        await p.publish(search(i, f"s{i}"))
+    with pytest.raises(FlushTimeout) as late:
+        await p.flush(timeout=2)
+    assert late.value.held == 1  # the judgement, still kept
+    assert ids(broker.taken) == ids([search(i, f"s{i}") for i in range(5)])
+    await p.close(timeout=0.5)
+
+
+async def test_a_broker_that_comes_and_goes_is_said_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = Broker()
+    p = await started(broker)
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        for i in range(20):
+            broker.away = i % 2 == 0
+            await p.publish(search(i, f"s{i}"))
+            await asyncio.sleep(0.12)
+        broker.away = False
+        await p.flush(timeout=10)
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("has not taken events since" in m for m in said) == 1, said
+    assert sum("takes events again" in m for m in said) == 1, said
+    await p.close()
+
+
+def test_close_while_threads_publish_loses_nothing_it_took() -> None:
+    """Every publish that returned True is delivered, or counted by close; a publish after
+    close began is refused. Many rounds, as the race is narrow."""
+    for _ in range(30):
+        broker = Broker()
+        p = Publisher(settings=SETTINGS, producer=broker, linger_ms=1)
+        took = [0, 0, 0]
+        started_ = threading.Barrier(4)
+
+        def runtime(t: int, p: Publisher, took: list[int], started_: threading.Barrier) -> None:
+            started_.wait()
+            for i in range(10_000):
+                try:
+                    if p.publish(search(i, f"t{t}")):
+                        took[t] += 1
+                except RuntimeError:
+                    return
+
+        threads = [threading.Thread(target=runtime, args=(t, p, took, started_)) for t in range(3)]
+        for t in threads:
+            t.start()
+        started_.wait()
+        time.sleep(0.01)
+        p.close(timeout=5)
+        for t in threads:
+            t.join()
+        s = p.stats()
+        assert s.events == sum(took)
+        assert s.delivered + s.dropped + s.unconfirmed == sum(took), s
+        assert s.held == 0 and len(broker.taken) == s.delivered
