@@ -3,7 +3,8 @@
 What the recall pipeline knows of it (written, indexed, its status and name key), whether any
 path reaches it (indexed, or in the agent's latest ambient context), its probes with why each
 missed, and, for each, what came back in its place: the memories ranked in the first ``k``,
-their names, and which share its name key (the look-alikes that alias it). Memory ids are an
+their names, and which are look-alikes of its name (same name key, or half their tokens
+shared: ``look_alike`` in schema.sql), the ones that alias it. Memory ids are an
 agent's own, so the agent is part of the question.
 """
 
@@ -26,8 +27,8 @@ class UnknownMemory(NotFound):
 ADVICE = {
     "not_indexed": "the indexer: the memory was not indexed when the probe ran",
     "below_threshold": "the embedding or the threshold: found in the first k, scored below it",
-    "aliased": "the names: a look-alike (same name key) came back instead; rank by recency "
-    "or make names distinct",
+    "aliased": "the names: a look-alike (same name key or half its tokens) came back instead; "
+    "rank by recency or make names distinct",
     "outranked": "the ranking: other memories scored higher",
 }
 
@@ -65,12 +66,11 @@ def explain_memory(
         )
     memory = found[0] if found else None
     ids = sorted({r for p in probes for r in p["top_ids"] or ()})
-    names = {
-        r["memory_id"]: r
-        for r in rows(con, "explain_memory_names", agent_id=agent_id, memory_ids=ids)
-    }
-    key = memory["name_key"] if memory else None
-    unknown: dict[str, Any] = {"name": None, "status": None, "name_key": None}
+    target_name = memory["name"] if memory else None
+    found_names = rows(con, "explain_memory_names", agent_id=agent_id, memory_ids=ids,
+                       target_name=target_name)  # fmt: skip
+    names = {r["memory_id"]: r for r in found_names}
+    unknown: dict[str, Any] = {"name": None, "status": None, "name_key": None, "look_alike": False}
     for p in probes:
         top = [(r, names.get(r, unknown)) for r in p.pop("top_ids") or ()]
         p["top"] = [
@@ -79,7 +79,7 @@ def explain_memory(
                 "name": n["name"],
                 "status": n["status"],
                 "is_target": r == memory_id,
-                "look_alike": bool(key) and r != memory_id and n["name_key"] == key,
+                "look_alike": r != memory_id and bool(n["look_alike"]),
             }
             for r, n in top
         ]

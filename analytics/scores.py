@@ -26,7 +26,7 @@ import numpy as np
 from memdiag import __version__
 from memdiag.analytics.lookup import NeedsCondition, UnknownRun, lookup
 from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
-from memdiag.analytics.stats import describe_deltas, mcnemar_exact
+from memdiag.analytics.stats import SignTest, describe_deltas, sign_test_by_question
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 
 SCORES_SCHEMA = "https://memdiag.dev/schemas/scores.schema.json"
@@ -242,8 +242,12 @@ def compare(
             f"runs {baseline!r} and {candidate!r} share no (question_id, repeat_index): "
             "nothing to pair"
         )
-    b = sum(base[k].correct and not cand[k].correct for k in keys)  # right -> wrong
-    c = sum(not base[k].correct and cand[k].correct for k in keys)  # wrong -> right
+    # McNemar with repeats: one sign per question, from its paired repeats (contract 7)
+    by_question: dict[str, tuple[list[bool], list[bool]]] = defaultdict(lambda: ([], []))
+    for k in keys:
+        by_question[k[0]][0].append(base[k].correct)
+        by_question[k[0]][1].append(cand[k].correct)
+    sign = sign_test_by_question(by_question)
     metrics = paired_all(base, cand, resamples, seed)
     accuracy = metrics["accuracy"]
     if accuracy is None:  # every answer has an accuracy and keys is not empty: never
@@ -267,8 +271,8 @@ def compare(
         ]
         return describe_deltas(values)
 
-    p = mcnemar_exact(b, c)
-    significant = p < alpha and not (interval.low <= 0 <= interval.high)
+    p = sign.p_value
+    significant, disagreement = _significance(sign, interval.low, interval.high, alpha)
     moved = {
         "reader_failure": sum(row[READER_FAILURE] for row in table.values())
         - sum(table[READER_FAILURE].values()),
@@ -281,7 +285,15 @@ def compare(
         "pairs": len(keys),
         "questions": accuracy.questions,
         "delta": delta,
-        "mcnemar": {"right_to_wrong": b, "wrong_to_right": c, "p_value": p},
+        "mcnemar": {
+            "right_to_wrong": sign.right_to_wrong,
+            "wrong_to_right": sign.wrong_to_right,
+            "ties": sign.ties,
+            "p_value": p,
+            "unit": "question (the sign of its change in share of right repeats; ties left out)",
+        },
+        "significant": significant,
+        "significance_note": disagreement,
         "bootstrap_ci": {
             "low": interval.low,
             "high": interval.high,
@@ -303,17 +315,47 @@ def compare(
                 {"question_id": q, "repeat_index": r} for q, r in sorted(cand.keys() - base.keys())
             ],
         },
-        "verdict": _verdict(delta, p, significant, moved, alpha),
+        "verdict": _verdict(delta, p, significant, disagreement, moved, alpha),
     }
 
 
-def _verdict(delta: float, p: float, significant: bool, moved: dict[str, int], alpha: float) -> str:
+def _significance(sign: SignTest, low: float, high: float, alpha: float) -> tuple[bool, str | None]:
+    """Significant iff the sign test over questions and the paired interval over questions
+    both say so, in the same direction; else None, or why the two disagree."""
+    up, down = sign.wrong_to_right, sign.right_to_wrong
+    by_test = (up > down) - (up < down)
+    by_interval = 1 if low > 0 else (-1 if high < 0 else 0)
+    test_says = sign.p_value < alpha
+    if test_says and by_interval == by_test:
+        return True, None
+    if test_says and by_interval == 0:
+        return False, (
+            f"the sign test finds a difference, p = {sign.p_value:.3g} < {alpha:g}, but the "
+            "interval spans 0: more questions moved one way, yet the mean change is uncertain"
+        )
+    if test_says:
+        return False, (
+            "the sign test and the interval point opposite ways: more questions got "
+            f"{'better' if by_test > 0 else 'worse'}, but the mean moved the other way"
+        )
+    if by_interval != 0:
+        return False, (
+            f"the interval excludes 0 but the sign test does not, p = {sign.p_value:.3g} >= "
+            f"{alpha:g}: too few questions changed for the test, however far their shares moved"
+        )
+    return False, None
+
+
+def _verdict(
+    delta: float, p: float, significant: bool, disagreement: str | None, moved: dict[str, int],
+    alpha: float,
+) -> str:  # fmt: skip
     if significant:
         head = f"candidate is {'better' if delta > 0 else 'worse'}"
+    elif disagreement:
+        head = f"no significant difference ({disagreement})"
     else:
-        head = (
-            f"no significant difference (McNemar p = {p:.3g} >= {alpha:g} or the interval spans 0)"
-        )
+        head = f"no significant difference (sign test p = {p:.3g} >= {alpha:g}, interval spans 0)"
     notes = []
     r, t = moved["reader_failure"], moved["retrieval_failure"]
     if r > 0 > t:

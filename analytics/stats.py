@@ -2,6 +2,10 @@
 
 - :func:`mcnemar_exact`: the exact McNemar test, a two-sided binomial test of the discordant
   pairs against p = 1/2 (what ``scipy.stats.binomtest(min(b, c), b + c).pvalue`` gives).
+- :func:`sign_test_by_question`: that test with repeats, counting questions, not repeats: a
+  question counts once, by the sign of (the candidate's share of right repeats - the
+  baseline's), and ties are left out. Five repeats of one discordant question are one piece
+  of evidence, not five.
 - :func:`paired_bootstrap_ci`: a paired bootstrap interval of a mean delta that resamples
   *questions*, each one value (its repeats already folded into its mean), because repeats
   of one question are not independent evidence. Seeded: the same input gives the same
@@ -10,7 +14,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from math import comb
 
 import numpy as np
@@ -26,6 +32,39 @@ def mcnemar_exact(b: int, c: int) -> float:
     k = min(b, c)
     tail = sum(comb(n, i) for i in range(k + 1))  # exact integers; one division at the end
     return min(1.0, 2 * tail / 2**n)
+
+
+@dataclass(frozen=True, slots=True)
+class SignTest:
+    """The exact sign test over questions (contract section 7)."""
+
+    right_to_wrong: int  # questions whose candidate share of right repeats is the lower
+    wrong_to_right: int  # questions whose candidate share is the higher
+    ties: int  # questions whose shares are equal: left out of the test
+    p_value: float
+
+
+def sign_test_by_question(
+    questions: Mapping[str, tuple[Iterable[bool], Iterable[bool]]],
+) -> SignTest:
+    """``questions`` maps a question to (its baseline repeats' correctness, its candidate's).
+
+    Shares are compared as exact fractions, so 2 of 3 and 4 of 6 tie whatever the floats say.
+    With one repeat on each side this is :func:`mcnemar_exact` on the discordant pairs.
+    """
+    worse = better = ties = 0
+    for base, cand in questions.values():
+        b, c = list(base), list(cand)
+        if not b or not c:
+            raise ValueError("a question needs at least one repeat on each side")
+        diff = Fraction(sum(c), len(c)) - Fraction(sum(b), len(b))
+        if diff < 0:
+            worse += 1
+        elif diff > 0:
+            better += 1
+        else:
+            ties += 1
+    return SignTest(worse, better, ties, mcnemar_exact(worse, better))
 
 
 @dataclass(frozen=True, slots=True)

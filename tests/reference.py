@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 MEMORY_KINDS = ("memory_written", "memory_indexed", "recall_probe", "ambient_context")
@@ -253,6 +254,34 @@ def _name_key(name: str | None) -> str:
     return "".join(c for c in (name or "").lower() if c.isalpha()).replace("ς", "σ")
 
 
+def _name_tokens(name: str | None) -> set[str]:
+    """The lowercased maximal runs of letters or of decimal digits (contract section 9), one
+    character at a time by ``str.isalpha`` / ``str.isdecimal``. Lowercased as the key is:
+    what lowercasing adds that is neither (the dot of ``İ``) dropped, the final sigma as sigma."""
+    runs: list[str] = []
+    kind = None
+    for c in name or "":
+        k = "letter" if c.isalpha() else "digit" if c.isdecimal() else None
+        if k is not None and k == kind:
+            runs[-1] += c
+        elif k is not None:
+            runs.append(c)
+        kind = k
+    return {
+        "".join(c for c in run.lower() if c.isalpha() or c.isdecimal()).replace("ς", "σ")
+        for run in runs
+    }
+
+
+def _look_alike(a: str | None, b: str | None) -> bool:
+    """Same non-empty name key, or token sets overlapping by half or more (as fractions)."""
+    key = _name_key(a)
+    if key and key == _name_key(b):
+        return True
+    ta, tb = _name_tokens(a), _name_tokens(b)
+    return bool(ta) and Fraction(len(ta & tb), len(ta | tb)) >= Fraction(1, 2)
+
+
 def _miss_reason(
     probe: dict[str, Any],
     written: dict[str, tuple[int, str | None]],
@@ -266,9 +295,9 @@ def _miss_reason(
         return "not_indexed"
     if probe["in_top"]:
         return "below_threshold"
-    key = _name_key(written.get(mid, (0, None))[1])
-    if key and any(
-        other != mid and other in written and _name_key(written[other][1]) == key
+    name = written.get(mid, (0, None))[1]
+    if any(
+        other != mid and other in written and _look_alike(name, written[other][1])
         for other in probe["top"]
     ):
         return "aliased"

@@ -400,22 +400,40 @@ ALTER TABLE recall_probe_events ADD COLUMN IF NOT EXISTS top_ids VARCHAR[];  -- 
 CREATE OR REPLACE MACRO name_key(name) AS
     regexp_replace(replace(lower(name), 'ς', 'σ'), '[^\p{L}]', '', 'g');
 
+-- A memory name's tokens: the lowercased maximal runs of (Unicode) letters or of decimal digits,
+-- as a set: `proving-loop-medqa-023.md` is {proving, loop, medqa, 023, md}. The final sigma as
+-- in name_key.
+CREATE OR REPLACE MACRO name_tokens(name) AS
+    list_distinct(list_transform(regexp_extract_all(coalesce(name, ''), '\p{L}+|\p{Nd}+'),
+                                 lambda t: replace(lower(t), 'ς', 'σ')));
+
+-- Two names are look-alikes (contract section 9) when they share a non-empty name key, or when
+-- their token sets overlap by half or more (|A ∩ B| / |A ∪ B| >= 0.5, in whole numbers: 2|A ∩ B|
+-- >= |A ∪ B|): `proving-loop-medqa-023.md` and `proving-medqa-023.md` (4 of 5). An empty key or
+-- no token never aliases. Symmetric, and a name with a token is a look-alike of itself.
+CREATE OR REPLACE MACRO look_alike(a, b) AS
+    coalesce((name_key(a) <> '' AND name_key(a) = name_key(b))
+             OR (len(name_tokens(a)) > 0
+                 AND 2 * len(list_intersect(name_tokens(a), name_tokens(b)))
+                     >= len(list_distinct(list_concat(name_tokens(a), name_tokens(b))))),
+             false);
+
 -- Each probe with why it missed: the first that holds of not_indexed (no memory_indexed of the
 -- target at or before the probe), below_threshold (in the first k, scored below the
--- threshold), aliased (one of the first k results has the target's non-empty name key),
--- outranked; NULL for a hit. A view over the memories as they stand, so a late write or index
--- event changes the reason by itself.
+-- threshold), aliased (one of the first k results is a look-alike of the target: look_alike
+-- of their names), outranked; NULL for a hit. A view over the memories as they stand, so a
+-- late write or index event changes the reason by itself.
 CREATE OR REPLACE VIEW recall_probes AS
 WITH aliased AS (
-    -- missed probes with a look-alike among their first k: each result id looked up by key
+    -- missed probes with a look-alike among their first k: each result id looked up by name
     SELECT r.event_id
-    FROM (SELECT p.event_id, p.agent_id, p.memory_id, name_key(t.name) AS name_key,
+    FROM (SELECT p.event_id, p.agent_id, p.memory_id, t.name,
                  unnest(p.top_ids[1:coalesce(p.k, 3)]) AS other
           FROM recall_probe_events p
           JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
-          WHERE NOT p.hit AND name_key(t.name) <> '') AS r
+          WHERE NOT p.hit AND t.name IS NOT NULL) AS r
     JOIN memory_pipeline o
-      ON o.agent_id = r.agent_id AND o.memory_id = r.other AND name_key(o.name) = r.name_key
+      ON o.agent_id = r.agent_id AND o.memory_id = r.other AND look_alike(r.name, o.name)
     WHERE r.other <> r.memory_id
     GROUP BY r.event_id
 )

@@ -999,7 +999,8 @@ def print_memory(ex: dict[str, Any], args: argparse.Namespace) -> None:
         if m["look_alikes"]:
             out.print(
                 f"{m['look_alikes']} other memor{'ies' if m['look_alikes'] != 1 else 'y'} "
-                "of the agent share its name key: they can alias it"
+                "of the agent are look-alikes of its name (the same name key, or half the "
+                "tokens): they can alias it"
             )
         if m["broken_since"] is not None:
             out.print(f"[red]the agent's pipeline is broken since {when(m['broken_since'])}[/red]")
@@ -1323,9 +1324,9 @@ def print_comparison(r: dict[str, Any], args: argparse.Namespace) -> None:
         ),
         (
             "McNemar",
-            f"exact p = {m['p_value']:.3g} ({m['right_to_wrong']} right→wrong, "
-            f"{m['wrong_to_right']} wrong→right; {r['pairs']:,} pairs over {r['questions']:,} "
-            "questions)",
+            f"exact p = {m['p_value']:.3g}, questions not repeats ({m['right_to_wrong']} "
+            f"right→wrong, {m['wrong_to_right']} wrong→right, {m['ties']} tied and left out; "
+            f"{r['pairs']:,} pairs over {r['questions']:,} questions)",
         ),
     ):
         summary.add_row(f"[bold]{k}[/bold]", v)

@@ -771,8 +771,8 @@ def explain_memory(ex: dict[str, Any], links: Links) -> str:
             )
         if m["look_alikes"]:
             parts.append(
-                f"<p>{m['look_alikes']} other memories of the agent share its name key: "
-                "they can alias it.</p>"
+                f"<p>{m['look_alikes']} other memories of the agent are look-alikes of its "
+                "name (the same name key, or half the tokens): they can alias it.</p>"
             )
         if m["broken_since"] is not None:
             parts.append(
@@ -1182,9 +1182,10 @@ def comparison(r: dict[str, Any]) -> str:
         f"<dt>delta</dt><dd>{r['delta'] * 100:+.1f} points, {ci['level']:.0%} interval "
         f"{ci['low'] * 100:+.1f} to {ci['high'] * 100:+.1f} (paired bootstrap over "
         f"questions, {ci['resamples']:,} resamples, seed {ci['seed']})</dd>",
-        f"<dt>McNemar</dt><dd>exact p = {m['p_value']:.3g} ({m['right_to_wrong']} "
-        f"right→wrong, {m['wrong_to_right']} wrong→right; {r['pairs']:,} pairs over "
-        f"{r['questions']:,} questions)</dd></dl>",
+        f"<dt>McNemar</dt><dd>exact p = {m['p_value']:.3g}, questions not repeats "
+        f"({m['right_to_wrong']} right→wrong, {m['wrong_to_right']} wrong→right, "
+        f"{m['ties']} tied and left out; {r['pairs']:,} pairs over {r['questions']:,} "
+        "questions)</dd></dl>",
     ]
     states = r["transitions"]["states"]
     moved = r["transitions"]["baseline_to_candidate"]

@@ -689,7 +689,8 @@ EXPLAIN_MEMORY = Question(
     "Everything DuckDB knows of one memory of one agent (memory ids are an agent's own):\n"
     "when it was written and indexed, its status and name key, whether a path reaches it\n"
     "(indexed, or in the agent's latest ambient context) or none does (unreachable), how\n"
-    "many of the agent's memories share its name key, and its probes, the latest first,\n"
+    "many of the agent's memories are look-alikes of its name (the same name key, or half\n"
+    "their tokens shared), and its probes, the latest first,\n"
     "each with why it missed (not_indexed, below_threshold, aliased, outranked) and the\n"
     "first k results that came back instead, the look-alikes marked. The latest miss says\n"
     "where to look: the indexer, the threshold, the names, the ranking. An unknown id\n"
@@ -815,10 +816,12 @@ COMPARE = Question(
     ("compare",),
     "compare two benchmark runs question by question: is the candidate better?",
     "Pairs the judgements of two runs by (question_id, repeat_index) and reports both\n"
-    "accuracies and the delta, the exact McNemar p-value of the discordant pairs, a\n"
+    "accuracies and the delta, the exact McNemar p-value counting questions, not repeats\n"
+    "(each question by the sign of its change in share of right repeats, ties left out), a\n"
     "paired bootstrap confidence interval of the delta (resampling questions with their\n"
-    "repeats; seeded), where the answers moved between correct, reader failure and\n"
-    "retrieval failure, latency and token deltas, and every unpaired question.\n"
+    "repeats; seeded; significant only when both agree), where the answers moved between\n"
+    "correct, reader failure and retrieval failure, latency and token deltas, and every\n"
+    "unpaired question.\n"
     "Two conditions of one run compare with --baseline-condition/--candidate-condition.",
     (*_two_runs(required=True), _resamples(10_000), SEED),
     _compare,

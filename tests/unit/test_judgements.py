@@ -16,7 +16,12 @@ from scipy.stats import binomtest
 
 from memdiag.analytics import scores as sc
 from memdiag.analytics.sink import DuckDBSink
-from memdiag.analytics.stats import mcnemar_exact, paired_bootstrap_ci
+from memdiag.analytics.stats import (
+    SignTest,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+    sign_test_by_question,
+)
 from memdiag.contract import READER_FAILURES, RETRIEVAL_FAILURES
 from memdiag.contract.envelope import InMessage
 from memdiag.schemas import load_schema
@@ -347,8 +352,11 @@ def test_compare_pairs_by_question_and_repeat(db: DuckDBSink) -> None:
         r = sc.compare(con, "base", "cand", resamples=2000)
     assert r["pairs"] == 80 and r["questions"] == 40
     assert r["baseline"]["accuracy"] == 0.5 and r["candidate"]["accuracy"] == pytest.approx(70 / 80)
-    assert r["mcnemar"]["right_to_wrong"] == 0 and r["mcnemar"]["wrong_to_right"] == 30
-    assert r["mcnemar"]["p_value"] == pytest.approx(binomtest(0, 30, 0.5).pvalue)
+    # questions, not repeats: q0-q14 moved (30 pairs, 15 questions), the other 25 tie
+    assert (r["mcnemar"]["right_to_wrong"], r["mcnemar"]["wrong_to_right"]) == (0, 15)
+    assert r["mcnemar"]["ties"] == 25
+    assert r["mcnemar"]["p_value"] == pytest.approx(binomtest(0, 15, 0.5).pvalue)
+    assert r["significant"] is True and r["significance_note"] is None
     assert 0 < r["bootstrap_ci"]["low"] < r["delta"] < r["bootstrap_ci"]["high"]
     t = r["transitions"]["baseline_to_candidate"]
     assert t["retrieval_failure"] == {"correct": 30, "reader_failure": 10, "retrieval_failure": 0}
@@ -375,6 +383,9 @@ def test_compare_needs_a_condition_when_a_run_has_several(db: DuckDBSink) -> Non
         r = sc.compare(con, "r", "r", "none", "full", resamples=200)
     assert r["delta"] == 1.0 and r["mcnemar"]["wrong_to_right"] == 1
     assert r["verdict"].startswith("no significant difference")
+    # one question: its interval is [1, 1], the sign test p = 1; the verdict says why
+    assert r["significant"] is False
+    assert "the interval excludes 0 but the sign test does not" in r["verdict"]
 
 
 @settings(max_examples=30, deadline=None)
@@ -450,3 +461,112 @@ def test_doctor_says_what_would_make_a_comparison_weak(
     assert main(["doctor", "--db", db.path, "--run", "zzz", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["status"] == 2
     assert main(["doctor", "--db", db.path, "--candidate", "b"]) == 2  # needs a baseline
+
+
+# -- McNemar with repeats: questions, not repeats (contract section 7) ---------------------
+
+T, F = True, False
+
+
+def test_sign_test_by_hand_three_questions_two_repeats() -> None:
+    # shares (baseline -> candidate): 0 -> 1, 1/2 -> 1, 1/2 -> 1: three questions better
+    qs = {"q1": ([F, F], [T, T]), "q2": ([T, F], [T, T]), "q3": ([F, T], [T, T])}
+    got = sign_test_by_question(qs)
+    # two-sided exact sign test, n = 3 signs, k = 0 against: 2 * C(3, 0) / 2**3
+    assert got == SignTest(right_to_wrong=0, wrong_to_right=3, ties=0, p_value=2 * 1 / 8)
+    # the pair count would have said 4 discordant pairs, 2 * 1 / 16
+    assert mcnemar_exact(0, 4) == 2 / 16
+    # one of them the other way: 2 * (C(3, 0) + C(3, 1)) / 8 = 1
+    qs["q2"] = ([T, T], [F, T])
+    assert sign_test_by_question(qs) == SignTest(1, 2, 0, 1.0)
+
+
+def test_repeats_do_not_multiply_the_evidence(db: DuckDBSink) -> None:
+    """The same 5 discordant questions repeated 4 times: 20 discordant pairs (p ~ 2e-6 as
+    independent pairs), but 5 questions: p = 2 / 2**5 = 0.0625, not significant."""
+    rows = []
+    for q in range(20):
+        for rep in range(4):
+            qid = f"q{q:02d}"
+            better = q < 5
+            rows.append(judgement("base", qid, not better, retrieved=() if better else ("g",),
+                                  repeat=rep))  # fmt: skip
+            rows.append(judgement("cand", qid, True, repeat=rep))
+    db.write(rows)
+    assert mcnemar_exact(0, 20) < 1e-5  # what counting pairs claimed
+    with duckdb.connect(db.path, read_only=True) as con:
+        r = sc.compare(con, "base", "cand", resamples=2000)
+    m = r["mcnemar"]
+    assert (m["right_to_wrong"], m["wrong_to_right"], m["ties"]) == (0, 5, 15)
+    assert m["p_value"] == 0.0625 == binomtest(0, 5, 0.5).pvalue
+    assert r["pairs"] == 80 and r["questions"] == 20
+    # the interval over questions excludes 0 (a resample needs one of the 5 to move), the
+    # sign test does not: not significant, and the verdict says which disagrees
+    assert r["bootstrap_ci"]["low"] > 0
+    assert r["significant"] is False
+    assert r["verdict"].startswith("no significant difference (the interval excludes 0 but the "
+                                   "sign test does not, p = 0.0625 >= 0.05: too few")  # fmt: skip
+
+
+def test_questions_whose_shares_are_equal_are_left_out() -> None:
+    moved = {f"m{i}": ([F], [T]) for i in range(6)}
+    ties = {
+        "same": ([T, F], [F, T]),  # 1/2 and 1/2, different repeats right
+        "scaled": ([T, F], [T, T, F, F]),  # 1/2 and 2/4: exact fractions tie
+        "thirds": ([T, T, F], [T, F, T]),
+        "all-right": ([T, T], [T, T]),
+        "all-wrong": ([F], [F]),
+    }
+    alone = sign_test_by_question(moved)
+    both = sign_test_by_question({**moved, **ties})
+    assert (both.right_to_wrong, both.wrong_to_right, both.ties) == (0, 6, 5)
+    assert both.p_value == alone.p_value == pytest.approx(2 / 64)
+    assert sign_test_by_question(ties) == SignTest(0, 0, 5, 1.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=60))
+def test_one_repeat_each_is_classic_exact_mcnemar(pairs: list[tuple[bool, bool]]) -> None:
+    got = sign_test_by_question({f"q{i}": ([b], [c]) for i, (b, c) in enumerate(pairs)})
+    b = sum(x and not y for x, y in pairs)
+    c = sum(y and not x for x, y in pairs)
+    assert (got.right_to_wrong, got.wrong_to_right) == (b, c)
+    assert got.ties == len(pairs) - b - c
+    assert got.p_value == mcnemar_exact(b, c)
+    assert got.p_value == pytest.approx(binomtest(min(b, c), b + c).pvalue if b + c else 1.0)
+
+
+REPEATS = st.lists(st.booleans(), min_size=1, max_size=5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(REPEATS, REPEATS), min_size=1, max_size=40))
+def test_sign_test_equals_an_independent_one(
+    questions: list[tuple[list[bool], list[bool]]],
+) -> None:
+    """Against shares compared by cross-multiplication and scipy's binomial test."""
+    signs = [sum(c) * len(b) - sum(b) * len(c) for b, c in questions]
+    down, up = sum(s < 0 for s in signs), sum(s > 0 for s in signs)
+    got = sign_test_by_question({f"q{i}": q for i, q in enumerate(questions)})
+    assert (got.right_to_wrong, got.wrong_to_right, got.ties) == (down, up, signs.count(0))
+    want = binomtest(min(down, up), down + up, 0.5).pvalue if down + up else 1.0
+    assert got.p_value == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "test,low,high,significant,note",
+    [
+        (SignTest(0, 15, 3, 6e-5), 0.1, 0.4, True, None),  # both say better
+        (SignTest(15, 0, 3, 6e-5), -0.4, -0.1, True, None),  # both say worse
+        (SignTest(0, 15, 3, 6e-5), -0.02, 0.3, False, "but the interval spans 0"),
+        (SignTest(0, 15, 3, 6e-5), -0.3, -0.1, False, "point opposite ways"),
+        (SignTest(0, 5, 15, 0.0625), 0.05, 0.4, False, "the interval excludes 0 but the sign"),
+        (SignTest(2, 3, 15, 1.0), -0.1, 0.1, False, None),  # both say nothing: no note
+    ],
+)
+def test_significant_only_when_the_test_and_the_interval_agree(
+    test: SignTest, low: float, high: float, significant: bool, note: str | None
+) -> None:
+    got, why = sc._significance(test, low, high, 0.05)
+    assert got is significant
+    assert (why is None) if note is None else (why is not None and note in why)
