@@ -580,7 +580,7 @@ class AsyncPublisher:
         try:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
             async with asyncio.timeout(self.request_timeout):
-                future = await self._producer.send(topic, value=value, key=key)
+                future: asyncio.Future[Any] = await self._producer.send(topic, value=value, key=key)
         except asyncio.CancelledError:
             self._outbox.appendleft(message)
             raise
@@ -591,7 +591,7 @@ class AsyncPublisher:
             self._last_ack = time.monotonic()  # waiting starts now
         self._in_flight[future] = message
         future.add_done_callback(self._settled)
-        return future  # type: ignore[no-any-return]
+        return future
 
     def _settled(self, future: asyncio.Future[Any]) -> None:
         failure = None if future.cancelled() else future.exception()  # always read
