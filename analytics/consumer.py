@@ -5,6 +5,11 @@ Offsets are committed only after the DuckDB transaction has committed, so a cras
 point re-delivers what was not yet written, and the upserts make the re-delivery harmless.
 A batch closes at ``MEMDIAG_SINK_BATCH_ROWS`` records or ``MEMDIAG_SINK_BATCH_SECONDS``,
 whichever comes first. A message the sink cannot read becomes a ``dead_letters`` row itself.
+
+A stop (:meth:`SinkRunner.stop`) writes what the sink holds, then commits, by its deadline
+(``MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS``). When the broker is gone the rows are written all the
+same (DuckDB is local) but nothing more is committed: those messages come again on the next
+start, and the upserts keep each row once.
 """
 
 from __future__ import annotations
@@ -13,18 +18,20 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.sink import DATA_ERRORS, DuckDBSink
 from memdiag.contract import SINK_REJECTED
 from memdiag.contract.envelope import InMessage
-from memdiag.kafka import client_options
+from memdiag.kafka import client_options, probe
+from memdiag.procs import EXIT_UNCOMMITTED, settles
 from memdiag.schemas.deadletters import dead_letter_id, dead_letter_record
 from memdiag.schemas.decode import NOT_AN_EVENT, NOT_JSON, Rejected
 from memdiag.schemas.models import format_ts
@@ -83,6 +90,16 @@ def fatal_message(path: str, exc: BaseException) -> str:
     )
 
 
+async def broker_answers(settings: Settings, timeout: float) -> bool:
+    """Whether the broker answers a metadata request within ``timeout`` seconds (a stop
+    asks it, to give up at once on a commit that can never be done)."""
+    try:
+        await probe(settings, timeout=max(0.1, timeout))
+    except Exception:  # noqa: BLE001 - whatever the cause, it does not answer
+        return False
+    return True
+
+
 class SinkRunner:
     #: seconds between the retries of a write that failed for another reason than a lock
     retry_delays: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
@@ -102,6 +119,21 @@ class SinkRunner:
         # LOCK_REMIND_SECONDS while it lasts
         self._lock_said_at: float | None = None
         self.sink.on_lock_wait = self._lock_wait
+        #: a stop's deadline (time.monotonic()): what is not written and committed by then
+        #: is left to the next start
+        self.deadline: float | None = None
+        #: the broker did not answer at a stop: nothing more is committed
+        self.broker_gone = False
+        #: since the last commit: messages taken, and rows written from them
+        self.uncommitted_messages = 0
+        self.uncommitted_rows = 0
+        #: records held and not written when a stop ran out of time
+        self.unwritten = 0
+
+        async def answers(timeout: float) -> bool:
+            return await broker_answers(settings, timeout)
+
+        self.answers: Callable[[float], Awaitable[bool]] | None = answers
 
     #: how often a long wait on another process's lock is said again
     LOCK_REMIND_SECONDS = 600.0
@@ -115,8 +147,23 @@ class SinkRunner:
             log.warning("still %s", text)
             self._lock_said_at = now
 
-    def stop(self) -> None:
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop: write what is held, commit it by ``deadline`` (``time.monotonic()``), and
+        nothing more once the broker is found gone."""
+        self.deadline = deadline
         self._stopping.set()
+
+    def _out_of_time(self) -> bool:
+        return (
+            self._stopping.is_set()
+            and self.deadline is not None
+            and time.monotonic() >= self.deadline
+        )
+
+    def _left(self) -> float | None:
+        if not self._stopping.is_set() or self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
 
     async def open_file(self) -> None:
         """Create or upgrade the DuckDB file's schema, before anything is consumed: a file
@@ -171,8 +218,33 @@ class SinkRunner:
                     await self.flush_and_commit()
             await self.flush_and_commit()
         finally:
-            await self.consumer.stop()
-            self.consumer = None
+            await self._stop_consumer()
+
+    async def _stop_consumer(self) -> None:
+        """Leave the group; once the broker is gone (or past the deadline), without waiting
+        for it: aiokafka would wait for the coordinator. A stop asks the broker if nothing
+        told yet whether it is there (the line at the end says it)."""
+        consumer, self.consumer = self.consumer, None
+        if consumer is None:
+            return
+        stop = asyncio.ensure_future(consumer.stop())
+        left = self._left()
+        soon = 1.0 if left is None else min(1.0, left)
+        if self.broker_gone:
+            done = bool((await asyncio.wait({stop}, timeout=soon))[0])
+        else:
+            done = await settles(stop, self.deadline, self.answers)
+            self.broker_gone = not done
+            if done and self._stopping.is_set() and self.answers is not None:
+                self.broker_gone = not await self.answers(soon)
+        if not done:
+            stop.cancel()
+            log.info("sink: stopped its consumer without the broker's answer")
+        elif not stop.cancelled():  # aiokafka's fetcher re-raises its own cancelled fetch
+            try:
+                stop.result()
+            except Exception:  # noqa: BLE001 - stopping anyway: say it, do not crash on it
+                log.warning("sink: its consumer's stop failed", exc_info=True)
 
     def _due(self) -> bool:
         if self.sink.pending == 0:
@@ -185,6 +257,7 @@ class SinkRunner:
     def _add_message(self, m: ConsumerRecord[bytes, bytes]) -> None:
         if self._first_pending_at is None:
             self._first_pending_at = time.monotonic()
+        self.uncommitted_messages += 1
         is_deadletter = m.topic == self.settings.topics.deadletter
         try:
             doc: Any = orjson.loads(m.value) if m.value is not None else None
@@ -263,8 +336,13 @@ class SinkRunner:
                 break
             except Exception as exc:  # noqa: BLE001 - the file's problem: wait, retry or stop
                 # Nothing was committed: Kafka keeps the batch whatever happens next.
+                if self._out_of_time():  # a stop: the next start writes it
+                    self.unwritten = self.sink.pending
+                    log.warning("sink could not write %s by its stop's deadline (%s); nothing "
+                                "of it committed", self.settings.duckdb_path, exc)  # fmt: skip
+                    return
                 if is_lock_conflict(exc):  # a reader holds the file (said once): never fatal
-                    await asyncio.sleep(1.0)
+                    await asyncio.sleep(min(1.0, self._left() or 1.0))
                     continue
                 failures += 1
                 if failures >= len(self.retry_delays) + 1:
@@ -278,15 +356,21 @@ class SinkRunner:
                     len(self.retry_delays),
                     delay,
                 )
-                await asyncio.sleep(delay)
+                left = self._left()
+                await asyncio.sleep(delay if left is None else min(delay, left))
+        self.unwritten = 0
+        self.uncommitted_rows += written
         if self.consumer is not None:
             try:
-                await self.consumer.commit()
+                if await self._commit():
+                    self.uncommitted_messages = self.uncommitted_rows = 0
             except (CommitFailedError, IllegalStateError) as exc:
                 # A long wait (a reader holding the file past max_poll_interval_ms) cost the
                 # sink its partitions: it rejoins and reads again from its last commit; what
                 # it wrote meanwhile is written again, as upserts.
                 log.warning("sink could not commit (%s); it goes on from its last commit", exc)
+                if not self._stopping.is_set():  # read again, and counted again
+                    self.uncommitted_messages = self.uncommitted_rows = 0
         self._first_pending_at = None
         if self._lock_said_at is not None:
             log.info("the DuckDB file is free again: the sink wrote what waited")
@@ -295,3 +379,55 @@ class SinkRunner:
             log.debug("sink wrote %d rows in %.1f ms (%.1f ms of it waiting for the file)",
                       written, self.sink.last_flush_seconds * 1000,
                       self.sink.last_wait_seconds * 1000)  # fmt: skip
+
+    async def _commit(self) -> bool:
+        """Commit what was read (all of it written). A commit waiting for the broker
+        (aiokafka waits as long as it takes) is cut short by a stop: then it has until the
+        deadline, and none at all once the broker does not answer. False: not committed,
+        the broker gone (nothing more is tried)."""
+        if self.broker_gone or self.consumer is None:
+            return False
+        commit = asyncio.ensure_future(self.consumer.commit())
+        if not self._stopping.is_set():
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            try:
+                await asyncio.wait({commit, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+        if not commit.done() and not await settles(commit, self.deadline, self.answers):
+            commit.cancel()
+            self.broker_gone = True
+            # aiokafka's own request under the commit fails later, unseen: not worth a trace
+            asyncio.get_running_loop().set_exception_handler(_quiet_kafka_errors)
+            return False
+        commit.result()
+        return True
+
+    def stopped(self) -> tuple[str, int]:
+        """What the stop left, in words, and the exit status (0: everything committed)."""
+        held = self.sink.pending + self.unwritten
+        written = self.sink.rows_written
+        if not self.uncommitted_messages and not held:
+            return (f"It wrote {written:,} rows to DuckDB in this run and committed "
+                    "everything it read.", 0)  # fmt: skip
+        if held:
+            what = (f"it could not write {held:,} records it held ({written:,} rows "
+                    "written in this run)")  # fmt: skip
+        else:
+            what = (f"it wrote all it held to DuckDB ({self.uncommitted_rows:,} rows since its "
+                    f"last commit, {written:,} in this run)")  # fmt: skip
+        return (
+            f"{what[0].upper()}{what[1:]}; {self.uncommitted_messages:,} messages read since "
+            "its last commit are not committed: they come again on the next start, and the "
+            "upserts keep each row once in DuckDB.",
+            EXIT_UNCOMMITTED,
+        )
+
+
+def _quiet_kafka_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's handler once the broker is gone at a stop: aiokafka's abandoned
+    requests fail unseen (debug), anything else is shown as usual."""
+    if isinstance(context.get("exception"), KafkaError):
+        log.debug("after the broker went: %s", context.get("message"))
+        return
+    loop.default_exception_handler(context)

@@ -1,16 +1,20 @@
 """Child processes that die with their parent (no orphans, even on SIGKILL of the parent),
-and the garbage collector of the long-running ones."""
+and the garbage collector and the bounded stop of the long-running ones."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
+import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from typing import IO, Any
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import IO, Any, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 
@@ -68,3 +72,126 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)
+
+
+#: The exit status of a worker or sink that stopped with work it could not commit (the
+#: broker was gone): BSD's EX_TEMPFAIL, "try again later". That work comes again on the next
+#: start. 0 is a stop that committed everything it took.
+EXIT_UNCOMMITTED = 75
+
+
+class Shutdown:
+    """The stop of a long-running process (``memdiag worker``, ``memdiag sink``) on SIGTERM
+    or SIGINT, bounded. The first signal starts the stop: the process commits what it
+    processed by :attr:`deadline` (``timeout`` seconds on), or commits nothing more when it
+    cannot (the broker is gone) and says so. Past the deadline, or on a second signal, it
+    exits at once with one line saying what is left uncommitted (``left()``: that text and
+    the exit status), as a kill would leave it: nothing is committed that was not written,
+    so a kill at any point is safe, and what was not committed comes again on the next start.
+    """
+
+    def __init__(
+        self,
+        who: str,
+        timeout: float,
+        log: logging.Logger,
+        left: Callable[[], tuple[str, int]],
+    ):
+        self.who = who
+        self.timeout = timeout
+        self.log = log
+        self.left = left
+        #: time.monotonic() of the first signal, and the deadline it set for the process's
+        #: own steps (the watchdog exits ``timeout`` after the signal, a moment later)
+        self.started: float | None = None
+        self.deadline: float | None = None
+        self.signal_name = ""
+
+    def signalled(self, signum: int) -> None:
+        """A SIGTERM or SIGINT (from the event loop's handler). The first starts the stop
+        (the caller then stops the process its own way); a second exits at once."""
+        name = signal.Signals(signum).name
+        if self.started is not None:
+            self.exit(f"{self.who}: a second {name}: exiting at once, committing nothing more")
+        self.started = time.monotonic()
+        # the process's own steps end a little before the watchdog, to say it themselves
+        self.deadline = self.started + self.timeout - min(1.0, self.timeout / 4)
+        self.signal_name = name
+        self.log.info(
+            "%s: %s: stopping within %gs (MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS); a second signal "
+            "stops it at once", self.who, name, self.timeout,
+        )  # fmt: skip
+        watchdog = threading.Timer(self.timeout, self._overdue)
+        watchdog.daemon = True
+        watchdog.start()
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else time.monotonic() - self.started
+
+    def _overdue(self) -> None:  # the watchdog's thread
+        self.exit(
+            f"{self.who}: not stopped {self.timeout:g}s after {self.signal_name} "
+            "(MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS): exiting now, committing nothing more"
+        )
+
+    def exit(self, why: str) -> NoReturn:
+        """Log ``why`` and what is left uncommitted, then exit at once (no cleanup: as a
+        kill would, which the process is safe against)."""
+        for attempt in range(3):
+            try:
+                text, status = self.left()
+                break
+            except Exception as exc:  # noqa: BLE001 - read from another thread: try again
+                text, status = f"(what is left could not be read: {exc!r})", EXIT_UNCOMMITTED
+                time.sleep(0.01 * (attempt + 1))
+        self.log.warning("%s. %s Exit status %d.", why, text, status)
+        exit_now(status)
+
+
+def exit_now(status: int) -> NoReturn:
+    """Flush the logs and the standard streams, then ``os._exit``: nothing else runs (no
+    ``finally``, no atexit, no thread joined)."""
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # noqa: BLE001, S110 - exiting: a handler that cannot flush is lost
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110
+            pass
+    os._exit(status)
+
+
+async def settles(
+    future: asyncio.Future[Any],
+    deadline: float | None,
+    answers: Callable[[float], Awaitable[bool]] | None = None,
+) -> bool:
+    """Whether ``future`` (a commit at a stop) is done by ``deadline`` (``time.monotonic()``;
+    None: no deadline); False at once when, meanwhile, the broker does not answer
+    (``answers(timeout)``, asked after half a second): what waits for it can never be done."""
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    first = left()
+    done, _ = await asyncio.wait({future}, timeout=0.5 if first is None else min(0.5, first))
+    if done:
+        return True
+    probe = asyncio.ensure_future(answers(left() or 5.0)) if answers is not None else None
+    waiting: set[asyncio.Future[Any]] = {future} if probe is None else {future, probe}
+    try:
+        while future not in done and left() != 0.0:
+            done, _ = await asyncio.wait(
+                waiting, timeout=left(), return_when=asyncio.FIRST_COMPLETED
+            )
+            if probe is not None and probe in done:
+                if future not in done and not probe.result():
+                    return False  # the broker is gone
+                waiting.discard(probe)  # it answers: wait for the future, to the deadline
+        return future in done
+    finally:
+        if probe is not None:
+            probe.cancel()

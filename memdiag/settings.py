@@ -300,6 +300,15 @@ class Settings:
     sink_batch_seconds: float = setting(
         "MEMDIAG_SINK_BATCH_SECONDS", 0.5, "...or every this many seconds, whichever comes first."
     )
+    shutdown_timeout_seconds: float = setting(
+        "MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS",
+        8.0,
+        "how long the worker and the sink may take to stop after SIGTERM or Ctrl-C. They "
+        "commit what they processed (the sink writes what it holds to DuckDB first); when "
+        "the broker is gone they commit nothing more, say so and exit with status 75, and "
+        "what they could not commit comes again on the next start. A second signal stops "
+        "them at once. Keep it under the grace period of what stops them (Docker's 10 s).",
+    )
     log_level: str = setting(
         "MEMDIAG_LOG_LEVEL", "info", "log level of the long-running processes."
     )
@@ -460,6 +469,11 @@ class Settings:
         if not self.commit_interval_seconds > 0:
             raise ConfigError(
                 f"MEMDIAG_COMMIT_INTERVAL_SECONDS must be > 0, got {self.commit_interval_seconds:g}"
+            )
+        if not self.shutdown_timeout_seconds > 0:
+            raise ConfigError(
+                "MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS must be > 0, got "
+                f"{self.shutdown_timeout_seconds:g}"
             )
         if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
             raise ConfigError("MEMDIAG_TOPIC_PREFIX must be non-empty and without spaces")

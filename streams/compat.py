@@ -24,6 +24,9 @@ faust-streaming version (``pyproject.toml`` pins the tested one). The touches:
   partitions) and ``commit`` (one OffsetCommit), through ``call_thread``.
 - **The store** (:mod:`memdiag.streams.tables`): Faust's ``Store`` interface, registered in
   its store registry.
+- **The signals** (:mod:`memdiag.streams.worker`): ``Worker._on_sigterm`` and ``_on_sigint``,
+  the handlers mode installs, extended to bound the stop (``MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS``)
+  and to exit at once on a second signal.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ _EXPECTED: list[tuple[str, str, tuple[str, ...]]] = [
     # a module's function: the probe of holes in a log (a gap of transaction markers)
     ("faust.transport.drivers:aiokafka", "credentials_to_aiokafka_auth",
      ("credentials", "ssl_context")),
+    # the worker's signal handlers (mode installs them; memdiag's worker extends them)
+    ("faust.worker:Worker", "_on_sigterm", ("self",)),
+    ("faust.worker:Worker", "_on_sigint", ("self",)),
 ]  # fmt: skip
 #: Instance attributes memdiag reads (checked on the running objects by their users):
 #: ``AIOKafkaConsumerThread._consumer``/``Consumer._thread``, ``AIOKafkaConsumer._coordinator``,

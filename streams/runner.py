@@ -27,11 +27,12 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.procs import settles
 from memdiag.streams.checkpoint import TP, Checkpoint, CheckpointFailed, Table, Transport
 from memdiag.streams.progress import AHEAD, FOREIGN, Progress
 from memdiag.streams.sender import Sender
@@ -76,6 +77,36 @@ class Kafka(Transport, Protocol):
     async def seek(self, offsets: Mapping[Any, int]) -> None: ...
 
     async def first_offset(self, tp: Any, offset: int) -> int | None: ...
+
+
+@dataclass
+class Stopped:
+    """Where the runner stands at a stop: what its last commit left uncommitted."""
+
+    #: everything taken is committed
+    committed: bool
+    #: the broker did not answer (or the commit was not done by the deadline): nothing more
+    #: was committed, the checkpoint in flight was abandoned
+    broker_gone: bool
+    #: records taken since the last commit, not committed (they come again on the next start)
+    records: int
+    partitions: int
+    #: outputs the uncommitted checkpoint sent (delivered or not: sent again with its records)
+    outputs: int
+    #: checkpoints committed by this run
+    checkpoints: int
+
+    def uncommitted(self) -> str:
+        """The uncommitted part in words (empty when everything is committed)."""
+        if self.committed:
+            return ""
+        return (
+            f"{self.records:,} records taken on {self.partitions} partitions since its last "
+            f"commit, and their {self.outputs:,} outputs, are not committed; its state and "
+            f"offsets stay as of that commit ({self.checkpoints:,} checkpoints committed by "
+            "this run). Those records are processed again on the next start, and their "
+            "rows are upserts: DuckDB keeps each once."
+        )
 
 
 @dataclass
@@ -167,6 +198,16 @@ class Runner:
         self.skipped = Counter[str]()
         self.checkpoints = 0
         self.failed_checkpoints = 0
+        #: a stop's deadline (time.monotonic()), set when a signal starts the stop
+        self.stop_deadline: float | None = None
+        #: a stop without a deadline (the worker stopping for another reason) takes this long
+        self.stop_timeout = 10.0
+        #: ``answers(timeout)``: whether the broker answers within ``timeout`` (a stop whose
+        #: commit waits asks it, and gives up at once when it does not)
+        self.answers: Callable[[float], Awaitable[bool]] | None = None
+        #: told what a stop left (the worker exits at once when the broker is gone)
+        self.on_stopped: Callable[[Stopped], None] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     # -- input ------------------------------------------------------------------------------
 
@@ -177,6 +218,7 @@ class Runner:
                 self.inbox.put(generation, tp, run)
 
     async def run(self) -> None:
+        self._task = asyncio.current_task()
         arrived = self.inbox.arrived
         while True:
             try:
@@ -389,10 +431,56 @@ class Runner:
             for spec in self.stages:
                 spec.stage.reset()
 
-    async def stop(self) -> None:
-        """Shutting down: commit what was processed."""
+    async def stop(self) -> Stopped:
+        """Shutting down: commit what was processed, by :attr:`stop_deadline`. When the
+        broker is gone (it does not answer, or the commit is not done by then), commit
+        nothing more: the checkpoint in flight is abandoned between its steps, as a kill
+        would leave it (its outputs are sent again with its records on the next start, its
+        changelog records are skipped by recovery), and the runner takes nothing more.
+        ``broker_gone`` in what it returns: the broker did not answer at the stop (the
+        worker then exits at once: the rest of its stop would only wait for it)."""
+        deadline = self.stop_deadline or time.monotonic() + self.stop_timeout
+        commit = asyncio.ensure_future(self._final_commit())
+        gone = not await settles(commit, deadline, self.answers)
+        if gone:
+            commit.cancel()
+            if self._task is not None and not self._task.done():
+                self._task.cancel()  # its commit in flight: abandoned, never completed
+        elif self.answers is not None:
+            # committed; what follows (Faust's producer flush, leaving the group) waits for
+            # the broker, so say whether it is there
+            gone = not await self.answers(max(0.1, deadline - time.monotonic()))
+        stopped = self.where(broker_gone=gone)
+        if self.on_stopped is not None:
+            self.on_stopped(stopped)
+        return stopped
+
+    async def _final_commit(self) -> None:
         async with self._lock:
             await self._commit()
+
+    def where(self, broker_gone: bool = False) -> Stopped:
+        """What is uncommitted now: the records taken since the last commit (admitted in
+        offset order from the committed offsets, so the difference counts them) and the
+        outputs of the checkpoint in flight."""
+        progress = self.progress
+        behind = {
+            tp: n
+            for tp, n in (
+                (tp, nxt - progress.committed.get(tp, nxt)) for tp, nxt in progress.next.items()
+            )
+            if n > 0
+        }
+        records = sum(behind.values())
+        outputs = len(self.checkpoint.deliveries)
+        return Stopped(
+            committed=not records and self.checkpoint.empty(),
+            broker_gone=broker_gone,
+            records=records,
+            partitions=len(behind),
+            outputs=outputs,
+            checkpoints=self.checkpoints,
+        )
 
     # -- holes ------------------------------------------------------------------------------
 

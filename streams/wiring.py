@@ -32,7 +32,9 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from memdiag.contract.envelope import InMessage, Output
+from memdiag.kafka import probe
 from memdiag.schemas.deadletters import failed_output
+from memdiag.settings import Settings
 from memdiag.streams.app import Wiring
 from memdiag.streams.compat import FaustKafka, deliver_in_bulk
 from memdiag.streams.metrics import Counters
@@ -92,6 +94,12 @@ def register(w: Wiring) -> Runner:
     kafka = FaustKafka(app)
     tables: dict[str, Any] = {t.name: t.data for t in (w.state, w.rollups)}  # memdiag's store
     runner = Runner(kafka, stages, tables, sender, settings.commit_interval_seconds)
+    runner.stop_timeout = settings.shutdown_timeout_seconds
+
+    async def answers(timeout: float) -> bool:
+        return await broker_answers(settings, timeout)
+
+    runner.answers = answers
     w.runner = runner
     # Faust subscribes the stage topics through this channel and assigns them; their records
     # never reach it: they go to the runner in bulk (memdiag.streams.compat.deliver_in_bulk)
@@ -119,11 +127,22 @@ def register(w: Wiring) -> Runner:
         log.info("memdiag worker ready: partitions assigned and state recovered")
 
     async def _flush_on_stop(*args: Any, **kwargs: Any) -> None:
-        await runner.stop()
-        await kafka.close()
+        stopped = await runner.stop()
+        if not stopped.broker_gone:
+            await kafka.close()
 
     app.on_before_shutdown.connect(_flush_on_stop)
     return runner
+
+
+async def broker_answers(settings: Settings, timeout: float) -> bool:
+    """Whether the broker answers a metadata request within ``timeout`` seconds (a stop
+    asks it, to give up at once on a commit that can never be done)."""
+    try:
+        await probe(settings, timeout=max(0.1, timeout))
+    except Exception:  # noqa: BLE001 - whatever the cause, it does not answer
+        return False
+    return True
 
 
 def _crash_on_error(app: Any, runner: Runner) -> Any:

@@ -91,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
         "The Faust worker: reads memdiag.events, memdiag.judgements, memdiag.memory and "
         "memdiag.otlp_spans, keeps per-session, per-observation, per-agent and per-trace "
         "state, derives the diagnostics and the weight updates. Stop it with Ctrl-C or "
-        "SIGTERM.",
+        "SIGTERM: it commits what it processed, within MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS. "
+        "Without the broker it commits nothing more, says so and exits with status 75: what "
+        "it did not commit is processed again on the next start. A second signal stops it at "
+        "once.",
     )
     worker.set_defaults(func=cmd_worker)
 
@@ -101,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Consumes memdiag.diagnostics, memdiag.weights, memdiag.graph_weights and "
         "memdiag.deadletter in batches "
         "and upserts them into DuckDB. It holds the file only while it writes a batch, so "
-        "analysts can open it read-only in between.",
+        "analysts can open it read-only in between. Stop it with Ctrl-C or SIGTERM: it "
+        "writes what it holds, then commits, within MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS. Without "
+        "the broker it writes all the same but commits nothing more, says so and exits with "
+        "status 75: those messages come again on the next start (upserts: each row once). A "
+        "second signal stops it at once.",
     )
     sink.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
     sink.set_defaults(func=cmd_sink)
