@@ -30,7 +30,7 @@ from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.sink import DATA_ERRORS, DuckDBSink
 from memdiag.contract import SINK_REJECTED
 from memdiag.contract.envelope import InMessage
-from memdiag.kafka import client_options, probe
+from memdiag.kafka import broker_answers, client_options
 from memdiag.procs import EXIT_UNCOMMITTED, settles
 from memdiag.schemas.deadletters import dead_letter_id, dead_letter_record
 from memdiag.schemas.decode import NOT_AN_EVENT, NOT_JSON, Rejected
@@ -88,16 +88,6 @@ def fatal_message(path: str, exc: BaseException) -> str:
         f"nothing is lost: Kafka keeps the data. {todo[0].upper() + todo[1:]}, then restart "
         "the sink: it resumes where it stopped"
     )
-
-
-async def broker_answers(settings: Settings, timeout: float) -> bool:
-    """Whether the broker answers a metadata request within ``timeout`` seconds (a stop
-    asks it, to give up at once on a commit that can never be done)."""
-    try:
-        await probe(settings, timeout=max(0.1, timeout))
-    except Exception:  # noqa: BLE001 - whatever the cause, it does not answer
-        return False
-    return True
 
 
 class SinkRunner:

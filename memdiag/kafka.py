@@ -137,6 +137,16 @@ async def probe(settings: Settings, timeout: float = 10.0) -> None:
         aiokafka_log.propagate = propagate
 
 
+async def broker_answers(settings: Settings, timeout: float) -> bool:
+    """Whether the broker answers a metadata request within ``timeout`` seconds (a stop
+    asks it, to give up at once on a commit that can never be done)."""
+    try:
+        await probe(settings, timeout=max(0.1, timeout))
+    except Exception:  # noqa: BLE001 - whatever the cause, it does not answer
+        return False
+    return True
+
+
 async def wait_for_kafka(
     settings: Settings,
     who: str,

@@ -32,9 +32,8 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from memdiag.contract.envelope import InMessage, Output
-from memdiag.kafka import probe
+from memdiag.kafka import broker_answers
 from memdiag.schemas.deadletters import failed_output
-from memdiag.settings import Settings
 from memdiag.streams.app import Wiring
 from memdiag.streams.compat import FaustKafka, deliver_in_bulk
 from memdiag.streams.metrics import Counters
@@ -133,16 +132,6 @@ def register(w: Wiring) -> Runner:
 
     app.on_before_shutdown.connect(_flush_on_stop)
     return runner
-
-
-async def broker_answers(settings: Settings, timeout: float) -> bool:
-    """Whether the broker answers a metadata request within ``timeout`` seconds (a stop
-    asks it, to give up at once on a commit that can never be done)."""
-    try:
-        await probe(settings, timeout=max(0.1, timeout))
-    except Exception:  # noqa: BLE001 - whatever the cause, it does not answer
-        return False
-    return True
 
 
 def _crash_on_error(app: Any, runner: Runner) -> Any:

@@ -201,15 +201,21 @@ def whole(p: Pipeline) -> None:
         assert rows == keys, table
 
 
+def at_work(p: Pipeline, events: list[dict[str, Any]], rate: float) -> Traffic:
+    """The worker and the sink started and at work on live traffic, rows in DuckDB."""
+    p.start("worker", "sink")
+    _restarted(p, "worker", 0)
+    _restarted(p, "sink", 0)
+    publishing = Traffic(p.settings, events, rate=rate)
+    wait_for_rows(p)
+    return publishing
+
+
 def test_the_worker_and_the_sink_stop_at_once_when_the_broker_is_killed(tmp_path: Path) -> None:
     broker = EmbeddedBroker().start()
     p = Pipeline(shutdown_settings(broker, tmp_path, TIMEOUT), tmp_path)
     try:
-        p.start("worker", "sink")
-        _restarted(p, "worker", 0)
-        _restarted(p, "sink", 0)
-        publishing = Traffic(p.settings, generate(sessions=150, seed=71), rate=250)
-        wait_for_rows(p)
+        publishing = at_work(p, generate(sessions=150, seed=71), rate=250)
         assert broker._proc is not None
         broker._proc.kill()  # SIGKILL: no goodbye to anybody
         broker._proc.wait(10)
@@ -227,11 +233,7 @@ def test_what_a_stop_without_the_broker_left_comes_again_once(tmp_path: Path) ->
     broker = EmbeddedBroker().start()
     p = Pipeline(shutdown_settings(broker, tmp_path, FROZEN_TIMEOUT), tmp_path)
     try:
-        p.start("worker", "sink")
-        _restarted(p, "worker", 0)
-        _restarted(p, "sink", 0)
-        publishing = Traffic(p.settings, generate(sessions=60, seed=73), rate=150)
-        wait_for_rows(p)
+        publishing = at_work(p, generate(sessions=60, seed=73), rate=150)
         assert broker._proc is not None
         broker._proc.send_signal(signal.SIGSTOP)  # nothing answers, nothing is refused
         try:
