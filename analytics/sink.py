@@ -211,6 +211,8 @@ _JUDGEMENT = pa.schema(
         ("config_fingerprint", pa.string()),
         ("git_head", pa.string()),
         ("service_version", pa.string()),
+        ("label_status", pa.string()),
+        ("split", pa.string()),
         ("event_id", pa.string()),
         ("ts", pa.string()),
     ]

@@ -149,6 +149,10 @@ class JudgementEvent(TypedDict):
     config_fingerprint: NotRequired[str]
     git_head: NotRequired[str]
     service_version: NotRequired[str]
+    label_status: NotRequired[Literal["reviewed", "unreviewed"]]
+    """Has a person reviewed the question's gold label."""
+    split: NotRequired[str]
+    """Free text, e.g. ``held_out`` or ``dev``."""
 
 
 class _MemoryFields(TypedDict):

@@ -359,6 +359,9 @@ class Judgement(Event, frozen=True, kw_only=True, tag="judgement"):
     config_fingerprint: Opt256 | None = None
     git_head: Opt256 | None = None
     service_version: Opt256 | None = None
+    # hygiene (contract section 2): a reviewed gold label, and the split the question is in
+    label_status: Literal["reviewed", "unreviewed"] | None = None
+    split: Opt256 | None = None
 
     def __post_init__(self) -> None:
         for name in ("repeat_index", "tokens", "input_tokens", "output_tokens"):

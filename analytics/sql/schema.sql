@@ -153,6 +153,11 @@ ALTER TABLE judgements ADD COLUMN IF NOT EXISTS fixture_checksum VARCHAR;
 ALTER TABLE judgements ADD COLUMN IF NOT EXISTS config_fingerprint VARCHAR;
 ALTER TABLE judgements ADD COLUMN IF NOT EXISTS git_head VARCHAR;
 ALTER TABLE judgements ADD COLUMN IF NOT EXISTS service_version VARCHAR;
+-- Hygiene (contract section 2): whether a person reviewed the gold label, and the split.
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS label_status VARCHAR;
+ALTER TABLE judgements ADD COLUMN IF NOT EXISTS split VARCHAR;
+ALTER TABLE judgement_artifacts ADD COLUMN IF NOT EXISTS label_status VARCHAR;
+ALTER TABLE judgement_artifacts ADD COLUMN IF NOT EXISTS split VARCHAR;
 
 -- The current weight of each observation (the memory system gets the same on `weights`).
 CREATE TABLE IF NOT EXISTS observation_weights (

@@ -8,13 +8,13 @@ INSERT INTO judgement_artifacts (run_id, question_id, condition, repeat_index, j
                                  input_tokens, output_tokens, score, duration_ms,
                                  run_group_id, suite_id, suite_version, suite_checksum,
                                  fixture_checksum, config_fingerprint, git_head,
-                                 service_version)
+                                 service_version, label_status, split)
 SELECT run_id, question_id, condition, repeat_index, judge_correct, failure_mode,
        gold_evidence_ids, retrieved_context_ids, CAST(ts AS TIMESTAMPTZ), gold_retrieved,
        latency_ms, tokens, event_id, current_timestamp,
        input_tokens, output_tokens, score, duration_ms, run_group_id, suite_id,
        suite_version, suite_checksum, fixture_checksum, config_fingerprint, git_head,
-       service_version
+       service_version, label_status, split
 FROM batch
 ON CONFLICT (event_id) DO NOTHING;
 
@@ -23,13 +23,13 @@ INSERT INTO judgements (run_id, question_id, condition, repeat_index, judge_corr
                         gold_retrieved, latency_ms, tokens, event_id, ingested_at,
                         input_tokens, output_tokens, score, duration_ms, run_group_id,
                         suite_id, suite_version, suite_checksum, fixture_checksum,
-                        config_fingerprint, git_head, service_version)
+                        config_fingerprint, git_head, service_version, label_status, split)
 SELECT run_id, question_id, condition, repeat_index, judge_correct, failure_mode,
        gold_evidence_ids, retrieved_context_ids, CAST(ts AS TIMESTAMPTZ), gold_retrieved,
        latency_ms, tokens, event_id, current_timestamp,
        input_tokens, output_tokens, score, duration_ms, run_group_id, suite_id,
        suite_version, suite_checksum, fixture_checksum, config_fingerprint, git_head,
-       service_version
+       service_version, label_status, split
 FROM batch
 QUALIFY row_number() OVER (PARTITION BY run_id, question_id, condition, repeat_index
                           ORDER BY CAST(ts AS TIMESTAMPTZ) DESC, event_id DESC) = 1
@@ -54,6 +54,8 @@ ON CONFLICT (run_id, question_id, condition, repeat_index) DO UPDATE SET
     fixture_checksum = EXCLUDED.fixture_checksum,
     config_fingerprint = EXCLUDED.config_fingerprint,
     git_head = EXCLUDED.git_head,
-    service_version = EXCLUDED.service_version
+    service_version = EXCLUDED.service_version,
+    label_status = EXCLUDED.label_status,
+    split = EXCLUDED.split
 WHERE EXCLUDED.ts > judgements.ts
    OR (EXCLUDED.ts = judgements.ts AND EXCLUDED.event_id >= judgements.event_id);

@@ -48,6 +48,8 @@ JUDGEMENT_EXTRAS = (
     "config_fingerprint",
     "git_head",
     "service_version",
+    "label_status",
+    "split",
 )
 
 

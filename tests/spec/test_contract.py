@@ -16,8 +16,6 @@ DOCS = ROOT / "docs"
 NOT_BUILT_YET: dict[str, str] = {
     "recall_by_query_source": "#37",
     "recall_probe.query_source": "#37",
-    "judgement.label_status": "#37",
-    "judgement.split": "#37",
     "compare --baseline-group": "#37",
     "gate --baseline-group": "#37",
     "retrieval_feedback.similarity": "#39",

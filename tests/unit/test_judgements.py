@@ -105,6 +105,8 @@ PROVENANCE = {
     "config_fingerprint": "reranker=v2",
     "git_head": "0b578cd",
     "service_version": "1.4.0",
+    "label_status": "reviewed",
+    "split": "held_out",
 }
 
 
@@ -129,10 +131,14 @@ def test_the_score_token_split_and_provenance_reach_duckdb(tmp_path: Path) -> No
     assert row == (0.5, 1500, 330, 61_000.0, *PROVENANCE.values())
     # without them: NULL, and a bad one is a dead letter that says which field
     for bad, field in (({"score": 1.5}, "score"), ({"input_tokens": -1}, "input_tokens"),
-                       ({"git_head": "x" * 300}, "git_head")):  # fmt: skip
+                       ({"git_head": "x" * 300}, "git_head"),
+                       ({"label_status": "approved"}, "label_status"),
+                       ({"split": 3}, "split")):  # fmt: skip
         out = JudgementStage(Settings()).process([msg({**EXAMPLE, **bad})])
         [(_, dead)] = out.deadletters
         assert field in dead["detail"], dead["detail"]
+    out = JudgementStage(Settings()).process([msg({**EXAMPLE, "label_status": "approved"})])
+    assert out.deadletters[0][1]["reason"] == "bad_value"
 
 
 def test_defaults_and_bad_judgements() -> None:
