@@ -13,8 +13,25 @@ from typing import Any
 
 import duckdb
 
+from memdiag.analytics.scores import Side
+
 #: fewer distinct questions than this make a paired interval too wide to gate on
 MIN_QUESTIONS = 30
+#: the names of a no-memory control condition (seed 002: its answers must have no context)
+NO_MEMORY = ("no-memory", "no_memory")
+#: the filter of one side: a run or a run group, and its condition (None: all of them)
+WHERE = (
+    "($run IS NULL OR run_id = $run) AND ($group IS NULL OR run_group_id = $group) "
+    "AND ($condition IS NULL OR condition = $condition)"
+)
+#: an answer that carries a token count (metrics.total_tokens is not None)
+CARRIES_TOKENS = "(tokens IS NOT NULL OR (input_tokens IS NOT NULL AND output_tokens IS NOT NULL))"
+
+
+def _filtered(query: str) -> str:
+    """``query`` with its side's filter (``:where:``) and the token test (``:tokens:``)."""
+    return query.replace(":where:", WHERE).replace(":tokens:", CARRIES_TOKENS)
+
 
 WEAK, REFUSE, NOTE = "weak", "refuse", "note"
 
@@ -30,36 +47,46 @@ class Finding:
         return asdict(self)
 
 
-def _label(run: str, condition: str | None) -> str:
-    return run if condition is None else f"{run} [{condition}]"
+Who = Side | tuple[str, str | None]
 
 
-def _params(run: str, condition: str | None) -> dict[str, Any]:
-    """The parameters of every query's filter: the run, and its condition (None: all)."""
-    return {"run": run, "condition": condition}
+def _side(who: Who) -> Side:
+    """A side, also from the (run, condition) pair older callers give."""
+    return who if isinstance(who, Side) else Side(who[0], None, who[1])
+
+
+def _params(s: Side) -> dict[str, Any]:
+    """The parameters of every query's filter (:data:`WHERE`)."""
+    return {"run": s.run, "group": s.group, "condition": s.condition}
 
 
 def check_run(
     con: duckdb.DuckDBPyConnection,
-    run: str,
+    run: Who | str,
     condition: str | None = None,
     min_questions: int = MIN_QUESTIONS,
 ) -> list[Finding]:
-    """The findings about one run (one condition of it, or all of them)."""
-    who, params = _label(run, condition), _params(run, condition)
-    n, questions, no_gold, unattributed, no_context = con.execute(
-        "SELECT count(*), count(DISTINCT question_id), "
-        "count(*) FILTER (WHERE len(gold_evidence_ids) = 0), "
-        "count(*) FILTER (WHERE failure_mode = 'unattributed'), "
-        "count(*) FILTER (WHERE len(retrieved_context_ids) = 0) FROM judgements "
-        "WHERE run_id = $run "
-        "AND ($condition IS NULL OR condition = $condition)",
+    """The findings about one side: a run or a run group, one condition of it or all."""
+    s = _side((run, condition) if isinstance(run, str) else run)
+    who, params = s.label, _params(s)
+    n, questions, no_gold, unattributed, no_context, runs = con.execute(
+        _filtered(
+            "SELECT count(*), count(DISTINCT question_id), "
+            "count(*) FILTER (WHERE len(gold_evidence_ids) = 0), "
+            "count(*) FILTER (WHERE failure_mode = 'unattributed'), "
+            "count(*) FILTER (WHERE len(retrieved_context_ids) = 0), count(DISTINCT run_id) "
+            "FROM judgements WHERE :where:"
+        ),
         params,
     ).fetchone()  # type: ignore[misc]
     if n == 0:
-        return [Finding(REFUSE, "no_data", who, "no judgement: check the run id and condition "
-                        "(memdiag runs lists them)")]  # fmt: skip
+        return [Finding(REFUSE, "no_data", who, "no judgement: check the run id (or group) and "
+                        "condition (memdiag runs lists them)")]  # fmt: skip
     out: list[Finding] = []
+    if s.group is not None:
+        out.append(Finding(NOTE, "run_group", who,
+                           f"{runs} runs in the group, each taken as one repeat of every "
+                           "question it answered (in the order the runs started)"))  # fmt: skip
     if questions < min_questions:
         out.append(Finding(WEAK, "too_few_items", who,
                            f"{questions} questions: a paired interval over fewer than "
@@ -79,11 +106,12 @@ def check_run(
                            "no judgement names its retrieved context: recall cannot be "
                            "measured; send retrieved_context_ids in rank order"))  # fmt: skip
     noisy, repeated = con.execute(
-        "SELECT count(*) FILTER (WHERE n_right > 0 AND n_right < n), count(*) FROM ("
-        "SELECT question_id, condition, count(*) AS n, "
-        "count(*) FILTER (WHERE judge_correct) AS n_right FROM judgements "
-        "WHERE run_id = $run "
-        "AND ($condition IS NULL OR condition = $condition) GROUP BY ALL HAVING count(*) > 1)",
+        _filtered(
+            "SELECT count(*) FILTER (WHERE n_right > 0 AND n_right < n), count(*) FROM ("
+            "SELECT question_id, condition, count(*) AS n, "
+            "count(*) FILTER (WHERE judge_correct) AS n_right FROM judgements "
+            "WHERE :where: GROUP BY ALL HAVING count(*) > 1)"
+        ),
         params,
     ).fetchone()  # type: ignore[misc]
     if noisy:
@@ -92,22 +120,28 @@ def check_run(
                            "the system or the judge is noisy there; compare means over "
                            "repeats, and run more repeats"))  # fmt: skip
     mixed = con.execute(
-        "SELECT count(DISTINCT suite_checksum), count(DISTINCT config_fingerprint) "
-        "FROM judgements WHERE run_id = $run "
-        "AND ($condition IS NULL OR condition = $condition)",
+        _filtered(
+            "SELECT count(DISTINCT suite_checksum), count(DISTINCT config_fingerprint), "
+            "count(DISTINCT fixture_checksum) FROM judgements WHERE :where:"
+        ),
         params,
     ).fetchone()
+    one = "one run" if s.group is None else "one group"
     if mixed is not None and mixed[0] > 1:
         out.append(Finding(REFUSE, "mixed_suite", who,
-                           f"{mixed[0]} suite checksums within one run: it answered different "
+                           f"{mixed[0]} suite checksums within {one}: it answered different "
                            "suites; split it"))  # fmt: skip
+    if mixed is not None and mixed[2] > 1:
+        out.append(Finding(REFUSE, "mixed_fixture", who,
+                           f"{mixed[2]} fixture checksums within {one}: its answers saw "
+                           "different memories; split it"))  # fmt: skip
     if mixed is not None and mixed[1] > 1:
         out.append(Finding(WEAK, "mixed_config", who,
-                           f"{mixed[1]} config fingerprints within one run: it mixes "
+                           f"{mixed[1]} config fingerprints within {one}: it mixes "
                            "configurations"))  # fmt: skip
+    out += _hygiene(con, s, params)
     rejudged = con.execute(
-        "SELECT count(*) FROM judgement_artifacts WHERE run_id = $run "
-        "AND ($condition IS NULL OR condition = $condition)",
+        _filtered("SELECT count(*) FROM judgement_artifacts WHERE :where:"),
         params,
     ).fetchone()
     if rejudged is not None and rejudged[0] > n:
@@ -117,24 +151,66 @@ def check_run(
     return out
 
 
-def check_pair(
-    con: duckdb.DuckDBPyConnection,
-    baseline: tuple[str, str | None],
-    candidate: tuple[str, str | None],
-) -> list[Finding]:
+def _hygiene(con: duckdb.DuckDBPyConnection, s: Side, params: dict[str, Any]) -> list[Finding]:
+    """Seed 002's evaluation hygiene: a no-memory control that saw memories, labels nobody
+    reviewed, a side that mixes splits."""
+    out: list[Finding] = []
+    for condition, answers, with_context in con.execute(
+        _filtered(
+            "SELECT condition, count(*), count(*) FILTER (WHERE len(retrieved_context_ids) > 0) "
+            "FROM judgements WHERE :where: AND lower(condition) IN ('no-memory', 'no_memory') "
+            "GROUP BY condition ORDER BY condition"
+        ),
+        params,
+    ).fetchall():
+        if with_context:
+            out.append(Finding(REFUSE, "no_memory_has_context", s.label,
+                               f"{with_context} of {answers} answers of the {condition!r} "
+                               "condition name retrieved context: a no-memory control that saw "
+                               "memories fails the item (seed 002); fix the harness, or rename "
+                               "the condition"))  # fmt: skip
+    labelled, questions, unreviewed = con.execute(
+        _filtered(
+            "SELECT count(*) FILTER (WHERE label_status IS NOT NULL), count(DISTINCT question_id), "
+            "count(DISTINCT question_id) FILTER (WHERE label_status IS DISTINCT FROM 'reviewed') "
+            "FROM judgements WHERE :where:"
+        ),
+        params,
+    ).fetchone()  # type: ignore[misc]
+    if labelled and unreviewed:
+        out.append(Finding(NOTE, "unreviewed_labels", s.label,
+                           f"{unreviewed} of {questions} questions have a gold label nobody "
+                           "reviewed (label_status unreviewed or absent): a policy with "
+                           "[sample] require_reviewed = true leaves them out"))  # fmt: skip
+    splits = con.execute(
+        _filtered(
+            "SELECT coalesce(split, '(none)'), count(*) FROM judgements "
+            "WHERE :where: GROUP BY ALL ORDER BY 2 DESC, 1"
+        ),
+        params,
+    ).fetchall()
+    if len(splits) > 1:
+        out.append(Finding(NOTE, "mixed_splits", s.label,
+                           "answers of several splits ("
+                           + ", ".join(f"{name} {n}" for name, n in splits)
+                           + "): a policy's [sample] split counts one of them"))  # fmt: skip
+    return out
+
+
+def check_pair(con: duckdb.DuckDBPyConnection, baseline: Who, candidate: Who) -> list[Finding]:
     """What differs between the two sides of a comparison."""
-    a, b = _label(*baseline), _label(*candidate)
+    sa, sb = _side(baseline), _side(candidate)
+    a, b = sa.label, sb.label
     out: list[Finding] = []
 
-    def questions(side: tuple[str, str | None]) -> set[str]:
+    def questions(s: Side) -> set[str]:
         rows = con.execute(
-            "SELECT DISTINCT question_id FROM judgements WHERE run_id = $run "
-            "AND ($condition IS NULL OR condition = $condition)",
-            _params(*side),
+            _filtered("SELECT DISTINCT question_id FROM judgements WHERE :where:"),
+            _params(s),
         ).fetchall()
         return {r[0] for r in rows}
 
-    qa, qb = questions(baseline), questions(candidate)
+    qa, qb = questions(sa), questions(sb)
     for side, only, other in ((a, qa - qb, b), (b, qb - qa, a)):
         if only:
             sample = ", ".join(sorted(only)[:5]) + (" …" if len(only) > 5 else "")
@@ -142,24 +218,37 @@ def check_pair(
                                f"{len(only)} questions have no pair in {other} ({sample}): "
                                "they are left out of the comparison"))  # fmt: skip
 
-    def provenance(side: tuple[str, str | None]) -> tuple[Any, ...]:
+    def provenance(s: Side) -> tuple[Any, ...]:
         row = con.execute(
-            "SELECT any_value(suite_checksum), any_value(config_fingerprint) "
-            "FROM judgements WHERE run_id = $run "
-            "AND ($condition IS NULL OR condition = $condition)",
-            _params(*side),
+            _filtered(
+                "SELECT any_value(suite_checksum), any_value(config_fingerprint), "
+                "any_value(fixture_checksum), count(*), count(*) FILTER (WHERE :tokens:) "
+                "FROM judgements WHERE :where:"
+            ),
+            _params(s),
         ).fetchone()
-        return row if row is not None else (None, None)
+        return row if row is not None else (None, None, None, 0, 0)
 
-    (sa, ca), (sb, cb) = provenance(baseline), provenance(candidate)
-    if sa is not None and sb is not None and sa != sb:
+    (ua, ca, fa, na, ta), (ub, cb, fb, nb, tb) = provenance(sa), provenance(sb)
+    if ua is not None and ub is not None and ua != ub:
         out.append(Finding(REFUSE, "suite_differs", f"{a} vs {b}",
-                           f"suite checksums differ ({sa} vs {sb}): the runs answered "
+                           f"suite checksums differ ({ua} vs {ub}): the runs answered "
                            "different suites and cannot be compared"))  # fmt: skip
-    elif sa is None or sb is None:
+    elif ua is None or ub is None:
         out.append(Finding(NOTE, "no_suite_checksum", f"{a} vs {b}",
                            "no suite_checksum on one side: that both answered the same suite "
                            "cannot be checked"))  # fmt: skip
+    if fa is not None and fb is not None and fa != fb:
+        out.append(Finding(REFUSE, "fixture_differs", f"{a} vs {b}",
+                           f"fixture checksums differ ({fa} vs {fb}): the runs loaded different "
+                           "memories; the gate refuses them unless the policy says "
+                           '[provenance] same_fixture = "note"'))  # fmt: skip
+    if (ta or tb) and (ta < na or tb < nb):
+        out.append(Finding(WEAK, "tokens_one_side", f"{a} vs {b}",
+                           f"token counts on {ta} of {na} {a} answers and {tb} of {nb} {b} "
+                           "answers: where one side lacks them tokens cannot be compared, and "
+                           "the gate cannot judge a tokens metric; send tokens (or "
+                           "input_tokens and output_tokens) on every answer"))  # fmt: skip
     if ca is not None and ca == cb:
         out.append(Finding(NOTE, "same_config", f"{a} vs {b}",
                            f"both sides have config fingerprint {ca}: is this the change you "
@@ -169,14 +258,15 @@ def check_pair(
 
 def doctor(
     con: duckdb.DuckDBPyConnection,
-    baseline: tuple[str, str | None],
-    candidate: tuple[str, str | None] | None = None,
+    baseline: Who,
+    candidate: Who | None = None,
     min_questions: int = MIN_QUESTIONS,
 ) -> list[Finding]:
-    """Every finding about one run, or two and their pairing; ``refuse`` ones first."""
-    findings = check_run(con, *baseline, min_questions=min_questions)
+    """Every finding about one side, or two and their pairing; ``refuse`` ones first. A side
+    is a :class:`Side` (a run or a run group) or a (run, condition) pair."""
+    findings = check_run(con, _side(baseline), min_questions=min_questions)
     if candidate is not None:
-        findings += check_run(con, *candidate, min_questions=min_questions)
+        findings += check_run(con, _side(candidate), min_questions=min_questions)
         if all(f.check != "no_data" for f in findings):
             findings += check_pair(con, baseline, candidate)
     order = {REFUSE: 0, WEAK: 1, NOTE: 2}

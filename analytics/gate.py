@@ -29,12 +29,16 @@ from typing import Any
 import duckdb
 
 from memdiag.analytics.metrics import METRICS, Metric, Paired, fmt, paired
-from memdiag.analytics.scores import Judged, UnknownRun, load, pick_condition
+from memdiag.analytics.scores import Judged, Side, UnknownRun, load_side, side, side_dict
 
 PASS, REGRESSION, CANNOT_JUDGE, ERROR = "pass", "regression", "cannot_judge", "error"
 STATUS = {PASS: 0, REGRESSION: 1, CANNOT_JUDGE: 2, ERROR: 2}
 #: what the policy may say when both runs carry one config_fingerprint
 SAME_CONFIG = ("note", "refuse")
+#: what it may say when the two sides carry different fixture_checksums (default: refuse)
+SAME_FIXTURE = ("refuse", "note")
+#: the metrics a missing token count on one side leaves unjudgeable
+TOKEN_METRICS = ("tokens", "input_tokens", "output_tokens")
 #: the interval the gate judges on (contract section 10): fixed, as `compare`'s default
 LEVEL, RESAMPLES, SEED = 0.95, 10_000, 0
 
@@ -63,14 +67,22 @@ class Policy:
     rules: tuple[Rule, ...]
     same_config: str = "note"
     source: str = ""
+    same_fixture: str = "refuse"
+    #: only questions whose judgements all say label_status = "reviewed" count
+    require_reviewed: bool = False
+    #: only judgements of this split count (None: every judgement)
+    split: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "min_questions": self.min_questions,
             "min_repeats": self.min_repeats,
+            "require_reviewed": self.require_reviewed,
+            "split": self.split,
             "metrics": {r.metric.name: {"max_regression": r.max_regression} for r in self.rules},
             "same_config": self.same_config,
+            "same_fixture": self.same_fixture,
         }
 
 
@@ -105,8 +117,18 @@ def parse_policy(text: str, source: str = "") -> Policy:
             "the policy needs [sample] min_questions = N: the fewest distinct paired "
             "questions to judge on (see --explain for how many an allowance takes)"
         )
-    _unknown(sample, ("min_questions", "min_repeats"), "[sample]")
+    _unknown(sample, ("min_questions", "min_repeats", "require_reviewed", "split"), "[sample]")
     min_questions = _int(sample, "min_questions", "[sample]") or 0  # present: never 0
+    require_reviewed = sample.get("require_reviewed", False)
+    if not isinstance(require_reviewed, bool):
+        raise PolicyError(
+            f"[sample] require_reviewed must be true or false, not {require_reviewed!r}"
+        )
+    split = sample.get("split")
+    if split is not None and (not isinstance(split, str) or not split):
+        raise PolicyError(
+            f'[sample] split must be a split\'s name (e.g. "held_out"), not {split!r}'
+        )
     metrics = doc.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
         raise PolicyError(
@@ -136,11 +158,17 @@ def parse_policy(text: str, source: str = "") -> Policy:
     prov = doc.get("provenance", {})
     if not isinstance(prov, dict):
         raise PolicyError("[provenance] must be a table")
-    _unknown(prov, ("same_config",), "[provenance]")
+    _unknown(prov, ("same_config", "same_fixture"), "[provenance]")
     same_config = prov.get("same_config", "note")
     if same_config not in SAME_CONFIG:
         raise PolicyError(
             f"[provenance] same_config must be one of {', '.join(SAME_CONFIG)}, not {same_config!r}"
+        )
+    same_fixture = prov.get("same_fixture", "refuse")
+    if same_fixture not in SAME_FIXTURE:
+        raise PolicyError(
+            f"[provenance] same_fixture must be one of {', '.join(SAME_FIXTURE)}, not "
+            f"{same_fixture!r}"
         )
     return Policy(
         min_questions,
@@ -148,6 +176,9 @@ def parse_policy(text: str, source: str = "") -> Policy:
         tuple(sorted(rules, key=lambda r: list(METRICS).index(r.metric.name))),
         same_config,
         source,
+        same_fixture,
+        require_reviewed,
+        split,
     )
 
 
@@ -174,11 +205,19 @@ def explain(policy: Policy) -> str:
         "",
         f"It judges only with at least {policy.min_questions} distinct questions paired by "
         f"(question_id, repeat_index) between the two runs{repeats}; with fewer, the gate "
-        "cannot judge (exit 2).",
-        "Runs with a different suite_checksum are never compared (exit 2). When both runs "
-        "carry the same config_fingerprint the gate "
+        "cannot judge (exit 2)."
+        + (f' Only judgements of the split "{policy.split}" count.' if policy.split else "")
+        + (" Only questions whose judgements all say label_status = \"reviewed\" count."
+           if policy.require_reviewed else ""),
+        "Runs with a different suite_checksum are never compared (exit 2). Runs with a "
+        "different fixture_checksum (other memories loaded) "
+        + ("are not compared (exit 2)." if policy.same_fixture == "refuse"
+           else "are compared, with a note.")
+        + " When both runs carry the same config_fingerprint the gate "
         + ("says so in a note." if policy.same_config == "note"
            else "refuses to judge (exit 2): the candidate is not a different configuration."),
+        "A tokens metric is judged only when every paired answer carries its token count on "
+        "both sides or on neither.",
         "",
         f"Per metric, the {LEVEL:.0%} paired bootstrap interval of candidate − baseline "
         f"({RESAMPLES:,} resamples of the questions, each with all its repeats; seed {SEED}):",
@@ -302,11 +341,11 @@ def _judge_metric(rule: Rule, p: Paired | None, min_questions: int) -> MetricVer
     return MetricVerdict(rule, REGRESSION if regressed else PASS, p, said + ")")
 
 
-def _one(values: list[str | None], side: str, field_name: str) -> tuple[str | None, str | None]:
+def _one(values: list[str | None], who: str, field_name: str) -> tuple[str | None, str | None]:
     """The one value a side carries of a provenance field, or a reason it cannot be used."""
     given = sorted({v for v in values if v is not None})
     if len(given) > 1:
-        return None, f"the {side} mixes {field_name}s ({', '.join(given)})"
+        return None, f"the {who} mixes {field_name}s ({', '.join(given)})"
     return (given[0] if given else None), None
 
 
@@ -317,10 +356,25 @@ def _provenance(v: Verdict, base: list[Judged], cand: list[Judged], policy: Poli
     c_suite, c_why = _one([j.suite_checksum for j in cand], "candidate", "suite_checksum")
     b_conf, b_mix = _one([j.config_fingerprint for j in base], "baseline", "config_fingerprint")
     c_conf, c_mix = _one([j.config_fingerprint for j in cand], "candidate", "config_fingerprint")
-    v.baseline.update(suite_checksum=b_suite, config_fingerprint=b_conf)
-    v.candidate.update(suite_checksum=c_suite, config_fingerprint=c_conf)
+    b_fix, b_fmix = _one([j.fixture_checksum for j in base], "baseline", "fixture_checksum")
+    c_fix, c_fmix = _one([j.fixture_checksum for j in cand], "candidate", "fixture_checksum")
+    v.baseline.update(suite_checksum=b_suite, config_fingerprint=b_conf, fixture_checksum=b_fix)
+    v.candidate.update(suite_checksum=c_suite, config_fingerprint=c_conf, fixture_checksum=c_fix)
     if b_why or c_why:
         return f"{b_why or c_why}: compare one suite at a time"
+    refuse_fixture = policy.same_fixture == "refuse"
+    said = '[provenance] same_fixture = "refuse"' if refuse_fixture else ""
+    for why in (b_fmix, c_fmix):
+        if why and refuse_fixture:
+            return f"{why}: the answers saw different memories ({said})"
+        if why:
+            v.notes.append(f"{why}: the answers saw different memories")
+    if b_fix and c_fix and b_fix != c_fix:
+        differs = (f"different fixture_checksum (baseline {b_fix}, candidate {c_fix}): the "
+                   "runs loaded different memories")  # fmt: skip
+        if refuse_fixture:
+            return f"{differs}; rerun one on the other's fixtures ({said})"
+        v.notes.append(differs)
     if b_suite and c_suite and b_suite != c_suite:
         return (
             f"different suite_checksum (baseline {b_suite}, candidate {c_suite}): the runs "
@@ -332,10 +386,10 @@ def _provenance(v: Verdict, base: list[Judged], cand: list[Judged], policy: Poli
     elif not b_suite or not c_suite:
         missing = "baseline" if not b_suite else "candidate"
         v.notes.append(f"the {missing} carries no suite_checksum: the suites cannot be checked")
-    for side, js in (("baseline", base), ("candidate", cand)):
+    for which, js in (("baseline", base), ("candidate", cand)):
         bare = sum(j.suite_checksum is None for j in js)
         if bare and bare < len(js):
-            v.notes.append(f"{bare} of {len(js)} {side} judgements carry no suite_checksum")
+            v.notes.append(f"{bare} of {len(js)} {which} judgements carry no suite_checksum")
     for why in (b_mix, c_mix):
         if why:
             v.notes.append(why)
@@ -347,6 +401,53 @@ def _provenance(v: Verdict, base: list[Judged], cand: list[Judged], policy: Poli
             )
         v.notes.append(f"both runs carry config_fingerprint {b_conf}: is this the same config?")
     return None
+
+
+def _hygiene(
+    v: Verdict, base: list[Judged], cand: list[Judged], policy: Policy
+) -> tuple[list[Judged], list[Judged]]:
+    """The judgements that count under the policy's ``split`` and ``require_reviewed``
+    (contract section 10), and what was left out, in the verdict's sample and notes."""
+    left: dict[str, int] = {}
+    if policy.split is not None:
+        n = len(base) + len(cand)
+        base = [j for j in base if j.split == policy.split]
+        cand = [j for j in cand if j.split == policy.split]
+        left["other_split"] = n - len(base) - len(cand)
+    if policy.require_reviewed:
+        unreviewed = {j.question_id for j in (*base, *cand) if j.label_status != "reviewed"}
+        n = len(base) + len(cand)
+        base = [j for j in base if j.question_id not in unreviewed]
+        cand = [j for j in cand if j.question_id not in unreviewed]
+        left["unreviewed_questions"] = len(unreviewed)
+        left["unreviewed_answers"] = n - len(base) - len(cand)
+    if left:
+        v.sample["left_out"] = left
+        said = []
+        if left.get("other_split"):
+            said.append(f'{left["other_split"]} answers of a split other than "{policy.split}"')
+        if left.get("unreviewed_questions"):
+            said.append(f"{left['unreviewed_questions']} questions with an unreviewed label "
+                        f"({left['unreviewed_answers']} answers)")  # fmt: skip
+        if said:
+            v.notes.append("left out by the policy: " + "; ".join(said))
+    return base, cand
+
+
+def _unjudgeable_tokens(rule: Rule, b: dict[Any, Judged], c: dict[Any, Judged]) -> str | None:
+    """Why a token metric cannot be judged: some paired answers carry it on one side only
+    (a side that stopped reporting tokens would look cheaper; contract section 10)."""
+    if rule.metric.name not in TOKEN_METRICS:
+        return None
+    value = rule.metric.value
+    keys = b.keys() & c.keys()
+    only_b = sum(value(b[k]) is not None and value(c[k]) is None for k in keys)
+    only_c = sum(value(b[k]) is None and value(c[k]) is not None for k in keys)
+    if not only_b and not only_c:
+        return None
+    return (f"{rule.metric.name}: {only_b + only_c} of {len(keys)} paired answers carry it on "
+            f"one side only (baseline only {only_b}, candidate only {only_c}); send token counts "
+            "on both sides")  # fmt: skip
 
 
 def judge(
@@ -362,6 +463,7 @@ def judge(
     if refused:
         v.reason = f"cannot judge: {refused}"
         return v
+    base, cand = _hygiene(v, base, cand, policy)
 
     b = {(j.question_id, j.repeat_index): j for j in base}
     c = {(j.question_id, j.repeat_index): j for j in cand}
@@ -371,6 +473,7 @@ def judge(
         per_question[q] = per_question.get(q, 0) + 1
     fewest = min(per_question.values(), default=0)
     v.sample = {
+        **v.sample,
         "pairs": len(keys),
         "questions": len(per_question),
         "fewest_repeats": fewest,
@@ -378,7 +481,9 @@ def judge(
         "candidate_only": len(c.keys() - b.keys()),
     }
     if not keys:
-        v.reason = "cannot judge: the runs share no (question_id, repeat_index)"
+        v.reason = "cannot judge: the runs share no (question_id, repeat_index)" + (
+            " that the policy counts" if v.sample.get("left_out") else ""
+        )
         return v
     if v.sample["baseline_only"] or v.sample["candidate_only"]:
         v.notes.append(
@@ -399,7 +504,9 @@ def judge(
         )
         return v
     v.metrics = [
-        _judge_metric(r, paired(r.metric, b, c, resamples, seed, LEVEL), policy.min_questions)
+        MetricVerdict(r, CANNOT_JUDGE, None, why)
+        if (why := _unjudgeable_tokens(r, b, c))
+        else _judge_metric(r, paired(r.metric, b, c, resamples, seed, LEVEL), policy.min_questions)
         for r in policy.rules
     ]
     regressed = [m for m in v.metrics if m.verdict == REGRESSION]
@@ -422,24 +529,29 @@ def judge(
 
 def run_gate(
     con: duckdb.DuckDBPyConnection,
-    baseline: str,
-    candidate: str,
+    baseline: str | Side,
+    candidate: str | Side,
     policy: Policy,
     baseline_condition: str | None = None,
     candidate_condition: str | None = None,
 ) -> Verdict:
-    """Read both runs from DuckDB and judge them. :class:`UnknownRun` when one is missing."""
-    base = pick_condition(load(con, baseline), baseline, baseline_condition)
-    cand = pick_condition(load(con, candidate), candidate, candidate_condition)
-    if baseline == candidate and base[0].condition == cand[0].condition:
+    """Read both sides (runs or run groups) from DuckDB and judge them. :class:`UnknownRun`
+    when one is missing."""
+    b_side = side(baseline, condition=baseline_condition)
+    c_side = side(candidate, condition=candidate_condition)
+    base, cand = load_side(con, b_side), load_side(con, c_side)
+    if (b_side.run, b_side.group) == (c_side.run, c_side.group) and (
+        base[0].condition == cand[0].condition
+    ):
+        kind, given = ("run", b_side.run) if b_side.run is not None else ("run group", b_side.group)
         return cannot_judge(
-            f"the baseline and the candidate are one run ({baseline!r}) and one condition: "
-            "name two runs, or two conditions of the run",
+            f"the baseline and the candidate are one {kind} ({given!r}) and one condition: "
+            f"name two, or two conditions of the {kind}",
             policy,
         )
     v = judge(base, cand, policy)
-    v.baseline.update(run_id=baseline, condition=base[0].condition)
-    v.candidate.update(run_id=candidate, condition=cand[0].condition)
+    v.baseline.update(side_dict(b_side, base))
+    v.candidate.update(side_dict(c_side, cand))
     return v
 
 
@@ -465,6 +577,8 @@ def verdict_of(
     policy_path: str | None,
     explain_only: bool = False,
     db: str = "the DuckDB file",
+    baseline_group: str | None = None,
+    candidate_group: str | None = None,
 ) -> Verdict | Explained:
     """What ``memdiag gate`` answers, whatever happens: the policy in words (``explain_only``),
     or a verdict. Every failure is a verdict of status 2 (cannot judge, or error), never an
@@ -480,18 +594,14 @@ def verdict_of(
         policy = load_policy(policy_path)
         if explain_only:
             return Explained(explain(policy), policy)
-        missing = [f"--{n}" for n, v in (("baseline", baseline), ("candidate", candidate))
-                   if v is None]  # fmt: skip
-        if missing:
-            raise PolicyError(f"{' and '.join(missing)} required (or --explain)")
+        b_side = _side_of("baseline", baseline, baseline_group, baseline_condition)
+        c_side = _side_of("candidate", candidate, candidate_group, candidate_condition)
         if connect is None:
             raise DatabaseError("no DuckDB file given")
         con = connect()
         try:
-            verdict = run_gate(con, baseline or "", candidate or "", policy, baseline_condition,
-                               candidate_condition)  # fmt: skip
-            verdict.notes += doctor_notes(con, baseline or "", candidate or "", policy,
-                                          baseline_condition, candidate_condition)  # fmt: skip
+            verdict = run_gate(con, b_side, c_side, policy)
+            verdict.notes += doctor_notes(con, b_side, c_side, policy)
             return verdict
         finally:
             con.close()
@@ -514,20 +624,27 @@ def verdict_of(
         return error(f"{type(exc).__name__}: {exc}", policy)
 
 
+class SideError(PolicyError):
+    """The two sides are not named right: a usage error, with what to give."""
+
+
+def _side_of(which: str, run: str | None, group: str | None, condition: str | None) -> Side:
+    """One side from ``--baseline RUN`` or ``--baseline-group G`` (exactly one of them)."""
+    if run is not None and group is not None:
+        raise SideError(f"give --{which} RUN or --{which}-group G, not both")
+    if run is None and group is None:
+        raise SideError(f"--{which} RUN or --{which}-group G is required (or --explain)")
+    return Side(run, group, condition)
+
+
 def doctor_notes(
-    con: duckdb.DuckDBPyConnection,
-    baseline: str,
-    candidate: str,
-    policy: Policy,
-    baseline_condition: str | None,
-    candidate_condition: str | None,
+    con: duckdb.DuckDBPyConnection, baseline: Side, candidate: Side, policy: Policy
 ) -> list[str]:
-    """What ``memdiag doctor`` finds weak or refuses in the two runs, as the gate's notes:
+    """What ``memdiag doctor`` finds weak or refuses in the two sides, as the gate's notes:
     a verdict read beside what weakens it."""
     from memdiag.analytics.doctor import NOTE, doctor
 
-    found = doctor(con, (baseline, baseline_condition), (candidate, candidate_condition),
-                   policy.min_questions)  # fmt: skip
+    found = doctor(con, baseline, candidate, policy.min_questions)
     return [f"doctor: {f.subject}: {f.message}" for f in found
             if f.level != NOTE and f.check != "no_data"]  # fmt: skip
 
@@ -536,17 +653,18 @@ HEADLINE = {PASS: "pass", REGRESSION: "regression", CANNOT_JUDGE: "cannot judge"
             ERROR: "error"}  # fmt: skip
 
 
-def _side_name(side: dict[str, Any]) -> str:
-    run = side.get("run_id")
-    if run is None:
+def _side_name(s: dict[str, Any]) -> str:
+    run, group = s.get("run_id"), s.get("run_group_id")
+    if run is None and group is None:
         return "?"
-    return f"`{run}`" + (f" ({side['condition']})" if side.get("condition") else "")
+    who = f"`{run}`" if run is not None else f"group `{group}` ({len(s.get('runs', []))} runs)"
+    return who + (f" ({s['condition']})" if s.get("condition") else "")
 
 
 def markdown(v: Verdict) -> str:
     """A summary a CI job can post as-is (a pull-request comment, a job summary)."""
     lines = [f"## memdiag gate: {HEADLINE[v.verdict]} (exit {v.status})", ""]
-    if v.baseline.get("run_id"):
+    if v.baseline.get("run_id") or v.baseline.get("run_group_id"):
         lines.append(f"**baseline** {_side_name(v.baseline)} · **candidate** "
                      f"{_side_name(v.candidate)}"
                      + (f" · {v.sample['questions']} paired questions, {v.sample['pairs']} "
@@ -578,7 +696,7 @@ def markdown(v: Verdict) -> str:
         lines += ["", *(f"- note: {n}" for n in v.notes)]
     prov = [
         f"{k} {v.baseline.get(k) or '—'} → {v.candidate.get(k) or '—'}"
-        for k in ("suite_checksum", "config_fingerprint")
+        for k in ("suite_checksum", "fixture_checksum", "config_fingerprint")
         if v.baseline.get(k) or v.candidate.get(k)
     ]
     if prov:

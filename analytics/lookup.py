@@ -26,6 +26,7 @@ KINDS = {
     "recall_memory": "memory of the recall pipeline",
     "session": "session",
     "run": "run",
+    "run_group": "run group",
 }
 
 #: how many close ids an unknown one is offered

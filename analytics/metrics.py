@@ -141,7 +141,9 @@ def fmt(unit: str, v: float, signed: bool = False, bare: bool = False, digits: i
     return text if bare else f"{text} {unit}"
 
 
-def _interval_dict(ci: Interval) -> dict[str, Any]:
+def _interval_dict(ci: Interval) -> dict[str, Any] | None:
+    if not ci.computed:  # --resamples 0: no interval, never NaN in JSON
+        return None
     return {"low": ci.low, "high": ci.high, "level": ci.level, "resamples": ci.resamples,
             "seed": ci.seed}  # fmt: skip
 

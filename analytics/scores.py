@@ -14,6 +14,7 @@ tokens) comes per condition with its mean and intervals, and paired between cond
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import duckdb
 import numpy as np
 
 from memdiag import __version__
+from memdiag.analytics import positional
 from memdiag.analytics.lookup import NeedsCondition, UnknownRun, lookup
 from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
 from memdiag.analytics.stats import SignTest, describe_deltas, sign_test_by_question
@@ -54,17 +56,58 @@ class Judged:
     output_tokens: int | None
     suite_checksum: str | None
     config_fingerprint: str | None
+    fixture_checksum: str | None
+    label_status: str | None
+    split: str | None
+    run_id: str
 
     @property
     def state(self) -> str:
         return CORRECT if self.correct else (self.failure_mode or UNATTRIBUTED)
 
 
+_COLUMNS = (
+    "condition, question_id, repeat_index, judge_correct, failure_mode, ts, latency_ms, tokens, "
+    "gold_evidence_ids, retrieved_context_ids, score, input_tokens, output_tokens, "
+    "suite_checksum, config_fingerprint, fixture_checksum, label_status, split, run_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of a comparison: a run, or every run of a run group (``run_group_id``), and
+    optionally one condition of it."""
+
+    run: str | None = None
+    group: str | None = None
+    condition: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.run is None) == (self.group is None):
+            raise ValueError("a side is a run or a run group, not both and not neither")
+
+    @property
+    def name(self) -> str:
+        """How a sentence names it: ``run 'r1'`` or ``group 'nightly'``."""
+        return f"run {self.run!r}" if self.run is not None else f"group {self.group!r}"
+
+    @property
+    def label(self) -> str:
+        """How a table names it: ``r1``, ``group:nightly``, with ``[condition]`` when one."""
+        who = self.run if self.run is not None else f"group:{self.group}"
+        return who if self.condition is None else f"{who} [{self.condition}]"
+
+
+def side(run: str | Side | None, group: str | None = None, condition: str | None = None) -> Side:
+    """A :class:`Side` from what a caller names (a run id, a group, or a side already)."""
+    if isinstance(run, Side):
+        return run
+    return Side(run, group, condition)
+
+
 def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
     rows = con.execute(
-        "SELECT condition, question_id, repeat_index, judge_correct, failure_mode, ts, "
-        "latency_ms, tokens, gold_evidence_ids, retrieved_context_ids, score, input_tokens, "
-        "output_tokens, suite_checksum, config_fingerprint FROM judgements WHERE run_id = $run "
+        f"SELECT {_COLUMNS} FROM judgements WHERE run_id = $run "  # noqa: S608 - constant
         "ORDER BY condition, question_id, repeat_index",
         {"run": run_id},
     ).fetchall()
@@ -76,6 +119,50 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
         raise UnknownRun(f"no such run {run_id!r}: no judgements of it{hint}", kind="run",
                          id=run_id, closest=closest, known=known)  # fmt: skip
     return [Judged(*r) for r in rows]
+
+
+def load_group(con: duckdb.DuckDBPyConnection, group: str) -> list[Judged]:
+    """Every judgement of every run of ``group``, each run one repeat (contract section 7).
+
+    Seed 002 keeps each repeat of a suite as its own immutable run sharing a
+    ``run_group_id``. Here the runs are put in order (by their first judgement's ``ts``,
+    ties by ``run_id``) and, per condition and question, the answers numbered again in that
+    order (a run's own repeats in their ``repeat_index`` order): the group's repeat 0 of a
+    question is its answer in the first run, and so on. Pairing two groups then pairs the
+    first runs' answers, the second runs', ...; a question some run skipped has fewer
+    repeats, as a run would."""
+    rows = con.execute(
+        f"SELECT {_COLUMNS}, min(ts) OVER (PARTITION BY run_id) AS run_start "  # noqa: S608
+        "FROM judgements WHERE run_group_id = $group "
+        "ORDER BY condition, question_id, run_start, run_id, repeat_index",
+        {"group": group},
+    ).fetchall()
+    if not rows:
+        _, known, closest = lookup(con, "run_group", group)
+        of = f"{len(closest)} of {known:,}" if known > len(closest) else f"all {known:,}"
+        hint = (f"; the closest groups ({of}): {', '.join(closest)}" if known
+                else "; no judgement carries a run_group_id")  # fmt: skip
+        raise UnknownRun(f"no such run group {group!r}: no judgement names it{hint}",
+                         kind="run_group", id=group, closest=closest, known=known)  # fmt: skip
+    out: list[Judged] = []
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        j = Judged(*r[:-1])
+        key = (j.condition, j.question_id)
+        out.append(dataclasses.replace(j, repeat_index=seen[key]))
+        seen[key] += 1
+    return out
+
+
+def load_side(con: duckdb.DuckDBPyConnection, s: Side) -> list[Judged]:
+    """The judgements of one side, its condition chosen (:func:`pick_condition`)."""
+    judged = load(con, s.run) if s.run is not None else load_group(con, s.group or "")
+    return pick_condition(judged, s, s.condition)
+
+
+def runs_of(judged: list[Judged]) -> list[str]:
+    """The runs a side's judgements come from, in their order (a group's repeats)."""
+    return list(dict.fromkeys(j.run_id for j in judged))
 
 
 def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
@@ -136,6 +223,7 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
             name: summary(m, [(j.question_id, j.repeat_index, j) for j in judged], resamples, seed)
             for name, m in METRICS.items()
         },
+        "positional": positional.as_dict(positional.positional(judged)),
         "per_question": per_question,
     }
 
@@ -199,48 +287,56 @@ def scores(
 # -- paired comparison --------------------------------------------------------------------
 
 
-def pick_condition(judged: list[Judged], run_id: str, condition: str | None) -> list[Judged]:
+def pick_condition(judged: list[Judged], who: str | Side, condition: str | None) -> list[Judged]:
+    name = who.name if isinstance(who, Side) else f"run {who!r}"
     conditions = sorted({j.condition for j in judged})
     if condition is None:
         if len(conditions) > 1:
             raise NeedsCondition(
-                f"run {run_id!r} has several conditions ({', '.join(map(repr, conditions))}): "
+                f"{name} has several conditions ({', '.join(map(repr, conditions))}): "
                 "choose one with --baseline-condition / --candidate-condition"
             )
         return judged
     chosen = [j for j in judged if j.condition == condition]
     if not chosen:
         raise UnknownRun(
-            f"run {run_id!r} has no condition {condition!r}; it has "
-            f"{', '.join(map(repr, conditions))}"
+            f"{name} has no condition {condition!r}; it has {', '.join(map(repr, conditions))}"
         )
     return chosen
 
 
+def side_dict(s: Side, judged: list[Judged]) -> dict[str, Any]:
+    """A side as compare, gate and the pages print it: what it is, and the runs in it."""
+    return {
+        "run_id": s.run,
+        "run_group_id": s.group,
+        "runs": runs_of(judged),
+        "condition": judged[0].condition if s.condition is None and judged else s.condition,
+        "label": s.label,
+    }
+
+
 def compare(
     con: duckdb.DuckDBPyConnection,
-    baseline: str,
-    candidate: str,
+    baseline: str | Side,
+    candidate: str | Side,
     baseline_condition: str | None = None,
     candidate_condition: str | None = None,
     resamples: int = 10_000,
     seed: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
-    """Pair the two runs' judgements by (question_id, repeat_index) and compare them."""
-    base = {
-        (j.question_id, j.repeat_index): j
-        for j in pick_condition(load(con, baseline), baseline, baseline_condition)
-    }
-    cand = {
-        (j.question_id, j.repeat_index): j
-        for j in pick_condition(load(con, candidate), candidate, candidate_condition)
-    }
+    """Pair the two sides' judgements by (question_id, repeat_index) and compare them. A side
+    is a run id or a :class:`Side` (a run or a run group; its condition is then its own)."""
+    b_side = side(baseline, condition=baseline_condition)
+    c_side = side(candidate, condition=candidate_condition)
+    b_judged, c_judged = load_side(con, b_side), load_side(con, c_side)
+    base = {(j.question_id, j.repeat_index): j for j in b_judged}
+    cand = {(j.question_id, j.repeat_index): j for j in c_judged}
     keys = sorted(base.keys() & cand.keys())
     if not keys:
         raise UnknownRun(
-            f"runs {baseline!r} and {candidate!r} share no (question_id, repeat_index): "
-            "nothing to pair"
+            f"{b_side.name} and {c_side.name} share no (question_id, repeat_index): nothing to pair"
         )
     # McNemar with repeats: one sign per question, from its paired repeats (contract 7)
     by_question: dict[str, tuple[list[bool], list[bool]]] = defaultdict(lambda: ([], []))
@@ -280,8 +376,8 @@ def compare(
         - sum(table[RETRIEVAL_FAILURE].values()),
     }
     return {
-        "baseline": {"run_id": baseline, "condition": baseline_condition, "accuracy": base_acc},
-        "candidate": {"run_id": candidate, "condition": candidate_condition, "accuracy": cand_acc},
+        "baseline": {**side_dict(b_side, b_judged), "accuracy": base_acc},
+        "candidate": {**side_dict(c_side, c_judged), "accuracy": cand_acc},
         "pairs": len(keys),
         "questions": accuracy.questions,
         "delta": delta,
@@ -301,12 +397,15 @@ def compare(
             "resamples": interval.resamples,
             "seed": interval.seed,
             "unit": "question (its repeats resampled together)",
-        },
+        }
+        if interval.computed
+        else None,
         "transitions": {"states": states, "baseline_to_candidate": table},
         "failure_mode_change": moved,
         "metrics": as_dicts(metrics),
         "latency_ms_delta": deltas("latency_ms"),
         "tokens_delta": deltas("tokens"),
+        "positional": positional.compared(b_judged, c_judged),
         "unpaired": {
             "baseline_only": [
                 {"question_id": q, "repeat_index": r} for q, r in sorted(base.keys() - cand.keys())
@@ -324,8 +423,13 @@ def _significance(sign: SignTest, low: float, high: float, alpha: float) -> tupl
     both say so, in the same direction; else None, or why the two disagree."""
     up, down = sign.wrong_to_right, sign.right_to_wrong
     by_test = (up > down) - (up < down)
-    by_interval = 1 if low > 0 else (-1 if high < 0 else 0)
     test_says = sign.p_value < alpha
+    if low != low:  # NaN: no interval was asked for (--resamples 0)
+        return test_says, (
+            "no interval was computed (--resamples 0): the sign test alone"
+            if test_says else None
+        )  # fmt: skip
+    by_interval = 1 if low > 0 else (-1 if high < 0 else 0)
     if test_says and by_interval == by_test:
         return True, None
     if test_says and by_interval == 0:

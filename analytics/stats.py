@@ -75,6 +75,11 @@ class Interval:
     resamples: int
     seed: int
 
+    @property
+    def computed(self) -> bool:
+        """False for the interval of no resamples (``--resamples 0``): its bounds are NaN."""
+        return self.resamples > 0
+
 
 def paired_bootstrap_ci(
     baseline: np.ndarray,
@@ -86,12 +91,15 @@ def paired_bootstrap_ci(
     """Percentile interval of ``mean(candidate - baseline)`` over questions.
 
     The arrays hold one value per question and side (a question's mean over its repeats);
-    each resample draws questions with replacement.
+    each resample draws questions with replacement. ``resamples`` 0 asks for none: the
+    bounds are NaN and :attr:`Interval.computed` is False.
     """
     d = np.asarray(candidate, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
     n_q = len(d)
     if n_q == 0:
         raise ValueError("no paired questions")
+    if resamples == 0:  # asked for no interval (--resamples 0): one that excludes nothing
+        return Interval(float("nan"), float("nan"), level, 0, seed)
     rng = np.random.default_rng(seed)
     deltas = np.empty(resamples, dtype=np.float64)
     chunk = max(1, 4_000_000 // n_q)  # bound the index matrix to ~32 MB

@@ -252,26 +252,52 @@ def _resamples(default: int) -> Arg:
 SEED = Arg("seed", "bootstrap seed (default 0)", flag="--seed", parse=int, default=0)
 
 
-def _two_runs(required: bool) -> tuple[Arg, ...]:
-    """The two sides of a comparison (doctor, compare, gate), each a run or one condition."""
+def _two_runs() -> tuple[Arg, ...]:
+    """The two sides of a comparison (doctor, compare, gate): each a run or a run group (every
+    run of a ``run_group_id``, each one repeat), and optionally one condition of it."""
     return (
-        Arg("baseline", "the run to beat", flag="--baseline", metavar="RUN_A", required=required),
+        Arg("baseline", "the run to beat", flag="--baseline", metavar="RUN_A"),
+        Arg("candidate", "the run to judge", flag="--candidate", metavar="RUN_B"),
         Arg(
-            "candidate", "the run to judge", flag="--candidate", metavar="RUN_B", required=required
+            "baseline_group",
+            "instead of --baseline: every run of this run_group_id, each run one repeat",
+            flag="--baseline-group",
+            metavar="G",
+        ),
+        Arg(
+            "candidate_group",
+            "instead of --candidate: every run of this run_group_id, each run one repeat",
+            flag="--candidate-group",
+            metavar="G",
         ),
         Arg(
             "baseline_condition",
-            "only this condition of RUN_A",
+            "only this condition of the baseline",
             flag="--baseline-condition",
             metavar="C",
         ),
         Arg(
             "candidate_condition",
-            "only this condition of RUN_B",
+            "only this condition of the candidate",
             flag="--candidate-condition",
             metavar="C",
         ),
     )
+
+
+def _side(
+    which: str, run: str | None, group: str | None, condition: str | None, required: bool = True
+) -> Any:
+    """One side of a comparison from its options: ``--which RUN`` or ``--which-group G``."""
+    from memdiag.analytics.scores import Side
+
+    if run is not None and group is not None:
+        raise Usage(f"give --{which} RUN or --{which}-group G, not both")
+    if run is None and group is None:
+        if required:
+            raise Usage(f"--{which} RUN or --{which}-group G is required")
+        return None
+    return Side(run, group, condition)
 
 
 # -- the fetches --------------------------------------------------------------------------
@@ -345,9 +371,11 @@ def _calibrate(
     resamples: int,
     seed: int,
     by: str,
+    events: str | None,
     stream_window: float,
 ) -> dict[str, Any]:
     from memdiag.analytics.calibrate import calibrate, load, stream_check
+    from memdiag.analytics.readings import substring_flips
 
     sessions = load(con, org, project, since)
     check = stream_check(con, stream_window, org, project, since)
@@ -362,6 +390,11 @@ def _calibrate(
         raise NoSessions(f"no session with an outcome to calibrate{filtered}{why}")
     result = calibrate(sessions, windows, stream_window, resamples, seed, by=by)
     result["stream_check"] = {"window_seconds": stream_window, **check}
+    if events is not None:
+        try:
+            result["substring_reading"] = substring_flips(events)
+        except FileNotFoundError as exc:
+            raise Usage(str(exc)) from None
     return result
 
 
@@ -370,19 +403,29 @@ def _doctor(
     run: str | None,
     baseline: str | None,
     candidate: str | None,
+    baseline_group: str | None,
+    candidate_group: str | None,
     baseline_condition: str | None,
     candidate_condition: str | None,
     min_questions: int,
 ) -> dict[str, Any]:
     from memdiag.analytics.doctor import NOTE, doctor
+    from memdiag.analytics.scores import Side
 
-    base = run or baseline
-    if base is None or (run and baseline):
-        raise Usage("give --run RUN, or --baseline RUN_A [--candidate RUN_B]")
-    if candidate and not baseline:
-        raise Usage("--candidate needs --baseline")
-    other = None if candidate is None else (candidate, candidate_condition)
-    findings = doctor(con, (base, baseline_condition), other, min_questions)
+    if run is not None and (baseline is not None or baseline_group is not None):
+        raise Usage("give --run RUN, or --baseline RUN_A (or --baseline-group G), not both")
+    base = (
+        Side(run, None, baseline_condition)
+        if run is not None
+        else _side("baseline", baseline, baseline_group, baseline_condition, required=False)
+    )
+    other = _side("candidate", candidate, candidate_group, candidate_condition, required=False)
+    if base is None:
+        raise Usage("give --run RUN, or --baseline RUN_A (or --baseline-group G) "
+                    "[--candidate RUN_B | --candidate-group G]")  # fmt: skip
+    if other is not None and run is not None:
+        raise Usage("--candidate needs --baseline (--run checks one run)")
+    findings = doctor(con, base, other, min_questions)
     no_data = any(f.check == "no_data" for f in findings)
     status = 2 if no_data else (1 if any(f.level != NOTE for f in findings) else 0)
     return {"status": status, "findings": [f.as_dict() for f in findings]}
@@ -390,8 +433,10 @@ def _doctor(
 
 def _compare(
     con: duckdb.DuckDBPyConnection,
-    baseline: str,
-    candidate: str,
+    baseline: str | None,
+    candidate: str | None,
+    baseline_group: str | None,
+    candidate_group: str | None,
     baseline_condition: str | None,
     candidate_condition: str | None,
     resamples: int,
@@ -401,10 +446,8 @@ def _compare(
 
     return scores.compare(
         con,
-        baseline,
-        candidate,
-        baseline_condition,
-        candidate_condition,
+        _side("baseline", baseline, baseline_group, baseline_condition),
+        _side("candidate", candidate, candidate_group, candidate_condition),
         resamples=resamples,
         seed=seed,
     )
@@ -422,6 +465,8 @@ def _gate(
     con: None,
     baseline: str | None,
     candidate: str | None,
+    baseline_group: str | None,
+    candidate_group: str | None,
     baseline_condition: str | None,
     candidate_condition: str | None,
     policy: Any,
@@ -434,8 +479,9 @@ def _gate(
     from memdiag.analytics import gate as g
 
     return g.verdict_of(
-        connect, baseline, candidate, baseline_condition, candidate_condition, policy, explain, db
-    )
+        connect, baseline, candidate, baseline_condition, candidate_condition, policy, explain,
+        db, baseline_group, candidate_group,
+    )  # fmt: skip
 
 
 def _gate_error(reason: str) -> Any:
@@ -738,7 +784,9 @@ CALIBRATE = Question(
     "sessions that searched), each with a seeded bootstrap interval over sessions; then\n"
     "the same for several followup windows, recomputed from the stored verdicts, with\n"
     "the share of resamples in which each window predicts best. Correlation only: see\n"
-    "the README's 'Calibrating the proxies' for how to read it.",
+    "the README's 'Calibrating the proxies' for how to read it.\n"
+    "With --events FILE.jsonl, the used/ignored verdicts of the file's turns are read both\n"
+    "ways: memdiag's whole words and AgentOS's substrings, with how many flip and examples.",
     (
         Arg(
             "windows",
@@ -766,6 +814,13 @@ CALIBRATE = Question(
             flag="--by",
             choices=("session", "agent"),
             default="session",
+        ),
+        Arg(
+            "events",
+            "also read the texts of this events file (the JSONL the runtime published) and "
+            "count the used/ignored verdicts that AgentOS's substring matching would flip",
+            flag="--events",
+            metavar="FILE.jsonl",
         ),
     ),
     _calibrate,
@@ -796,7 +851,7 @@ DOCTOR = Question(
     "when something does, 2 on\nan error (or no data).",
     (
         Arg("run", "one run to check (or --baseline)", flag="--run", metavar="RUN"),
-        *_two_runs(required=False),
+        *_two_runs(),
         Arg(
             "min_questions",
             "fewer distinct questions are too few (default 30)",
@@ -822,8 +877,14 @@ COMPARE = Question(
     "repeats; seeded; significant only when both agree), where the answers moved between\n"
     "correct, reader failure and retrieval failure, latency and token deltas, and every\n"
     "unpaired question.\n"
-    "Two conditions of one run compare with --baseline-condition/--candidate-condition.",
-    (*_two_runs(required=True), _resamples(10_000), SEED),
+    "Two conditions of one run compare with --baseline-condition/--candidate-condition.\n"
+    "A harness that writes each repeat as its own run, sharing a run_group_id, compares\n"
+    "with --baseline-group/--candidate-group: every run of the group is one repeat (in the\n"
+    "order the runs started).\n"
+    "Where the reader had all the gold evidence, the answers are also set apart by the best\n"
+    "gold rank in the context and by the context's length, each side's correct rate per\n"
+    "bucket: where the candidate's reader starts to miss evidence it was given.",
+    (*_two_runs(), _resamples(10_000), SEED),
     _compare,
     needs_report=True,
 )
@@ -883,12 +944,17 @@ GATE = Question(
     "    [sample]\n"
     "    min_questions = 30          # distinct paired question_ids, required\n"
     "    min_repeats = 3             # paired repeats of every question, optional\n"
+    "    require_reviewed = true     # only questions with reviewed labels, optional\n"
+    '    split = "held_out"          # only judgements of this split, optional\n'
     "    [metrics.accuracy]\n"
     "    max_regression = 0.02       # fractions 0-1; latency_ms in ms; tokens in tokens\n"
     "    [provenance]\n"
-    '    same_config = "note"        # or "refuse": both runs with one config_fingerprint',
+    '    same_config = "note"        # or "refuse": both runs with one config_fingerprint\n'
+    '    same_fixture = "refuse"     # or "note": a different fixture_checksum\n\n'
+    "Each side is a run (--baseline RUN) or a run group (--baseline-group G: every run of\n"
+    "the run_group_id is one repeat).",
     (
-        *_two_runs(required=False),  # checked by the gate: --explain needs neither
+        *_two_runs(),  # checked by the gate: --explain needs neither
         Arg(
             "policy", "the policy, TOML (required)", flag="--policy", metavar="FILE", parse=_policy
         ),
@@ -1026,22 +1092,26 @@ def runs_page(
     baseline_condition: str | None,
     candidate_condition: str | None,
     policy: str,
+    baseline_group: str | None = None,
+    candidate_group: str | None = None,
 ) -> dict[str, Any]:
-    """The runs page: every run with its provenance; with two chosen, what ``compare`` and
-    ``gate`` (under ``policy``) say of them, the gate quoting what ``doctor`` finds."""
+    """The runs page: every run with its provenance; with two sides chosen (each a run or a
+    run group), what ``compare`` and ``gate`` (under ``policy``) say of them, the gate
+    quoting what ``doctor`` finds."""
     from memdiag.analytics import gate as g
     from memdiag.analytics.scores import UnknownRun
 
     page: dict[str, Any] = {"runs": queries.runs(con, 200), "comparison": None, "verdict": None,
                             "error": None}  # fmt: skip
-    if baseline and candidate:
-        for run in (baseline, candidate):
-            ensure_known(con, "run", run)
+    if (baseline or baseline_group) and (candidate or candidate_group):
+        for kind, given in (("run", baseline), ("run", candidate), ("run_group", baseline_group),
+                            ("run_group", candidate_group)):  # fmt: skip
+            ensure_known(con, kind, given)
         try:
-            page["comparison"] = _compare(
-                con, baseline, candidate, baseline_condition, candidate_condition, 10_000, 0
-            )
-        except UnknownRun as exc:  # several conditions and none chosen, nothing to pair
+            page["comparison"] = _compare(con, baseline, candidate, baseline_group,
+                                          candidate_group, baseline_condition,
+                                          candidate_condition, 10_000, 0)  # fmt: skip
+        except (UnknownRun, Usage) as exc:  # several conditions and none chosen, ...
             page["error"] = str(exc)
         page["verdict"] = g.verdict_of(
             lambda: con.cursor(),
@@ -1050,5 +1120,7 @@ def runs_page(
             baseline_condition,
             candidate_condition,
             policy,
+            baseline_group=baseline_group,
+            candidate_group=candidate_group,
         )
     return page

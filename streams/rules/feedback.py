@@ -15,47 +15,17 @@ inject the same observations into many sessions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-USED = "used"
-IGNORED = "ignored"
-#: used iff matched / keywords > USED_NUM / USED_DEN
-USED_NUM, USED_DEN = 3, 10
-MIN_KEYWORD_LEN = 5  # "longer than 4 characters"
-
-
-#: ASCII characters that are neither alphanumeric nor white space: deleting them in one C pass
-#: (``str.translate``) and then splitting equals the per-word rule, for ASCII text.
-_ASCII_PUNCT = {c: None for c in range(128) if not chr(c).isalnum() and not chr(c).isspace()}
-
-
-def _clean(word: str) -> str:
-    if word.isalnum():
-        return word
-    return "".join(c for c in word if c.isalnum())
-
-
-def normalise_words(text: str) -> list[str]:
-    """The contract's normalised words of ``text`` (empty words dropped)."""
-    if text.isascii():
-        return text.lower().translate(_ASCII_PUNCT).split()
-    words = []
-    for word in text.lower().split():
-        cleaned = _clean(word)
-        if cleaned:
-            words.append(cleaned)
-    return words
-
-
-def response_words(text: str) -> frozenset[str]:
-    """The set a response is matched against: computed once per turn."""
-    return frozenset(normalise_words(text))
-
-
-@lru_cache(maxsize=100_000)
-def keywords(content: str) -> frozenset[str]:
-    """Distinct normalised words longer than 4 characters (cached by content)."""
-    return frozenset(w for w in normalise_words(content) if len(w) >= MIN_KEYWORD_LEN)
+from memdiag.contract.words import (  # noqa: F401 - the rule's words, re-exported here
+    IGNORED,
+    MIN_KEYWORD_LEN,
+    USED,
+    USED_DEN,
+    USED_NUM,
+    keywords,
+    normalise_words,
+    response_words,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,10 @@ class A:
     suite_checksum: str | None = "suite-1"
     config_fingerprint: str | None = None
     condition: str = ""
+    fixture_checksum: str | None = None
+    label_status: str | None = None
+    split: str | None = None
+    run_id: str = "r"
 
 
 # -- each metric by hand ------------------------------------------------------------------

@@ -1,0 +1,161 @@
+"""Whole words against substrings: how many used/ignored verdicts the AgentOS reading flips.
+
+memdiag matches a memory's keywords to the response's *whole* normalised words (contract
+section 3); AgentOS counts a keyword as matched wherever it occurs in the lowercased response
+(``response.toLowerCase().includes(keyword)``). Same keywords, same 30% threshold; only the
+matching differs (docs/rules.md, "Whole words, not substrings"). The two readings disagree
+both ways:
+
+- ``ignored`` -> ``used``: a keyword inside a longer word ("deploy" in "deployment", "state"
+  in "statement") counts only as a substring;
+- ``used`` -> ``ignored``: a keyword normalised from punctuated text ("authtoken" from
+  "auth-token") is a whole word of a response that says "auth-token", but not a substring of
+  its raw text.
+
+DuckDB keeps no memory contents nor response texts, so the texts are read where the user
+has them: the events file the runtime published (``memdiag calibrate --events FILE``). An
+injection pairs with the response of its ``(session_id, turn_id)``; of two events of one
+kind and turn, the later ``ts`` counts (ties by ``event_id``), as in the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from memdiag.contract.words import USED_DEN, USED_NUM, keywords, response_words
+
+#: flipped verdicts shown as examples
+EXAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    used_words: bool
+    used_substrings: bool
+    only_substring: tuple[str, ...]  # keywords found as substrings, not as words
+    only_word: tuple[str, ...]  # keywords found as words, not as substrings
+
+
+def _used(matched: int, total: int) -> bool:
+    return total > 0 and matched * USED_DEN > total * USED_NUM
+
+
+def read_both(content: str, response: str) -> Reading:
+    """Both readings of one (memory, response): memdiag's and AgentOS's."""
+    kws = keywords(content)
+    words = response_words(response)
+    raw = response.lower()
+    as_word = {k for k in kws if k in words}
+    as_sub = {k for k in kws if k in raw}
+    return Reading(
+        _used(len(as_word), len(kws)),
+        _used(len(as_sub), len(kws)),
+        tuple(sorted(as_sub - as_word)),
+        tuple(sorted(as_word - as_sub)),
+    )
+
+
+def _when(event: dict[str, Any]) -> tuple[datetime, str] | None:
+    """An event's order in event time: its ``ts``, ties by ``event_id``; None when unreadable."""
+    ts, eid = event.get("ts"), event.get("event_id")
+    if not isinstance(ts, str) or not isinstance(eid, str):
+        return None
+    try:
+        when = datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)), eid
+
+
+def _latest(current: dict[str, Any] | None, event: dict[str, Any]) -> dict[str, Any]:
+    if current is None:
+        return event
+    a, b = _when(event), _when(current)
+    return event if a is not None and b is not None and a >= b else current
+
+
+def turns(lines: Iterable[bytes]) -> tuple[Iterator[tuple[str, str, dict, dict]], dict[str, int]]:
+    """The (session, turn, injection, response) pairs of an events file, and what was
+    skipped (lines that are not JSON objects, events without a readable ``ts`` and
+    ``event_id``, turns with one half only)."""
+    injections: dict[tuple[str, str], dict[str, Any]] = {}
+    responses: dict[tuple[str, str], dict[str, Any]] = {}
+    skipped = {"not_json": 0, "bad_ts": 0, "unpaired_turns": 0}
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            skipped["not_json"] += 1
+            continue
+        if not isinstance(event, dict):
+            skipped["not_json"] += 1
+            continue
+        kind, session, turn = event.get("kind"), event.get("session_id"), event.get("turn_id")
+        if not isinstance(session, str) or not isinstance(turn, str):
+            continue
+        if kind not in ("injection", "response"):
+            continue
+        if _when(event) is None:
+            skipped["bad_ts"] += 1
+            continue
+        halves = injections if kind == "injection" else responses
+        halves[(session, turn)] = _latest(halves.get((session, turn)), event)
+    both = sorted(injections.keys() & responses.keys())
+    skipped["unpaired_turns"] = len(injections.keys() ^ responses.keys())
+    return ((s, t, injections[(s, t)], responses[(s, t)]) for s, t in both), skipped
+
+
+def substring_flips(path: str | Path) -> dict[str, Any]:
+    """How the verdicts of an events file's turns read under both matchings."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            pairs, skipped = turns(f)
+            judged = used_w = used_s = up = down = 0
+            examples: list[dict[str, Any]] = []
+            for session, turn, injection, response in pairs:
+                text = response.get("text")
+                observations = injection.get("observations")
+                if not isinstance(text, str) or not isinstance(observations, list):
+                    continue
+                for o in observations:
+                    if not isinstance(o, dict) or not isinstance(o.get("content"), str):
+                        continue
+                    r = read_both(o["content"], text)
+                    judged += 1
+                    used_w += r.used_words
+                    used_s += r.used_substrings
+                    if r.used_words == r.used_substrings:
+                        continue
+                    up += r.used_substrings
+                    down += r.used_words
+                    if len(examples) < EXAMPLES:
+                        examples.append({
+                            "session_id": session, "turn_id": turn,
+                            "observation_id": o.get("id"),
+                            "whole_words": "used" if r.used_words else "ignored",
+                            "substrings": "used" if r.used_substrings else "ignored",
+                            "only_as_substring": list(r.only_substring),
+                            "only_as_word": list(r.only_word),
+                        })  # fmt: skip
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot read the events file {str(p)!r}: {exc.strerror}") from None
+    return {
+        "source": str(p),
+        "judged": judged,
+        "used_whole_words": used_w,
+        "used_substrings": used_s,
+        "ignored_to_used": up,
+        "used_to_ignored": down,
+        "flipped_share": (up + down) / judged if judged else None,
+        "examples": examples,
+        "skipped": skipped,
+    }
