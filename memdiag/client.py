@@ -74,7 +74,7 @@ from aiokafka.errors import (
 )
 
 from memdiag.contract import UNKNOWN_KIND
-from memdiag.kafka import client_options, describe_failure
+from memdiag.kafka import client_options, describe_failure, login_refused
 from memdiag.schemas import JUDGEMENT_KINDS, MEMORY_KINDS, SESSION_KINDS
 from memdiag.schemas.decode import Decoder
 from memdiag.settings import Settings
@@ -363,12 +363,16 @@ class AsyncPublisher:
                 self._note_error(exc)
                 if deadline is None:
                     return None
-                if time.monotonic() >= deadline:
+                # a login the broker refused stays refused: said at once, not retried
+                refused = login_refused(self.settings, exc, list(self._said))
+                if refused or time.monotonic() >= deadline:
                     raise BrokerUnavailable(
                         "memdiag's publisher could not connect: "
                         + describe_failure(self.settings, exc, list(self._said))
                         + (
-                            f" (retried for {self.wait_for_broker:g} s)"
+                            ""
+                            if refused
+                            else f" (retried for {self.wait_for_broker:g} s)"
                             if self.wait_for_broker
                             else "; pass wait_for_broker=SECONDS to wait for it, or None "
                             "to connect in the background"

@@ -13,7 +13,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import (
+    IllegalSaslStateError,
+    SaslAuthenticationFailed,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+)
 
 from memdiag.settings import ConfigError, Settings
 
@@ -85,15 +90,42 @@ def describe_failure(settings: Settings, exc: BaseException, said: Iterable[str]
         "Authentication" in everything or "Sasl" in everything or "closed" in everything
         or isinstance(exc, KeyError)  # aiokafka's SCRAM client, on a refused exchange
     ):  # fmt: skip
+        password = (
+            f"MEMDIAG_KAFKA_SASL_PASSWORD_FILE={settings.kafka_sasl_password_file}"
+            if settings.kafka_sasl_password_file
+            else "MEMDIAG_KAFKA_SASL_PASSWORD"
+        )
         return (
             f"the broker refused the SASL {settings.kafka_sasl_mechanism} login of user "
             f"{settings.kafka_sasl_username!r} ({where}; {cause}): check "
-            "MEMDIAG_KAFKA_SASL_USERNAME, the password and MEMDIAG_KAFKA_SASL_MECHANISM"
+            f"MEMDIAG_KAFKA_SASL_USERNAME, the password ({password}) and "
+            "MEMDIAG_KAFKA_SASL_MECHANISM (the broker must enable it for this user)"
         )
     return (
         f"no Kafka broker answered at {settings.bootstrap_servers} ({where}): {cause}; start "
         "it, or point MEMDIAG_BROKER at it"
     )
+
+
+#: aiokafka's errors for a login the broker itself refused (SASL_AUTHENTICATION_FAILED, an
+#: unsupported mechanism, an exchange out of order): the broker answered, so no retry mends it
+_REFUSALS = (SaslAuthenticationFailed, UnsupportedSaslMechanismError, IllegalSaslStateError)
+
+
+def login_refused(settings: Settings, exc: BaseException, said: Iterable[str] = ()) -> bool:
+    """Whether a failed connection is the broker refusing memdiag's SASL credentials, not a
+    broker away. aiokafka's bootstrap logs the refusal and raises a bare connection error,
+    so what it said (``said``) is read too, by the errors' names. A connection merely
+    closed during the exchange (Kafka before 1.0 refuses that way; so does a broker that
+    restarts) is not taken for a refusal: that is retried."""
+    if not settings.kafka_security_protocol.startswith("SASL_"):
+        return False
+    if isinstance(exc, _REFUSALS):
+        return True
+    if isinstance(exc, KeyError) and settings.kafka_sasl_mechanism.startswith("SCRAM-"):
+        return True  # aiokafka's SCRAM client, on a server's ``e=`` answer instead of ``v=``
+    text = " ".join([f"{type(exc).__name__}: {exc}", *said])
+    return any(error.__name__ in text for error in _REFUSALS)
 
 
 def _cause(message: str) -> str:
@@ -160,7 +192,9 @@ async def wait_for_kafka(
     Kubernetes) waits instead of dying, and wrong credentials cause no retry storm. Logs one
     line at the first failure and then one a ``say_every`` (a minute), naming the setting to
     check. ``give_up_after``: a command's wait: silent, then :class:`KafkaUnavailable` (its
-    message is the line) after that many seconds."""
+    message is the line) after that many seconds. A login the broker refuses is not waited
+    for: :class:`LoginRefused` at once (a wrong password stays wrong; a process that exits
+    says so once, where one that waited would say it once a minute, unread)."""
     started = time.monotonic()
     delay = first_delay
     said_at: float | None = None
@@ -175,6 +209,8 @@ async def wait_for_kafka(
         except Exception as exc:  # noqa: BLE001 - each failure is described and retried
             error, said = (exc.error, exc.said) if isinstance(exc, ProbeFailed) else (exc, [])
             line = describe_failure(settings, error, said)
+            if login_refused(settings, error, said):
+                raise LoginRefused(line) from exc
             now = time.monotonic()
             if give_up_after is not None and now - started + delay > give_up_after:
                 raise KafkaUnavailable(line) from exc
@@ -193,6 +229,11 @@ async def wait_for_kafka(
 
 class KafkaUnavailable(RuntimeError):
     """The broker could not be reached (or refused us); the message says what to check."""
+
+
+class LoginRefused(KafkaUnavailable):
+    """The broker refused memdiag's SASL login; the message names the user, the mechanism
+    and the settings to check (never the password)."""
 
 
 def topic_partitions(settings: Settings) -> dict[str, int]:
