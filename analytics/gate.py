@@ -594,6 +594,10 @@ def verdict_of(
         policy = load_policy(policy_path)
         if explain_only:
             return Explained(explain(policy), policy)
+        named = (("baseline", baseline, baseline_group), ("candidate", candidate, candidate_group))
+        missing = [f"--{n} (or --{n}-group G)" for n, run, group in named if run is group is None]
+        if missing:
+            raise SideError(f"{' and '.join(missing)} required (or --explain)")
         b_side = _side_of("baseline", baseline, baseline_group, baseline_condition)
         c_side = _side_of("candidate", candidate, candidate_group, candidate_condition)
         if connect is None:

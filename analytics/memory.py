@@ -1,11 +1,16 @@
 """``memdiag explain-memory ID --agent A``: one memory of one agent, read from DuckDB alone.
 
 What the recall pipeline knows of it (written, indexed, its status and name key), whether any
-path reaches it (indexed, or in the agent's latest ambient context), its probes with why each
-missed, and, for each, what came back in its place: the memories ranked in the first ``k``,
-their names, and which are look-alikes of its name (same name key, or half their tokens
-shared: ``look_alike`` in schema.sql), the ones that alias it. Memory ids are an
-agent's own, so the agent is part of the question.
+path reaches it (indexed, or in the agent's latest ambient context), its probes with where
+each one's query came from (its name or a task) and why each name probe missed, and, for
+each, what came back in its place: the memories ranked in the first ``k``, their names, and
+which are look-alikes of its name (same name key, or half their tokens shared:
+``look_alike`` in schema.sql), the ones that alias it. Memory ids are an agent's own, so the
+agent is part of the question.
+
+Its verdict is its latest name probe (the one SRR counts; contract section 9); its latest
+task probe is told apart: a task probe that misses what the name finds is the recall paper's
+query-formulation failure, not the pipeline's.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ ADVICE = {
     "rank by recency or make names distinct",
     "outranked": "the ranking: other memories scored higher",
 }
+#: what a task probe's miss tells, when the memory's name probe finds it
+TASK_ADVICE = (
+    "the query: made from a task, it does not reach the memory its name finds (the "
+    "query-formulation gap); write the memory in the words its tasks use, or probe with them"
+)
 
 
 def explain_memory(
@@ -84,8 +94,11 @@ def explain_memory(
             for r, n in top
         ]
         p["instead"] = [t["memory_id"] for t in p["top"] if not t["is_target"]]
-    reasons = Counter(p["miss_reason"] for p in probes if not p["hit"])
-    latest = probes[0] if probes else None
+    latest_of = {p["query_source"]: p for p in probes if p.pop("latest_of_source")}
+    # the miss reasons are the name probes' (a task probe has none)
+    reasons = Counter(p["miss_reason"] for p in probes if not p["hit"] and p["miss_reason"])
+    latest = latest_of.get("name")
+    task = latest_of.get("task")
     # as pipeline_health counts it: past the deadline unindexed, not in the ambient context
     unreachable = None
     if memory is not None:
@@ -101,6 +114,7 @@ def explain_memory(
             "total": probes.total,
             "hits": sum(bool(p["hit"]) for p in probes),
             "misses": dict(sorted(reasons.items())),
+            "task_probes": sum(p["query_source"] == "task" for p in probes),
         },
         "latest": None
         if latest is None
@@ -109,5 +123,11 @@ def explain_memory(
             "miss_reason": latest["miss_reason"],
             "look_at": ADVICE.get(latest["miss_reason"]) if not latest["hit"] else None,
             "look_alikes_above": [t["memory_id"] for t in latest["top"] if t["look_alike"]],
+        },
+        "latest_task": None
+        if task is None
+        else {
+            "hit": task["hit"],
+            "look_at": TASK_ADVICE if not task["hit"] and latest and latest["hit"] else None,
         },
     }

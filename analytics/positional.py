@@ -19,9 +19,12 @@ reader failures, and the correct-answer rate. Pure functions.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+import duckdb
 
 #: (lowest, highest or None, label): the best gold rank's buckets (1-based ranks)
 RANK_BUCKETS: tuple[tuple[int, int | None, str], ...] = (
@@ -138,3 +141,28 @@ def compared(base: Iterable[Placed], cand: Iterable[Placed]) -> dict[str, Any]:
             for x, y in zip(b[name], c[name], strict=True)
         ]
     return out
+
+
+class _Answer(NamedTuple):
+    correct: bool
+    gold_evidence_ids: list[str]
+    retrieved_context_ids: list[str]
+
+
+def by_run(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Both tables for each run and condition of ``run_ids`` (the report's benchmark section),
+    from the judgements that count; a run without judgements is left out."""
+    placed: dict[tuple[str, str], list[_Answer]] = defaultdict(list)
+    for run_id, condition, correct, gold, context in con.execute(
+        "SELECT run_id, condition, judge_correct, gold_evidence_ids, retrieved_context_ids "
+        "FROM judgements WHERE list_contains($runs, run_id)",
+        {"runs": list(run_ids)},
+    ).fetchall():
+        placed[(run_id, condition)].append(_Answer(correct, gold, context))
+    order = {r: i for i, r in enumerate(run_ids)}
+    return [
+        {"run_id": run, "condition": condition, "positional": as_dict(positional(answers))}
+        for (run, condition), answers in sorted(
+            placed.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])
+        )
+    ]

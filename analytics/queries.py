@@ -56,15 +56,21 @@ def parse_duration(value: str, flag: str = "--window") -> float:
     return seconds
 
 
-#: Columns added to a table after files were written without them: (table, column, type).
-#: A reader opens files read-only and cannot upgrade them (the sink does, on its next
-#: start), so until then it reads the column as NULL: unknown.
-ADDED_COLUMNS = (("searches", "disjoint_new_query", "BOOLEAN"),)
+#: Columns added to a table after files were written without them: (table, column, type,
+#: the value its older rows have). A reader opens files read-only and cannot upgrade them (the
+#: sink does, on its next start), so until then it reads the column as the sink's upgrade
+#: fills it: NULL (unknown), or what every older row was (a probe before ``query_source`` was
+#: made from the memory's name, contract section 9).
+ADDED_COLUMNS = (
+    ("searches", "disjoint_new_query", "BOOLEAN", "NULL"),
+    ("recall_probe_events", "query_source", "VARCHAR", "'name'"),
+)
 
 
 def upgraded(con: duckdb.DuckDBPyConnection, text: str) -> str:
-    """``text`` reading an added column as NULL from a file that predates it."""
-    for table, column, kind in ADDED_COLUMNS:
+    """``text`` reading an added column as its older rows' value from a file that predates
+    it."""
+    for table, column, kind, value in ADDED_COLUMNS:
         if column in text and f"FROM {table}" in text:
             found = con.execute(
                 "SELECT count(*) FROM duckdb_columns() WHERE table_name = $t "
@@ -74,7 +80,7 @@ def upgraded(con: duckdb.DuckDBPyConnection, text: str) -> str:
             if not found or not found[0]:
                 text = text.replace(
                     f"FROM {table}",
-                    f"FROM (SELECT *, CAST(NULL AS {kind}) AS {column} FROM {table}) AS {table}",  # noqa: S608 - names from ADDED_COLUMNS, a constant
+                    f"FROM (SELECT *, CAST({value} AS {kind}) AS {column} FROM {table}) AS {table}",  # noqa: S608 - names from ADDED_COLUMNS, a constant
                 )
     return text
 
@@ -277,13 +283,38 @@ def pipeline_health(
 ) -> list[dict[str, Any]]:
     """The recall pipeline per agent (the ``pipeline_health`` view), broken agents first;
     each with the ids of its first :data:`UNINDEXED_IDS` unindexed memories, the oldest
-    first (``unindexed`` says how many there are)."""
+    first (``unindexed`` says how many there are), and its task probes: their recall
+    (``recall_by_query_source``) and its ``query_formulation_gap`` below SRR, the recall
+    paper's query-formulation failure (None without task probes, or without name probes)."""
     found = rows(con, "pipeline_health", agent_id=agent)
     ids = {r["agent_id"]: r["memory_ids"]
            for r in rows(con, "unindexed_ids", agent_id=agent, limit=UNINDEXED_IDS)}  # fmt: skip
+    task = {r["agent_id"]: r for r in recall_by_query_source(con, agent)
+            if r["query_source"] == TASK_PROBE}  # fmt: skip
     for r in found:
         r["unindexed_memory_ids"] = ids.get(r["agent_id"], [])
+        t = task.get(r["agent_id"])
+        srr, rate = r["semantic_recall_rate"], None if t is None else t["recall_rate"]
+        r["task_probed"] = 0 if t is None else t["probed"]
+        r["task_hits"] = 0 if t is None else t["hits"]
+        r["task_recall_rate"] = rate
+        r["query_formulation_gap"] = None if srr is None or rate is None else srr - rate
     return found
+
+
+#: ``query_source`` of a probe made from a task the memory should serve (contract section 9)
+TASK_PROBE = "task"
+
+
+def recall_by_query_source(
+    con: duckdb.DuckDBPyConnection, agent: str | None = None
+) -> list[dict[str, Any]]:
+    """Recall per agent and query source (the ``recall_by_query_source`` view); none from a
+    file its sink has not upgraded yet (all its probes were name probes: SRR says it)."""
+    try:
+        return rows(con, "recall_by_query_source", agent_id=agent)
+    except DatabaseError:
+        return []
 
 
 #: the unindexed memories pipeline health names per agent

@@ -262,6 +262,7 @@ _RECALL_PROBE = pa.schema(
         ("threshold", pa.float64()),
         ("result_count", pa.int32()),
         ("top_ids", pa.list_(pa.string())),
+        ("query_source", pa.string()),
     ]
 )
 _AMBIENT_CONTEXT = pa.schema(

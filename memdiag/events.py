@@ -185,6 +185,9 @@ class RecallProbeEvent(_MemoryFields):
     scores: NotRequired[list[float]]
     k: NotRequired[int]
     threshold: NotRequired[float]
+    query_source: NotRequired[Literal["name", "task"]]
+    """Where the query came from: the memory's ``name`` (the default) or a ``task`` it should
+    serve. SRR counts name probes only; ``recall_by_query_source`` sets the two apart."""
 
 
 class AmbientContextEvent(_MemoryFields):

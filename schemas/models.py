@@ -396,6 +396,8 @@ class RecallProbe(MemoryEventBase, frozen=True, kw_only=True, tag="recall_probe"
     scores: tuple[float, ...] = None  # type: ignore[assignment]
     k: Annotated[int, Meta(ge=1, le=10_000)] | Annotated[float, Meta(ge=1, le=10_000)] = PROBE_K
     threshold: float = PROBE_THRESHOLD
+    # where the query came from (contract section 9): SRR and the miss reasons are the name's
+    query_source: Literal["name", "task"] = "name"
 
     def __post_init__(self) -> None:
         if isinstance(self.k, float):

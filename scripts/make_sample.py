@@ -12,7 +12,9 @@ memory pipelines are shaped like the recall paper's table: one healthy, one whos
 was orphaned partway (a migration), one never indexed, and one with repetitive episode names
 that its own name's probe finds less as they pile up; a fifth's query embedder was swapped
 partway (every memory indexed, no probe finds one after it). Hourly probe sweeps give the
-trends. The billing agent's knowledge graph holds one stale
+trends. A sixth writes its own clinical rules and probes each twice a sweep: by its name,
+which finds it, and by a clinical presentation it should serve, which finds one in five (the
+paper's query-formulation failure). The billing agent's knowledge graph holds one stale
 edge (svc_billing WRITES_TO ledger_v1) that misleads the sessions it is injected into, and
 every deploy turn is injected a changelog memory no answer needs (dead weight). A few
 deliberately bad lines show the dead-letter path.
@@ -512,6 +514,57 @@ def memory_sweeps(memory: list[dict], seed: int) -> list[dict]:
     return out
 
 
+#: the agent that writes its own rules: each one's name finds it; a probe made from a clinical
+#: presentation the rule should serve ("hot swollen first toe overnight, on a thiazide" for
+#: the gout rule) finds only every fifth (the recall paper's clinical-presentation queries found
+#: 1 of 5 self-authored rules; their names found them)
+RULES_AGENT = "clinical-rules"
+RULES = ("gout-urate-target", "af-anticoagulation", "hyperkalaemia-ecg", "sepsis-lactate",
+         "dka-potassium", "copd-steroid-course", "pe-wells-score", "asthma-step-down",
+         "ckd-metformin-dose", "stroke-thrombolysis-window")  # fmt: skip
+
+
+def rules_agent(seed: int) -> list[dict]:
+    """The rules agent's events, on a random generator of their own (the other agents' stay
+    as they were): a rule written every twelve minutes and indexed within seconds, and each
+    hour (and at the last sweep) a probe of every rule written by then made from its name
+    (always found) and one made from its presentation (found only for every fifth rule: the
+    rest come back below other rules the presentation's words match better), then an ambient
+    context of the rules written by then."""
+    r = random.Random(seed + 11)
+    out: list[dict] = []
+    ids = [f"rule-{name}" for name in RULES]
+    written = []
+    for n, name in enumerate(RULES):
+        t = BASE + timedelta(minutes=12 * n, seconds=r.uniform(0, 300))
+        written.append(t)
+        out.append({"kind": "memory_written", "event_id": f"mw-{RULES_AGENT}-{n:03d}",
+                    "ts": ts(t), "agent_id": RULES_AGENT, "memory_id": ids[n],
+                    "name": f"{name}-rule.md", "store": "rules"})  # fmt: skip
+        out.append({"kind": "memory_indexed", "event_id": f"mi-{RULES_AGENT}-{n:03d}",
+                    "ts": ts(t + timedelta(seconds=r.uniform(2, 30))), "agent_id": RULES_AGENT,
+                    "memory_id": ids[n], "store": "chroma"})  # fmt: skip
+    sweeps = [BASE + timedelta(hours=h) for h in range(1, 6)]
+    sweeps.append(BASE + timedelta(hours=5, minutes=30))
+    for s, sweep in enumerate(sweeps):
+        for n, mid in enumerate(ids):
+            if written[n] > sweep - timedelta(minutes=1):
+                continue
+            others = [o for o in r.sample(ids, 4) if o != mid][:3]
+            at = sweep + timedelta(seconds=30 + 2 * n)
+            out.append(probe_event(r, f"rp-{RULES_AGENT}-s{s}-{n:03d}", at, RULES_AGENT, mid,
+                                   others, True, False))  # fmt: skip
+            task = probe_event(r, f"rt-{RULES_AGENT}-s{s}-{n:03d}", at + timedelta(seconds=1),
+                               RULES_AGENT, mid, others, n % 5 == 0, True)  # fmt: skip
+            out.append({**task, "query_source": "task"})
+        out.append({"kind": "ambient_context", "event_id": f"ac-{RULES_AGENT}-s{s}",
+                    "ts": ts(sweep + timedelta(minutes=5)), "agent_id": RULES_AGENT,
+                    "session_id": f"ambient-{RULES_AGENT}-s{s}",
+                    "memory_ids": [m for m, w in zip(ids, written, strict=True)
+                                   if w <= sweep][-10:]})  # fmt: skip
+    return out
+
+
 #: (agent, its sessions' failure rate while its pipeline is healthy, during its break)
 PIPELINE_SESSIONS = (("migrated-indexer", 0.45, 0.85), ("archivist", 0.45, 0.45))
 
@@ -564,7 +617,7 @@ def make(sessions: int, seed: int) -> list[str]:
     events = [e for i in range(sessions) for e in sample.session(i)]
     events += judgements(seed)
     memory = memory_agents(seed)
-    events += memory + memory_sweeps(memory, seed)
+    events += memory + memory_sweeps(memory, seed) + rules_agent(seed)
     events += pipeline_sessions(seed)
     events.sort(key=lambda e: e["ts"])  # sessions interleave, as on a live stream (stable sort)
     lines = [json.dumps(e, separators=(",", ":")) for e in events]

@@ -25,8 +25,11 @@ The rules, all in event time (the agent's own events, never their arrival order)
   threshold (scores absent: rank alone). Ties in ``ts`` between two events of one kind for
   one memory (two writes, two probes, two ambient contexts of the agent) go to the greater
   ``event_id`` for "latest" and the smaller for "first", so the result never depends on
-  which arrived first. Each probe counts in ``memdiag.recall_probe_total{agent_id, hit}``,
-  in the minute of its own ``ts``.
+  which arrived first. Each ``name`` probe (its ``query_source``, the default) counts in
+  ``memdiag.recall_probe_total{agent_id, hit}``, in the minute of its own ``ts``: the counter
+  and its alert ``recall_probe_miss`` are about SRR, which counts name probes only. A
+  ``task`` probe (its query made from a task the memory should serve) is a row, never an
+  increment: its misses are the query-formulation gap, not a broken pipeline.
 - Every probe and every ambient context is also sent as a row of its own (a function of the
   event alone), for the trends: SRR and ATR over time and against the memory count.
 
@@ -64,6 +67,7 @@ from memdiag.schemas.models import (
     format_ts,
 )
 from memdiag.streams.rules.recall import (
+    NAME_PROBE,
     break_since,
     earlier,
     ever_unindexed,
@@ -272,8 +276,9 @@ class Agent:
         elif isinstance(event, RecallProbe):
             row = self._probe_row(event)
             out.diagnostic(self.agent_id, row)
-            out.count(RECALL_PROBES, at_us=ts, agent_id=self.agent_id,
-                      hit="true" if row["hit"] else "false")  # fmt: skip
+            if event.query_source == NAME_PROBE:  # the counter is SRR's (docs/rules.md)
+                out.count(RECALL_PROBES, at_us=ts, agent_id=self.agent_id,
+                          hit="true" if row["hit"] else "false")  # fmt: skip
         elif isinstance(event, AmbientContext):
             out.diagnostic(self.agent_id, self._ambient_row(event))
             if later(self.ambient, ts, eid):
@@ -379,6 +384,7 @@ class Agent:
             "event_id": p.event_id,
             "agent_id": self.agent_id,
             "memory_id": p.memory_id,
+            "query_source": p.query_source,
             "hit": hit,
             "rank": rank,
             "score": score,

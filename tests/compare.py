@@ -97,8 +97,20 @@ def _pipeline_from_reference(ref: dict[str, Any]) -> Snapshot:
             for k, r in ref["memory_pipeline"].items()
         },
         "recall_probes": {
-            eid: (r["agent_id"], r["memory_id"], r["hit"], r["rank"], r["ts"], r["miss_reason"])
+            eid: (
+                r["agent_id"],
+                r["memory_id"],
+                r["hit"],
+                r["rank"],
+                r["ts"],
+                r["miss_reason"],
+                r["query_source"],
+            )
             for eid, r in ref["recall_probes"].items()
+        },
+        "recall_by_query_source": {
+            k: (r["probed"], r["hits"], _r(r["recall_rate"]))
+            for k, r in ref["recall_by_query_source"].items()
         },
         "pipeline_health": {
             agent: (
@@ -155,7 +167,8 @@ CHANGE_WINDOW_S = 600
 
 def _trend(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["probed"], r["hits"], _r(r["semantic_recall_rate"]), r["ambient_contexts"],
-            _r(r["ambient_trigger_rate"]))  # fmt: skip
+            _r(r["ambient_trigger_rate"]), r["task_probed"], r["task_hits"],
+            _r(r["task_recall_rate"]))  # fmt: skip
 
 
 def _edge(e: dict[str, str]) -> str:
@@ -317,8 +330,15 @@ def from_duckdb(query: Any) -> Snapshot:
         "recall_probes": {
             r[0]: tuple(r[1:])
             for r in query(
-                "SELECT event_id, agent_id, memory_id, hit, rank, epoch_us(ts), miss_reason "
-                "FROM recall_probes"
+                "SELECT event_id, agent_id, memory_id, hit, rank, epoch_us(ts), miss_reason, "
+                "query_source FROM recall_probes"
+            )
+        },
+        "recall_by_query_source": {
+            (r[0], r[1]): (r[2], r[3], _r(r[4]))
+            for r in query(
+                "SELECT agent_id, query_source, probed, hits, recall_rate "
+                "FROM recall_by_query_source"
             )
         },
         "pipeline_health": {
@@ -362,10 +382,11 @@ def from_duckdb(query: Any) -> Snapshot:
 def _trend_rows(query: Any, key_and_first: str, source: str) -> dict[Any, tuple[Any, ...]]:
     """A trend view's rows: (agent, its bucket key) -> its first column and the figures."""
     return {
-        (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]))
+        (r[0], r[1]): (r[2], r[3], r[4], _r(r[5]), r[6], _r(r[7]), r[8], r[9], _r(r[10]))
         for r in query(
             f"SELECT agent_id, {key_and_first}, probed, hits, semantic_recall_rate, "
-            f"ambient_contexts, ambient_trigger_rate FROM {source}"
+            f"ambient_contexts, ambient_trigger_rate, task_probed, task_hits, task_recall_rate "
+            f"FROM {source}"
         )
     }
 

@@ -287,8 +287,9 @@ def _miss_reason(
     written: dict[str, tuple[int, str | None]],
     indexed: dict[str, int],
 ) -> str | None:
-    """The first that holds: not_indexed, below_threshold, aliased, outranked; None: a hit."""
-    if probe["hit"]:
+    """The first that holds: not_indexed, below_threshold, aliased, outranked; None: a hit,
+    or a task probe (the reasons are the name probes')."""
+    if probe["hit"] or probe.get("query_source", "name") != "name":
         return None
     mid = probe["memory_id"]
     if mid not in indexed or indexed[mid] > probe["ts"]:
@@ -317,6 +318,7 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
     memories: dict[tuple[str, str], dict[str, Any]] = {}
     probes: dict[str, dict[str, Any]] = {}
     health: dict[str, dict[str, Any]] = {}
+    by_source: dict[tuple[str, str], dict[str, Any]] = {}  # recall_by_query_source
     spans: dict[tuple[str, int], dict[str, Any]] = {}
     points: list[dict[str, Any]] = []  # every probe and ambient context, for the trends
     clocks: dict[str, int] = {}
@@ -326,8 +328,9 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         written: dict[str, tuple[int, str | None]] = {}
         indexed: dict[str, int] = {}
         index_times: list[int] = []
-        latest_probe: dict[str, bool] = {}
+        latest_probe: dict[str, bool] = {}  # of the name probes: SRR's
         latest_probe_id: dict[str, str] = {}
+        latest_of: dict[str, dict[str, bool]] = {}  # source -> memory -> its latest's hit
         ambient: list[str] | None = None
         clocks[agent] = clock
         for e in evs:
@@ -346,11 +349,15 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
                     and rank <= k
                     and (scores is None or scores[rank - 1] >= threshold)
                 )
+                source = e.get("query_source", "name")
                 probes[e["event_id"]] = {"agent_id": agent, "memory_id": mid, "hit": hit,
                                          "rank": rank, "ts": t, "top": ids[:k],
-                                         "in_top": rank is not None and rank <= k}  # fmt: skip
-                latest_probe[mid] = hit  # sorted: the last one is the latest
-                latest_probe_id[mid] = e["event_id"]
+                                         "in_top": rank is not None and rank <= k,
+                                         "query_source": source}  # fmt: skip
+                latest_of.setdefault(source, {})[mid] = hit  # sorted: the last is the latest
+                if source == "name":  # SRR and the miss reasons: name probes only
+                    latest_probe[mid] = hit
+                    latest_probe_id[mid] = e["event_id"]
             elif e["kind"] == "ambient_context":
                 ambient = e["memory_ids"]
         for e in evs:  # the trends' points: each against every write of the agent by its ts
@@ -359,7 +366,8 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             if e["kind"] == "recall_probe":
                 points.append({"kind": "probe", "agent_id": agent, "ts": t,
                                "event_id": e["event_id"], "memory_id": e["memory_id"],
-                               "hit": probes[e["event_id"]]["hit"], "memory_count": len(by_then)})  # fmt: skip
+                               "hit": probes[e["event_id"]]["hit"], "memory_count": len(by_then),
+                               "query_source": e.get("query_source", "name")})  # fmt: skip
             elif e["kind"] == "ambient_context":
                 named = len(set(e["memory_ids"]) & by_then)
                 points.append({"kind": "ambient", "agent_id": agent, "ts": t,
@@ -384,6 +392,10 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
         for probe in probes.values():  # why each probe missed, from every event of the agent
             if probe["agent_id"] == agent:
                 probe["miss_reason"] = _miss_reason(probe, written, indexed)
+        for source, latest in latest_of.items():  # each memory once per source, by its latest
+            hits = sum(latest.values())
+            by_source[(agent, source)] = {"probed": len(latest), "hits": hits,
+                                          "recall_rate": hits / len(latest)}  # fmt: skip
         # when the pipeline was down, in hindsight: from a write that no (first) index of any
         # memory followed within the deadline, to the next one; spans sharing it are one
         firsts = sorted(indexed.values())
@@ -435,6 +447,7 @@ def pipeline_reference(events: list[dict[str, Any]], deadline_s: float = 600.0) 
             "unreachable_share": len(unreachable) / n_written if n_written else None,
         }
     return {"memory_pipeline": memories, "recall_probes": probes, "pipeline_health": health,
+            "recall_by_query_source": by_source,
             "pipeline_break_spans": spans, "trend_points": points, "clocks": clocks,
             "writes": {k: r["written_at"] for k, r in memories.items()
                        if r["written_at"] is not None}}  # fmt: skip
@@ -450,23 +463,32 @@ def memory_count_bucket(n: int) -> tuple[int, int]:
     return to // 2 + 1, to
 
 
-def _aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """SRR of each memory's latest probe (ts, then event_id) among ``points``; ATR the mean
-    of their ambient contexts' (those with a rate)."""
+def _latest_hits(points: list[dict[str, Any]], source: str) -> tuple[int, int]:
+    """(probed, hits) of each memory's latest probe (ts, then event_id) of ``source``."""
     latest: dict[str, tuple[int, str, bool]] = {}
     for p in points:
-        if p["kind"] == "probe":
+        if p["kind"] == "probe" and p["query_source"] == source:
             key = (p["ts"], p["event_id"], p["hit"])
             if p["memory_id"] not in latest or key > latest[p["memory_id"]]:
                 latest[p["memory_id"]] = key
+    return len(latest), sum(1 for _, _, hit in latest.values() if hit)
+
+
+def _aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """SRR of each memory's latest name probe among ``points``, the task recall of its latest
+    task probe; ATR the mean of their ambient contexts' (those with a rate)."""
+    probed, hits = _latest_hits(points, "name")
+    task_probed, task_hits = _latest_hits(points, "task")
     rates = [p["atr"] for p in points if p["kind"] == "ambient" and p["atr"] is not None]
-    hits = sum(1 for _, _, hit in latest.values() if hit)
     return {
-        "probed": len(latest),
+        "probed": probed,
         "hits": hits,
-        "semantic_recall_rate": hits / len(latest) if latest else None,
+        "semantic_recall_rate": hits / probed if probed else None,
         "ambient_contexts": sum(1 for p in points if p["kind"] == "ambient"),
         "ambient_trigger_rate": sum(rates) / len(rates) if rates else None,
+        "task_probed": task_probed,
+        "task_hits": task_hits,
+        "task_recall_rate": task_hits / task_probed if task_probed else None,
     }
 
 
@@ -496,12 +518,13 @@ def recall_by_memory_count_reference(ref: dict[str, Any]) -> dict[tuple[str, int
 
 
 def recall_change_reference(ref: dict[str, Any], window_us: int) -> dict[str, Any]:
-    """``recall_change(window_seconds)``: per agent with probes, SRR in the window up to its
-    clock and in the window before it."""
+    """``recall_change(window_seconds)``: per agent with name probes, SRR in the window up to
+    its clock and in the window before it."""
     out = {}
-    for agent in {p["agent_id"] for p in ref["trend_points"] if p["kind"] == "probe"}:
+    named = [p for p in ref["trend_points"] if p["kind"] == "probe" and p["query_source"] == "name"]
+    for agent in {p["agent_id"] for p in named}:
         end = ref["clocks"][agent]
-        probes = [p for p in ref["trend_points"] if p["agent_id"] == agent and p["kind"] == "probe"]
+        probes = [p for p in named if p["agent_id"] == agent]
         now = _aggregate([p for p in probes if end - window_us < p["ts"] <= end])
         before = _aggregate([p for p in probes if end - 2 * window_us < p["ts"] <= end - window_us])
         out[agent] = {"window_end": end, "probed": now["probed"], "hits": now["hits"],

@@ -198,8 +198,12 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
 def memory_events(r: random.Random, agents: int) -> list[dict[str, Any]]:
     """The recall pipeline events of ``agents`` agents, in an arrival order of their own:
     indexes in time, late (past the 600 s deadline), before their write and never; probes
-    (some twice), ambient contexts (the latest counts), agents that break, redeliveries."""
+    (some twice), probes made from a task (``query_source`` task, from a random generator of
+    their own so the rest stays as it was: they find their memory less often than the name
+    probes, the query-formulation gap), ambient contexts (the latest counts), agents that
+    break, redeliveries."""
     out: list[tuple[datetime, dict[str, Any]]] = []
+    tasks = random.Random(str(r.getstate()[1][:4]))  # seeded by r's state, drawing nothing
     for a in range(agents):
         agent = f"mem-agent-{a}"
         stops = r.choice([None, None, 8, 0])  # healthy, healthy, stops halfway, never indexed
@@ -235,6 +239,16 @@ def memory_events(r: random.Random, agents: int) -> list[dict[str, Any]]:
                 scores = sorted((round(r.uniform(0.1, 0.9), 2) for _ in ids), reverse=True)
                 add("recall_probe", t + timedelta(seconds=r.uniform(60, 9000)), memory_id=mid,
                     result_ids=ids, scores=scores if r.random() < 0.8 else None)  # fmt: skip
+            for i in range(tasks.choice([0, 0, 1, 2])):
+                ids = [f"{agent}-ep-{k:02d}" for k in tasks.sample(range(16), 4)]
+                if tasks.random() < 0.3:
+                    ids[tasks.randrange(4)] = mid
+                else:
+                    ids = [x for x in ids if x != mid]
+                at = t + timedelta(seconds=tasks.uniform(60, 9000))
+                out.append((at, {"kind": "recall_probe", "event_id": f"{mid}-task-{i}",
+                                 "ts": _ts(at), "agent_id": agent, "memory_id": mid,
+                                 "result_ids": ids, "query_source": "task"}))  # fmt: skip
         for _ in range(2):
             ids = [f"{agent}-ep-{k:02d}" for k in r.sample(range(20), 6)]  # some never written
             add("ambient_context", t + timedelta(seconds=r.uniform(0, 3600)),

@@ -382,7 +382,8 @@ CREATE TABLE IF NOT EXISTS memory_pipeline (
     PRIMARY KEY (agent_id, memory_id)
 );
 
--- One row per recall_probe event; each memory's latest (ts, then event_id) is its SRR verdict.
+-- One row per recall_probe event; each memory's latest name probe (ts, then event_id) is its
+-- SRR verdict.
 -- (Named recall_probes before miss_reason: db.init_schema renames an older file's table.)
 CREATE TABLE IF NOT EXISTS recall_probe_events (
     agent_id     VARCHAR NOT NULL,
@@ -398,6 +399,10 @@ CREATE TABLE IF NOT EXISTS recall_probe_events (
     ingested_at  TIMESTAMPTZ
 );
 ALTER TABLE recall_probe_events ADD COLUMN IF NOT EXISTS top_ids VARCHAR[];  -- the first k results
+-- Where the probe's query came from (contract section 9): `name` (made from the memory's name:
+-- what SRR and the miss reasons count) or `task` (from the text of a task it should serve). A
+-- file's rows from before the column were name probes: the default fills them.
+ALTER TABLE recall_probe_events ADD COLUMN IF NOT EXISTS query_source VARCHAR DEFAULT 'name';
 
 -- A memory name's key for aliasing (contract section 9): lowercased, every character that is
 -- not a (Unicode) letter removed: `daily-2026-11-01.md` and `daily-2026-11-02.md` share `dailymd`.
@@ -426,17 +431,19 @@ CREATE OR REPLACE MACRO look_alike(a, b) AS
 -- Each probe with why it missed: the first that holds of not_indexed (no memory_indexed of the
 -- target at or before the probe), below_threshold (in the first k, scored below the
 -- threshold), aliased (one of the first k results is a look-alike of the target: look_alike
--- of their names), outranked; NULL for a hit. A view over the memories as they stand, so a
--- late write or index event changes the reason by itself.
+-- of their names), outranked; NULL for a hit, and for a task probe (the reasons are the name
+-- probes': contract section 9; a task probe's miss is the query-formulation gap,
+-- recall_by_query_source). A view over the memories as they stand, so a late write or index
+-- event changes the reason by itself.
 CREATE OR REPLACE VIEW recall_probes AS
 WITH aliased AS (
-    -- missed probes with a look-alike among their first k: each result id looked up by name
+    -- missed name probes with a look-alike among their first k: each result id looked up by name
     SELECT r.event_id
     FROM (SELECT p.event_id, p.agent_id, p.memory_id, t.name,
                  unnest(p.top_ids[1:coalesce(p.k, 3)]) AS other
           FROM recall_probe_events p
           JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
-          WHERE NOT p.hit AND t.name IS NOT NULL) AS r
+          WHERE NOT p.hit AND p.query_source = 'name' AND t.name IS NOT NULL) AS r
     JOIN memory_pipeline o
       ON o.agent_id = r.agent_id AND o.memory_id = r.other AND look_alike(r.name, o.name)
     WHERE r.other <> r.memory_id
@@ -444,13 +451,14 @@ WITH aliased AS (
 )
 SELECT p.agent_id, p.memory_id, p.hit, p.rank,
        CASE
-           WHEN p.hit THEN NULL
+           WHEN p.hit OR p.query_source <> 'name' THEN NULL
            WHEN t.indexed_at IS NULL OR t.indexed_at > p.ts THEN 'not_indexed'
            WHEN p.rank IS NOT NULL AND p.rank <= coalesce(p.k, 3) THEN 'below_threshold'
            WHEN a.event_id IS NOT NULL THEN 'aliased'
            ELSE 'outranked'
        END AS miss_reason,
-       p.ts, p.event_id, p.score, p.k, p.threshold, p.result_count, p.top_ids, p.ingested_at
+       p.ts, p.event_id, p.score, p.k, p.threshold, p.result_count, p.top_ids, p.ingested_at,
+       p.query_source
 FROM recall_probe_events p
 LEFT JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
 LEFT JOIN aliased a ON a.event_id = p.event_id;
@@ -505,9 +513,11 @@ WITH memories AS (
     FROM memory_pipeline
     GROUP BY agent_id
 ),
+-- SRR and the miss reasons count name probes only (contract section 9): each memory's latest
 latest_probes AS (
     SELECT agent_id, hit
     FROM recall_probe_events
+    WHERE query_source = 'name'
     QUALIFY row_number() OVER (PARTITION BY agent_id, memory_id ORDER BY ts DESC, event_id DESC) = 1
 ),
 probes AS (
@@ -519,6 +529,7 @@ probes AS (
 latest_reasons AS (
     SELECT agent_id, miss_reason
     FROM recall_probes
+    WHERE query_source = 'name'
     QUALIFY row_number() OVER (PARTITION BY agent_id, memory_id ORDER BY ts DESC, event_id DESC) = 1
 ),
 misses AS (
@@ -586,6 +597,22 @@ LEFT JOIN pipeline_agents a USING (agent_id)
 LEFT JOIN ambient x USING (agent_id)
 LEFT JOIN unreachable u USING (agent_id);
 
+-- Per agent and query source (contract section 9): `probed` the memories with a probe of that
+-- source, `hits` those whose latest probe of that source (ts, then event_id) hit. A memory
+-- probed both ways counts once in each. The name row is pipeline_health's SRR; the gap between
+-- it and the task row is the recall paper's query-formulation failure (docs/rules.md).
+CREATE OR REPLACE VIEW recall_by_query_source AS
+WITH latest AS (
+    SELECT agent_id, query_source, hit
+    FROM recall_probe_events
+    QUALIFY row_number() OVER (PARTITION BY agent_id, memory_id, query_source
+                               ORDER BY ts DESC, event_id DESC) = 1
+)
+SELECT agent_id, query_source, count(*) AS probed, count(*) FILTER (WHERE hit) AS hits,
+       (count(*) FILTER (WHERE hit))::DOUBLE / count(*) AS recall_rate
+FROM latest
+GROUP BY agent_id, query_source;
+
 -- When each agent's pipeline was down, by the events, in hindsight (docs/rules.md, "Sessions
 -- during breaks"): from the first write that no index event followed within the deadline,
 -- to the next index event (NULL: still down). The index events are the memories' first
@@ -646,14 +673,15 @@ FROM memory_pipeline
 WHERE written_at IS NOT NULL;
 
 -- Every probe and every ambient context with the agent's memory count at its ts: a probe's
--- hit, an ambient context's share of those memories it names (its ATR). What the trends
--- aggregate.
+-- hit and query source, an ambient context's share of those memories it names (its ATR).
+-- What the trends aggregate.
 CREATE OR REPLACE VIEW recall_trend_points AS
 WITH points AS (
-    SELECT 'probe' AS kind, agent_id, ts, event_id, memory_id, hit, NULL::VARCHAR[] AS memory_ids
+    SELECT 'probe' AS kind, agent_id, ts, event_id, memory_id, hit, NULL::VARCHAR[] AS memory_ids,
+           query_source
     FROM recall_probe_events
     UNION ALL
-    SELECT 'ambient', agent_id, ts, event_id, NULL, NULL, memory_ids
+    SELECT 'ambient', agent_id, ts, event_id, NULL, NULL, memory_ids, NULL
     FROM ambient_contexts
 ),
 named AS (
@@ -669,14 +697,15 @@ SELECT p.kind, p.agent_id, p.ts, p.event_id, p.memory_id, p.hit,
        coalesce(c.memory_count, 0) AS memory_count,
        CASE WHEN p.kind = 'ambient' THEN coalesce(x.in_context, 0) END AS in_context,
        CASE WHEN p.kind = 'ambient' AND coalesce(c.memory_count, 0) > 0
-            THEN coalesce(x.in_context, 0)::DOUBLE / c.memory_count END AS ambient_trigger_rate
+            THEN coalesce(x.in_context, 0)::DOUBLE / c.memory_count END AS ambient_trigger_rate,
+       p.query_source
 FROM points p
 ASOF LEFT JOIN memory_counts c ON c.agent_id = p.agent_id AND p.ts >= c.written_at
 LEFT JOIN named x ON x.event_id = p.event_id AND p.kind = 'ambient';
 
 -- The trends' one rule (docs/rules.md, "Recall trends"), per agent and bucket: SRR of each
--- memory's latest probe in the bucket, ATR the mean of the bucket's ambient contexts' (those
--- with a rate). The bucket is the time bucket's number when bucket_seconds is given (aligned
+-- memory's latest name probe in the bucket, the task recall the same of its task probes
+-- (query_source task), ATR the mean of the bucket's ambient contexts' (those with a rate). The bucket is the time bucket's number when bucket_seconds is given (aligned
 -- on Monday 1970-01-05 00:00 UTC, by exact floor division), else the memory-count bucket's
 -- upper end (memory_count_bucket). A row for each bucket with a probe or an ambient context.
 CREATE OR REPLACE MACRO recall_buckets(bucket_seconds := NULL) AS TABLE
@@ -688,14 +717,18 @@ WITH points AS (
           FROM recall_trend_points)
 ),
 latest AS (
-    SELECT agent_id, bucket, hit
+    SELECT agent_id, bucket, hit, query_source
     FROM points
     WHERE kind = 'probe'
-    QUALIFY row_number() OVER (PARTITION BY agent_id, bucket, memory_id
+    QUALIFY row_number() OVER (PARTITION BY agent_id, bucket, memory_id, query_source
                                ORDER BY ts DESC, event_id DESC) = 1
 ),
 probes AS (
-    SELECT agent_id, bucket, count(*) AS probed, count(*) FILTER (WHERE hit) AS hits
+    SELECT agent_id, bucket,
+           count(*) FILTER (WHERE query_source = 'name') AS probed,
+           count(*) FILTER (WHERE query_source = 'name' AND hit) AS hits,
+           count(*) FILTER (WHERE query_source = 'task') AS task_probed,
+           count(*) FILTER (WHERE query_source = 'task' AND hit) AS task_hits
     FROM latest GROUP BY agent_id, bucket
 ),
 ambient AS (
@@ -709,7 +742,11 @@ SELECT agent_id, bucket,
        CASE WHEN coalesce(p.probed, 0) > 0 THEN p.hits::DOUBLE / p.probed END
            AS semantic_recall_rate,
        coalesce(a.ambient_contexts, 0) AS ambient_contexts,
-       a.ambient_trigger_rate
+       a.ambient_trigger_rate,
+       coalesce(p.task_probed, 0) AS task_probed,
+       coalesce(p.task_hits, 0) AS task_hits,
+       CASE WHEN coalesce(p.task_probed, 0) > 0 THEN p.task_hits::DOUBLE / p.task_probed END
+           AS task_recall_rate
 FROM probes p
 FULL JOIN ambient a USING (agent_id, bucket);
 
@@ -727,14 +764,16 @@ b AS (
     FROM r
 )
 SELECT b.agent_id, b.bucket_start, coalesce(c.memory_count, 0) AS written, b.probed, b.hits,
-       b.semantic_recall_rate, b.ambient_contexts, b.ambient_trigger_rate
+       b.semantic_recall_rate, b.ambient_contexts, b.ambient_trigger_rate, b.task_probed,
+       b.task_hits, b.task_recall_rate
 FROM b
 ASOF LEFT JOIN memory_counts c ON c.agent_id = b.agent_id AND b.bucket_end > c.written_at;
 
 -- recall_trend by UTC day.
 CREATE OR REPLACE VIEW recall_by_day AS
 SELECT agent_id, CAST(timezone('UTC', bucket_start) AS DATE) AS day, written, probed, hits,
-       semantic_recall_rate, ambient_contexts, ambient_trigger_rate
+       semantic_recall_rate, ambient_contexts, ambient_trigger_rate, task_probed, task_hits,
+       task_recall_rate
 FROM recall_trend(bucket_seconds := 86400);
 
 -- SRR and ATR per agent and memory-count bucket (recall_buckets by memory count): "does recall
@@ -742,17 +781,19 @@ FROM recall_trend(bucket_seconds := 86400);
 CREATE OR REPLACE VIEW recall_by_memory_count AS
 SELECT agent_id, CASE WHEN bucket <= 1 THEN bucket ELSE bucket // 2 + 1 END AS memory_count_from,
        bucket AS memory_count_to, probed, hits, semantic_recall_rate, ambient_contexts,
-       ambient_trigger_rate
+       ambient_trigger_rate, task_probed, task_hits, task_recall_rate
 FROM recall_buckets(bucket_seconds := NULL);
 
--- Per agent, SRR in the window_seconds up to its clock (the newest ts of its memory events)
--- and in the window before: each memory's latest probe in the window (window_end -
--- window_seconds, window_end], and the same before it. What `status` flags a fall of.
+-- Per agent with name probes, SRR in the window_seconds up to its clock (the newest ts of its
+-- memory events) and in the window before: each memory's latest name probe in the window
+-- (window_end - window_seconds, window_end], and the same before it. What `status` flags a
+-- fall of.
 CREATE OR REPLACE MACRO recall_change(window_seconds := 86400) AS TABLE
 WITH ends AS (
     SELECT p.agent_id, epoch_us(coalesce(any_value(a.clock), max(p.ts))) AS end_us
     FROM recall_probe_events p
     LEFT JOIN pipeline_agents a USING (agent_id)
+    WHERE p.query_source = 'name'
     GROUP BY p.agent_id
 ),
 placed AS (
@@ -761,7 +802,8 @@ placed AS (
                 THEN 'current' ELSE 'previous' END AS side
     FROM recall_probe_events p
     JOIN ends e USING (agent_id)
-    WHERE epoch_us(p.ts) > e.end_us - 2 * CAST(round(window_seconds * 1e6) AS BIGINT)
+    WHERE p.query_source = 'name'
+      AND epoch_us(p.ts) > e.end_us - 2 * CAST(round(window_seconds * 1e6) AS BIGINT)
       AND epoch_us(p.ts) <= e.end_us
 ),
 latest AS (

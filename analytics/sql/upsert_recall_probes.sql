@@ -1,10 +1,11 @@
 -- One row per recall_probe event: a function of the event alone, so a redelivery or a replay
 -- writes the same values. ingested_at keeps its first value. (miss_reason is the view
--- recall_probes': it follows the agent's writes and index events whenever they arrive.)
+-- recall_probes': it follows the agent's writes and index events whenever they arrive.) A
+-- record from a worker older than query_source has none: its probe was a name probe.
 INSERT INTO recall_probe_events (event_id, agent_id, memory_id, hit, rank, ts, score, k,
-                                 threshold, result_count, top_ids, ingested_at)
+                                 threshold, result_count, top_ids, ingested_at, query_source)
 SELECT event_id, agent_id, memory_id, hit, rank, CAST(ts AS TIMESTAMPTZ), score, k, threshold,
-       result_count, top_ids, current_timestamp
+       result_count, top_ids, current_timestamp, coalesce(query_source, 'name')
 FROM batch
 ON CONFLICT (event_id) DO UPDATE SET
     agent_id = EXCLUDED.agent_id,
@@ -16,4 +17,5 @@ ON CONFLICT (event_id) DO UPDATE SET
     k = EXCLUDED.k,
     threshold = EXCLUDED.threshold,
     result_count = EXCLUDED.result_count,
-    top_ids = EXCLUDED.top_ids;
+    top_ids = EXCLUDED.top_ids,
+    query_source = EXCLUDED.query_source;

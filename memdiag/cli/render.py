@@ -646,7 +646,7 @@ def print_pipeline_health(rows: list[dict[str, Any]], args: argparse.Namespace) 
     missing = [r for r in rows if r["missed"]]
     if missing:
         why = table(
-            "why probes missed (each probed memory's latest probe)",
+            "why probes missed (each probed memory's latest name probe)",
             ["agent", "probed", "missed", "not indexed", "below thr.", "aliased", "outranked"],
             ["probed", "missed", "not indexed", "below thr.", "aliased", "outranked"],
             box=False,
@@ -663,14 +663,42 @@ def print_pipeline_health(rows: list[dict[str, Any]], args: argparse.Namespace) 
                 f"{r['outranked_misses']:,}",
             )
         show(why)
+    tasked = [r for r in rows if r.get("task_probed")]
+    if tasked:
+        gap = table(
+            "recall by query source (each memory's latest probe of each)",
+            ["agent", "probed", "SRR", "task probed", "task recall", "gap"],
+            ["probed", "SRR", "task probed", "task recall", "gap"],
+            box=False,
+        )
+        for r in tasked:
+            points = r["query_formulation_gap"]
+            text = "n/a" if points is None else f"{points * 100:+.0f} pts"
+            gap.add_row(
+                escape(r["agent_id"]),
+                f"{r['probed']:,}",
+                pct(r["semantic_recall_rate"]),
+                f"{r['task_probed']:,}",
+                pct(r["task_recall_rate"]),
+                f"[yellow]{text}[/yellow]" if points is not None and points > 0 else text,
+            )
+        show(gap)
     out.print(
         "[dim]PC (pipeline coverage): indexed / written. SRR (semantic recall rate): probed "
-        "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
-        "rate): written memories in the latest ambient context (query recall-trend's ATR is "
-        "the mean over a bucket's contexts, so the two differ). Unreach.: past the deadline "
+        "memories their own name's probe found in its top k above its threshold. ATR (ambient "
+        "trigger rate): written memories in the latest ambient context (query recall-trend's "
+        "ATR is the mean over a bucket's contexts, so the two differ). Unreach.: past the deadline "
         "unindexed and not in the latest ambient context: no path brings them back. Aliased: "
         "a memory with the same name key (another day's daily note) came back instead, its "
-        "share of the probed memories in brackets. Times UTC; --json for every column; "
+        "share of the probed memories in brackets. "
+        + (
+            "Task probed: memories probed with a query made from a task they should serve (not "
+            "in SRR); gap: SRR minus their recall, the query-formulation failure (the pipeline "
+            "finds the memory by its name, a task's words do not reach it). "
+            if tasked
+            else ""
+        )
+        + "Times UTC; --json for every column; "
         "`memdiag explain-memory ID --agent A` for one memory.[/dim]"
     )
     if broken:
@@ -716,13 +744,17 @@ def print_recall_trend(rows: list[dict[str, Any]], args: argparse.Namespace) -> 
     for r in rows:
         agents.setdefault(r["agent_id"], []).append(r)
     by_count = by == "memory-count"
+    tasked = False
     for name, series in agents.items():
         what = "memory count" if by_count else f"{by} (UTC)"
         first = ["memories"] if by_count else [by, "written"]
+        task = any(r.get("task_probed") for r in series)
+        tasked = tasked or task
+        more = ["task probed", "task recall"] if task else []
         t = table(
             f"{escape(name)}: recall by {what}",
-            [*first, "probed", "SRR", "", "contexts", "ATR"],
-            [*first[1:], "probed", "SRR", "contexts", "ATR"],
+            [*first, "probed", "SRR", "", "contexts", "ATR", *more],
+            [*first[1:], "probed", "SRR", "contexts", "ATR", *more],
             box=False,
         )
         for r in series:
@@ -744,13 +776,20 @@ def print_recall_trend(rows: list[dict[str, Any]], args: argparse.Namespace) -> 
                 bar,
                 f"{r['ambient_contexts']:,}",
                 pct(r["ambient_trigger_rate"]),
+                *([f"{r['task_probed']:,}", pct(r["task_recall_rate"])] if task else []),
             )
         show(t)
     out.print(
-        "[dim]SRR: of the memories probed in the bucket, those their own (latest) probe there "
-        "found. ATR: the mean, over the bucket's ambient contexts, of the share of the agent's "
-        "memories written by then that the context names (pipeline-health's ATR is the latest "
-        "context's alone). "
+        "[dim]SRR: of the memories probed in the bucket, those their own name's (latest) probe "
+        "there found. ATR: the mean, over the bucket's ambient contexts, of the share of the "
+        "agent's memories written by then that the context names (pipeline-health's ATR is the "
+        "latest context's alone). "
+        + (
+            "Task recall: the same of the probes made from a task's words, apart from SRR (below "
+            "it: the query-formulation gap). "
+            if tasked
+            else ""
+        )
         + (
             "Memories: the agent's written memories at each probe or context. "
             if by_count
@@ -1004,26 +1043,35 @@ def print_memory(ex: dict[str, Any], args: argparse.Namespace) -> None:
             )
         if m["broken_since"] is not None:
             out.print(f"[red]the agent's pipeline is broken since {when(m['broken_since'])}[/red]")
-    latest = ex["latest"]
-    if latest is None:
+    latest, task = ex["latest"], ex.get("latest_task")
+    if latest is None and task is None:
         out.print("[dim]never probed: publish recall_probe events to see whether it is found[/dim]")
         return
-    if latest["hit"]:
-        out.print("latest probe: [green]hit[/green]")
+    if latest is None:
+        out.print("[dim]no probe made from its name: only task probes (SRR counts none)[/dim]")
+    elif latest["hit"]:
+        out.print("latest probe by its name: [green]hit[/green]")
     else:
         out.print(
-            f"latest probe: [red]missed[/red], [bold]{latest['miss_reason']}[/bold]: look "
-            f"at {escape(latest['look_at'] or '')}"
+            f"latest probe by its name: [red]missed[/red], [bold]{latest['miss_reason']}[/bold]: "
+            f"look at {escape(latest['look_at'] or '')}"
+        )
+    if task is not None and task["hit"]:
+        out.print("latest probe by a task: [green]hit[/green]")
+    elif task is not None:
+        out.print(
+            "latest probe by a task: [red]missed[/red]"
+            + (f": look at {escape(task['look_at'])}" if task["look_at"] else "")
         )
     t = table(
         "probes (latest first)",
-        ["at", "verdict", "rank", "score", "first k results"],
+        ["at", "query", "verdict", "rank", "score", "first k results"],
         ["rank", "score"],
         ["first k results"],
         box=False,
     )
     for p in ex["probes"]:
-        verdict = "[green]hit[/green]" if p["hit"] else f"[red]{p['miss_reason']}[/red]"
+        verdict = "[green]hit[/green]" if p["hit"] else f"[red]{p['miss_reason'] or 'missed'}[/red]"
         tops = []
         for top in p["top"]:
             label = escape(top["memory_id"])
@@ -1036,6 +1084,7 @@ def print_memory(ex: dict[str, Any], args: argparse.Namespace) -> None:
             tops.append(label)
         t.add_row(
             when(p["ts"]),
+            p["query_source"],
             verdict,
             cell(p["rank"]),
             "—" if p["score"] is None else f"{p['score']:.2f}",
@@ -1045,7 +1094,8 @@ def print_memory(ex: dict[str, Any], args: argparse.Namespace) -> None:
     ps = ex["probe_summary"]
     note(cut(ps["shown"], ps.get("total", ps["shown"]), "probes", "--limit N for more"), out)
     out.print(
-        "[dim]hit: in the first k results at or above the threshold. Reasons: "
+        "[dim]hit: in the first k results at or above the threshold. Query: made from the "
+        "memory's name (SRR's) or from a task it should serve. Reasons, of name probes: "
         "not_indexed, below_threshold, aliased (a look-alike name came back), outranked. "
         "Times UTC; --json for all.[/dim]"
     )
@@ -1222,13 +1272,91 @@ def print_calibration(r: dict[str, Any], args: argparse.Namespace) -> None:
             f"stream's verdict on all {check['checked']:,} judged searches[/dim]"
         )
     out.print("[dim]caveats: " + escape("; ".join(r["caveats"])) + ".[/dim]")
+    if r.get("substring_reading"):
+        print_substring_reading(r["substring_reading"])
+
+
+def print_substring_reading(s: dict[str, Any]) -> None:
+    """``calibrate --events``: memdiag's whole words against AgentOS's substrings."""
+    n = s["judged"]
+    out.print(f"\n[bold]whole words or substrings[/bold] — {n:,} injected memories of "
+              f"{escape(s['source'])}")  # fmt: skip
+    if not n:
+        out.print("[dim]no turn of the file has both its injection and its response[/dim]")
+        return
+    out.print(
+        f"used: {s['used_whole_words']:,} by whole words (memdiag), {s['used_substrings']:,} by "
+        f"substrings (AgentOS); {s['ignored_to_used'] + s['used_to_ignored']:,} verdicts "
+        f"({s['flipped_share']:.1%}) flip: {s['ignored_to_used']:,} ignored → used, "
+        f"{s['used_to_ignored']:,} used → ignored"
+    )
+    for e in s["examples"]:
+        why = "; ".join(
+            f"{label} {', '.join(words)}"
+            for label, words in (("only as substrings:", e["only_as_substring"]),
+                                 ("only as words:", e["only_as_word"])) if words
+        )  # fmt: skip
+        out.print(
+            f"  {escape(str(e['session_id']))} {escape(str(e['turn_id']))} "
+            f"{escape(str(e['observation_id']))}: {e['whole_words']} → {e['substrings']} "
+            f"[dim]({escape(why)})[/dim]"
+        )
+    skipped = {k: v for k, v in s["skipped"].items() if v}
+    if skipped:
+        said = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in skipped.items())
+        out.print(f"[dim]skipped: {said}[/dim]")
 
 
 # -- benchmarks ---------------------------------------------------------------------------
 
 
 def side_name(side: dict[str, Any]) -> str:
-    return escape(side["run_id"] + (f" [{side['condition']}]" if side.get("condition") else ""))
+    """A side of a comparison: its run, or its run group and how many runs are its repeats."""
+    if side.get("run_id") is None and side.get("run_group_id") is not None:
+        runs = side.get("runs") or []
+        who = f"group {side['run_group_id']} ({len(runs)} run{'s' if len(runs) != 1 else ''})"
+    else:
+        who = str(side.get("run_id"))
+    return escape(who + (f" [{side['condition']}]" if side.get("condition") else ""))
+
+
+POSITIONAL = {"by_gold_rank": "best gold rank", "by_context_length": "context length (ids)"}
+
+
+def _rate(b: dict[str, Any]) -> str:
+    return "—" if b["correct_rate"] is None else f"{b['correct_rate']:.0%} of {b['answers']:,}"
+
+
+def print_positional_compared(pos: dict[str, Any]) -> None:
+    """Buried evidence, baseline against candidate per bucket (``compare``)."""
+    for name, label in POSITIONAL.items():
+        rows = pos[name]
+        if not any(r["baseline"]["answers"] or r["candidate"]["answers"] for r in rows):
+            continue
+        cols = [label, "baseline correct", "candidate correct", "Δ", "reader failures"]
+        t = table(f"buried evidence by {label}: answers with all their gold in the context",
+                  cols, cols[1:])  # fmt: skip
+        for r in rows:
+            d = r["correct_rate_delta"]
+            t.add_row(
+                r["bucket"], _rate(r["baseline"]), _rate(r["candidate"]),
+                "—" if d is None else f"{d * 100:+.1f} pts",
+                f"{r['baseline']['reader_failures']:,} → {r['candidate']['reader_failures']:,}",
+            )  # fmt: skip
+        show(t)
+
+
+def print_positional(conditions: list[dict[str, Any]]) -> None:
+    """Buried evidence per condition (``report scores``): the correct rate per bucket."""
+    names = [escape(c["condition"]) or "(none)" for c in conditions]
+    for name, label in POSITIONAL.items():
+        if not any(b["answers"] for c in conditions for b in c["positional"][name]):
+            continue
+        t = table(f"buried evidence by {label}: correct rate of the answers with all their "
+                  "gold in the context", [label, *names], names)  # fmt: skip
+        for i, bucket in enumerate(conditions[0]["positional"][name]):
+            t.add_row(bucket["bucket"], *(_rate(c["positional"][name][i]) for c in conditions))
+        show(t)
 
 
 def print_runs(rows: Any, args: argparse.Namespace) -> None:
@@ -1291,7 +1419,9 @@ def paired_cells(p: dict[str, Any]) -> list[str]:
         fmt(u, p["baseline_mean"], bare=True),
         fmt(u, p["candidate_mean"], bare=True),
         fmt(u, p["delta"], True, bare=True),
-        f"[{fmt(u, ci['low'], True, bare=True)}, {fmt(u, ci['high'], True, bare=True)}]",
+        "—"  # --resamples 0: no interval
+        if ci is None
+        else f"[{fmt(u, ci['low'], True, bare=True)}, {fmt(u, ci['high'], True, bare=True)}]",
     ]
 
 
@@ -1318,7 +1448,9 @@ def print_comparison(r: dict[str, Any], args: argparse.Namespace) -> None:
         ("candidate", f"{side_name(c)}: accuracy {c['accuracy']:.1%}"),
         (
             "delta",
-            f"{r['delta'] * 100:+.1f} pts, {ci['level']:.0%} CI {ci['low'] * 100:+.1f} to "
+            f"{r['delta'] * 100:+.1f} pts, no interval (--resamples 0)"
+            if ci is None
+            else f"{r['delta'] * 100:+.1f} pts, {ci['level']:.0%} CI {ci['low'] * 100:+.1f} to "
             f"{ci['high'] * 100:+.1f} (paired bootstrap over questions, {ci['resamples']:,} "
             f"resamples, seed {ci['seed']})",
         ),
@@ -1352,12 +1484,14 @@ def print_comparison(r: dict[str, Any], args: argparse.Namespace) -> None:
         t.add_row(s, *(f"[bold]{row[x]}[/bold]" if s == x else str(row[x]) for x in states))
     show(t)
     metrics = paired_metrics_table(
-        f"metrics: candidate − baseline, {ci['level']:.0%} interval over questions "
-        "(fractions in %, their deltas in points; latency_ms in ms)",
+        "metrics: candidate − baseline"
+        + ("" if ci is None else f", {ci['level']:.0%} interval over questions")
+        + " (fractions in %, their deltas in points; latency_ms in ms)",
         r["metrics"],
     )
     if metrics.row_count:
         show(metrics)
+    print_positional_compared(r["positional"])
     un = r["unpaired"]
     for side, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
         if items:
@@ -1375,9 +1509,9 @@ def print_gate(v: Any, args: argparse.Namespace) -> None:
         out.print(v.words, markup=False, highlight=False)
         return
     if v.metrics:
-        title = f"gate: {v.baseline.get('run_id')} → {v.candidate.get('run_id')}"
+        title = f"gate: {side_name(v.baseline)} → {side_name(v.candidate)}"
         cols = ["metric", "base", "cand", "Δ", "95% interval", "allowed", ""]
-        t = table(escape(title), cols, cols[1:6], box=False)
+        t = table(title, cols, cols[1:6], box=False)
         for mv in v.metrics:
             d = mv.as_dict()
             cells = paired_cells(d) if mv.paired is not None else ["—"] * 4
@@ -1462,6 +1596,7 @@ def print_scores(report: dict[str, Any], args: argparse.Namespace) -> None:
             f"{cmp['questions']:,} questions ({cmp['pairs']:,} pairs)"
         )
         show(paired_metrics_table(escape(title), cmp["metrics"]))
+    print_positional(report["conditions"])
     prov = report["provenance"]
     out.print(
         f"[dim]{prov['judgements']:,} judgements, {prov['first_event_ts']} to "

@@ -188,7 +188,13 @@ def agent(con: duckdb.DuckDBPyConnection, agent_id: str) -> Page:
         f"agent {agent_id}",
         f"recall pipeline: {e(state)}",
         [
-            ("health", "Pipeline health", h.pipeline_table([hl], LIVE) + h.recall_fell(fell, LIVE)),
+            (
+                "health",
+                "Pipeline health",
+                h.pipeline_table([hl], LIVE)
+                + h.query_sources([hl], LIVE)
+                + h.recall_fell(fell, LIVE),
+            ),
             (
                 "trends",
                 "Recall over time and memory count",
@@ -208,15 +214,17 @@ def agent(con: duckdb.DuckDBPyConnection, agent_id: str) -> Page:
 def runs(
     con: duckdb.DuckDBPyConnection, q: Mapping[str, str], policy: str, policy_name: str
 ) -> Page:
-    keys = ("baseline", "candidate", "baseline_condition", "candidate_condition")
-    b, c, bc, cc = (q.get(k) or None for k in keys)
-    p = qs.runs_page(con, b, c, bc, cc, policy)
+    keys = ("baseline", "candidate", "baseline_condition", "candidate_condition",
+            "baseline_group", "candidate_group")  # fmt: skip
+    b, c, bc, cc, bg, cg = (q.get(k) or None for k in keys)
+    p = qs.runs_page(con, b, c, bc, cc, policy, bg, cg)
     ids = [r["run_id"] for r in p["runs"]]
+    groups = sorted({r["run_group_id"] for r in p["runs"] if r.get("run_group_id")})
 
-    def select(name: str, chosen: str | None) -> str:
+    def select(name: str, chosen: str | None, among: list[str] = ids) -> str:
         options = "".join(
             f'<option value="{e(i)}"{" selected" if i == chosen else ""}>{e(i)}</option>'
-            for i in ids
+            for i in among
         )
         return (
             f'<label>{name}<select name="{name}"><option value=""></option>{options}'
@@ -233,6 +241,11 @@ def runs(
         '<form class="filters" method="get" action="/runs">'
         + select("baseline", b)
         + select("candidate", c)
+        + (
+            select("baseline_group", bg, groups) + select("candidate_group", cg, groups)
+            if groups
+            else ""
+        )  # fmt: skip
         + text("baseline_condition", bc)
         + text("candidate_condition", cc)
         + '<button type="submit">compare</button></form>'
@@ -246,7 +259,12 @@ def runs(
         sections.append(("gate", f"gate, under {policy_name}", h.gate(p["verdict"])))
     return Page(
         "benchmark runs",
-        f"{len(ids):,} runs" + (f" · {e(b)} → {e(c)}" if b and c else ""),
+        f"{len(ids):,} runs"
+        + (
+            f" · {e(b or 'group ' + (bg or ''))} → {e(c or 'group ' + (cg or ''))}"
+            if (b or bg) and (c or cg)
+            else ""
+        ),  # fmt: skip
         sections,
         top=form,
     )

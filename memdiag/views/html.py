@@ -779,16 +779,26 @@ def explain_memory(ex: dict[str, Any], links: Links) -> str:
                 f'<p class="failed">The agent\'s pipeline is broken since '
                 f"{e(fmt(m['broken_since']))} UTC.</p>"
             )
-    latest = ex["latest"]
-    if latest is None:
+    latest, task = ex["latest"], ex.get("latest_task")
+    if latest is None and task is None:
         parts.append("<p>Never probed: publish recall_probe events to see whether it is found.</p>")
         return "".join(parts)
-    if latest["hit"]:
-        parts.append('<p>Latest probe: <span class="accepted">hit</span>.</p>')
+    if latest is None:
+        parts.append("<p>No probe made from its name: only task probes (SRR counts none).</p>")
+    elif latest["hit"]:
+        parts.append('<p>Latest probe by its name: <span class="accepted">hit</span>.</p>')
     else:
         parts.append(
-            f'<p>Latest probe: <span class="failed">missed</span>, '
+            f'<p>Latest probe by its name: <span class="failed">missed</span>, '
             f"<b>{e(latest['miss_reason'])}</b>: look at {e(latest['look_at'])}.</p>"
+        )
+    if task is not None and task["hit"]:
+        parts.append('<p>Latest probe by a task: <span class="accepted">hit</span>.</p>')
+    elif task is not None:
+        parts.append(
+            '<p>Latest probe by a task: <span class="failed">missed</span>'
+            + (f": look at {e(task['look_at'])}." if task["look_at"] else ".")
+            + "</p>"
         )
     rows = []
     for p in ex["probes"]:
@@ -805,11 +815,12 @@ def explain_memory(ex: dict[str, Any], links: Links) -> str:
         verdict = (
             '<span class="accepted">hit</span>'
             if p["hit"]
-            else f'<span class="failed">{e(p["miss_reason"])}</span>'
+            else f'<span class="failed">{e(p["miss_reason"] or "missed")}</span>'
         )
         rows.append(
             [
                 td(p["ts"]),
+                td(p["query_source"]),
                 td(None, verdict),
                 td(p["rank"]),
                 td(p["score"], "—" if p["score"] is None else f"{p['score']:.2f}"),
@@ -820,10 +831,21 @@ def explain_memory(ex: dict[str, Any], links: Links) -> str:
     return (
         "".join(parts)
         + table(
-            ["probed at (UTC)", "verdict", "rank", "score", "what came back (first k)"],
+            [
+                "probed at (UTC)",
+                "query from",
+                "verdict",
+                "rank",
+                "score",
+                "what came back (first k)",
+            ],
             rows,
             keys=[str(p["event_id"]) for p in ex["probes"]],
-            numeric=(2, 3),
+            numeric=(3, 4),
+        )
+        + note(
+            "Query from: the memory's name (what SRR counts, with why it missed) or a task it "
+            "should serve (a miss there is the query-formulation gap, no reason given)."
         )
         + shown(
             ps["shown"],
@@ -887,7 +909,8 @@ def pipeline_table(agents: list[dict[str, Any]], links: Links) -> str:
         cls="wide",
     ) + note(
         "PC (pipeline coverage): indexed over written. SRR (semantic recall rate): probed "
-        "memories their own probe found in its top k above its threshold. ATR (ambient trigger "
+        "memories their own name's probe found in its top k above its threshold (probes made "
+        "from a task are not in it). ATR (ambient trigger "
         "rate): written memories in the latest ambient context (the trends' ATR is the mean "
         "over a bucket's contexts instead, so the two differ). Broken: a memory missed its "
         "index deadline and nothing was indexed since; an agent that never reports indexing "
@@ -895,6 +918,46 @@ def pipeline_table(agents: list[dict[str, Any]], links: Links) -> str:
         "catches it (an agent recalling nothing is marked so). Unreachable: past the deadline "
         "and not in the latest ambient context."
     )
+
+
+def query_sources(agents: list[dict[str, Any]], links: Links) -> str:
+    """The agents with task probes: their recall beside SRR, and the gap (the recall paper's
+    query-formulation failure); nothing when no agent has task probes."""
+    rows = [
+        [
+            td(None, a(links.agent(r["agent_id"]), r["agent_id"])),
+            td(r["probed"]),
+            td(r["semantic_recall_rate"], pct(r["semantic_recall_rate"], 0)),
+            td(r["task_probed"]),
+            td(r["task_recall_rate"], pct(r["task_recall_rate"], 0)),
+            td(r["query_formulation_gap"], gap_text(r["query_formulation_gap"])),
+        ]
+        for r in agents
+        if r.get("task_probed")
+    ]
+    if not rows:
+        return ""
+    return (
+        "<h3>Recall by query source: names against tasks</h3>"
+        + table(
+            ["agent", "probed by name", "SRR", "probed by task", "task recall", "gap"],
+            rows,
+            keys=[r["agent_id"] for r in agents if r.get("task_probed")],
+            numeric=(1, 2, 3, 4, 5),
+        )
+        + note(
+            "A probe's query is made from the memory's name (SRR, the table above) or from the "
+            "text of a task the memory should serve (task recall), each memory by its latest "
+            "probe of that source. A memory its name finds and its tasks do not is the recall "
+            "paper's query-formulation failure: the pipeline works, the query does not reach "
+            "it. The gap is SRR minus task recall, in points."
+        )
+    )
+
+
+def gap_text(gap: float | None) -> str:
+    """SRR minus task recall, in percentage points (escaped)."""
+    return "n/a" if gap is None else e(f"{gap * 100:+.0f} pts")
 
 
 def recall_fell(p: dict[str, Any] | None, links: Links) -> str:
@@ -932,7 +995,9 @@ def recall_trend_chart(
     for r in rows:
         agents.setdefault(r["agent_id"], []).append(r)
     names = [x for x in order if x in agents] + sorted(x for x in agents if x not in order)
-    count = "probed" if key == "semantic_recall_rate" else "ambient_contexts"
+    count = {"semantic_recall_rate": "probed", "task_recall_rate": "task_probed"}.get(
+        key, "ambient_contexts"
+    )
     series = []
     ticks: dict[float, str] = {}
     for name in names:
@@ -956,7 +1021,7 @@ def recall_trend_chart(
         x_labels = charts.time_ticks(min(xs), max(xs)) if xs else []
     # a rate of fewer than 3 probes is hollow; every ambient context is a whole figure
     return charts.small_multiples(
-        series, title, x_labels, min_n=3 if key == "semantic_recall_rate" else 1
+        series, title, x_labels, min_n=1 if count == "ambient_contexts" else 3
     )
 
 
@@ -1160,28 +1225,112 @@ def _paired_row(name: str, p: dict[str, Any]) -> list[str]:
         td(None, e(mfmt(u, p["delta"], True, bare=True))),
         td(
             None,
-            e(f"[{mfmt(u, ci['low'], True, bare=True)}, {mfmt(u, ci['high'], True, bare=True)}]"),
+            "—"  # --resamples 0: no interval
+            if ci is None
+            else e(
+                f"[{mfmt(u, ci['low'], True, bare=True)}, {mfmt(u, ci['high'], True, bare=True)}]"
+            ),
         ),
         td(p["pairs"]),
     ]
+
+
+def side_name(s: dict[str, Any]) -> str:
+    """A side of a comparison: its run, or its run group with the runs that are its repeats."""
+    if s.get("run_id") is None and s.get("run_group_id") is not None:
+        runs = s.get("runs") or []
+        who = (f"group <code>{e(s['run_group_id'])}</code> ({len(runs)} run"
+               f"{'s' if len(runs) != 1 else ''}: {e(', '.join(runs))})")  # fmt: skip
+    else:
+        who = e(s.get("run_id"))
+    return who + (e(f" [{s['condition']}]") if s.get("condition") else "")
+
+
+POSITIONAL = {"by_gold_rank": "best gold rank", "by_context_length": "context length (ids)"}
+_BURIED_NOTE = (
+    "Answers whose gold evidence was all in the context, by where it sat: each is correct or a "
+    "reader failure. A rate that falls with the rank, or with the length, is evidence the "
+    'reader was given and missed (docs/rules.md, "Buried evidence").'
+)
+
+
+def _rate(b: dict[str, Any]) -> str:
+    return "—" if b["correct_rate"] is None else f"{pct(b['correct_rate'], 0)} of {b['answers']:,}"
+
+
+def positional_compared(pos: dict[str, Any]) -> str:
+    """Buried evidence, baseline against candidate per bucket (``compare``)."""
+    parts = []
+    for name, label in POSITIONAL.items():
+        rows = pos[name]
+        if not any(r["baseline"]["answers"] or r["candidate"]["answers"] for r in rows):
+            continue
+        body = [
+            [
+                td(r["bucket"]),
+                td(None, e(_rate(r["baseline"]))),
+                td(None, e(_rate(r["candidate"]))),
+                td(
+                    None,
+                    "—"
+                    if r["correct_rate_delta"] is None
+                    else e(f"{r['correct_rate_delta'] * 100:+.1f} pts"),
+                ),
+                td(
+                    None,
+                    f"{r['baseline']['reader_failures']:,} → {r['candidate']['reader_failures']:,}",
+                ),
+            ]  # fmt: skip
+            for r in rows
+        ]
+        parts.append(
+            f"<h3>Buried evidence by {e(label)}</h3>"
+            + table(
+                [label, "baseline correct", "candidate correct", "Δ", "reader failures"],
+                body,
+                keys=[r["bucket"] for r in rows],
+                numeric=(1, 2, 3, 4),
+            )  # fmt: skip
+        )
+    return "".join(parts) + (note(_BURIED_NOTE) if parts else "")
+
+
+def positional_runs(runs: list[dict[str, Any]]) -> str:
+    """Buried evidence per run and condition (the report): the correct rate per bucket."""
+    parts = []
+    for name, label in POSITIONAL.items():
+        if not any(b["answers"] for r in runs for b in r["positional"][name]):
+            continue
+        buckets = [b["bucket"] for b in runs[0]["positional"][name]]
+        body = [
+            [td(r["run_id"] + (f" [{r['condition']}]" if r["condition"] else ""))]
+            + [td(None, e(_rate(b))) for b in r["positional"][name]]
+            for r in runs
+        ]
+        keys = [f"{r['run_id']}|{r['condition']}" for r in runs]
+        parts.append(
+            f"<h3>Correct rate by {e(label)}</h3>"
+            + table(["run", *buckets], body, keys=keys, numeric=tuple(range(1, len(buckets) + 1)))
+        )
+    return "".join(parts) + (note(_BURIED_NOTE) if parts else "")
 
 
 def comparison(r: dict[str, Any]) -> str:
     """What ``compare`` says: the accuracies and delta with its interval, McNemar, the
     transition table, every paired metric."""
     b, c, ci, m = r["baseline"], r["candidate"], r["bootstrap_ci"], r["mcnemar"]
-
-    def side(s: dict[str, Any]) -> str:
-        return e(s["run_id"] + (f" [{s['condition']}]" if s.get("condition") else ""))
-
+    interval = (
+        "no interval (--resamples 0)"
+        if ci is None
+        else f"{ci['level']:.0%} interval {ci['low'] * 100:+.1f} to {ci['high'] * 100:+.1f} "
+        f"(paired bootstrap over questions, {ci['resamples']:,} resamples, seed {ci['seed']})"
+    )
     parts = [
         f'<p class="verdict">{e(r["verdict"])}</p>',
         '<dl class="facts">',
-        f"<dt>baseline</dt><dd>{side(b)}: accuracy {pct(b['accuracy'])}</dd>",
-        f"<dt>candidate</dt><dd>{side(c)}: accuracy {pct(c['accuracy'])}</dd>",
-        f"<dt>delta</dt><dd>{r['delta'] * 100:+.1f} points, {ci['level']:.0%} interval "
-        f"{ci['low'] * 100:+.1f} to {ci['high'] * 100:+.1f} (paired bootstrap over "
-        f"questions, {ci['resamples']:,} resamples, seed {ci['seed']})</dd>",
+        f"<dt>baseline</dt><dd>{side_name(b)}: accuracy {pct(b['accuracy'])}</dd>",
+        f"<dt>candidate</dt><dd>{side_name(c)}: accuracy {pct(c['accuracy'])}</dd>",
+        f"<dt>delta</dt><dd>{r['delta'] * 100:+.1f} points, {e(interval)}</dd>",
         f"<dt>McNemar</dt><dd>exact p = {m['p_value']:.3g}, questions not repeats "
         f"({m['right_to_wrong']} right→wrong, {m['wrong_to_right']} wrong→right, "
         f"{m['ties']} tied and left out; {r['pairs']:,} pairs over {r['questions']:,} "
@@ -1217,6 +1366,7 @@ def comparison(r: dict[str, Any]) -> str:
                 "over questions."
             )
         )
+    parts.append(positional_compared(r["positional"]))
     un = r["unpaired"]
     for name, items in (("baseline", un["baseline_only"]), ("candidate", un["candidate_only"])):
         if items:

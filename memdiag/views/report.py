@@ -14,6 +14,7 @@ import duckdb
 
 from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.explain import explain
+from memdiag.analytics.positional import by_run as positional_by_run
 from memdiag.analytics.queries import (
     TREND_GRAINS,
     TREND_ORIGIN,
@@ -49,25 +50,39 @@ def trend_grain(first: Any, last: Any) -> str:
 def recall_trends(
     con: duckdb.DuckDBPyConnection, order: list[str], agent: str | None = None
 ) -> str:
-    """SRR and ATR over time and over the memory count, per agent (``query recall-trend``)."""
+    """SRR and ATR over time and over the memory count, per agent (``query recall-trend``);
+    and the task probes' recall over time beside SRR, for the agents that have them."""
     try:
         span = rows(con, "recall_span")[0]
-    except DatabaseError:  # a file from before the trends
+        if span["first"] is None:
+            return "<p>No recall probes or ambient contexts: no trends.</p>"
+        grain = trend_grain(span["first"], span["last"])
+        over_time = recall_trend(con, grain, agent)
+        by_count = recall_trend(con, "memory-count", agent)
+    except DatabaseError:  # a file from before the trends (or their task recall)
         return "<p>Start <code>memdiag sink</code> on this file once to see the recall trends.</p>"
-    if span["first"] is None:
-        return "<p>No recall probes or ambient contexts: no trends.</p>"
-    grain = trend_grain(span["first"], span["last"])
-    over_time = recall_trend(con, grain, agent)
-    by_count = recall_trend(con, "memory-count", agent)
+    tasked = {r["agent_id"] for r in over_time if r["task_probed"]}
+    task = ""
+    if tasked:
+        task = f"<h3>Recall by a task's words (task probes) by {grain}</h3>" + h.recall_trend_chart(
+            [r for r in over_time if r["agent_id"] in tasked],
+            "task_recall_rate",
+            f"task recall by {grain}",
+            False,
+            order,
+        )
     return (
         f"<h3>Recall (SRR) by {grain}: does it fall over time?</h3>"
         + h.recall_trend_chart(over_time, "semantic_recall_rate", f"SRR by {grain}", False, order)
         + "<h3>Recall (SRR) by memory count: does it fall as memory grows?</h3>"
         + h.recall_trend_chart(by_count, "semantic_recall_rate", "SRR by memory count", True, order)
+        + task
         + f"<h3>Ambient (ATR) by {grain}</h3>"
         + h.recall_trend_chart(over_time, "ambient_trigger_rate", f"ATR by {grain}", False, order)
         + h.note(
-            f"SRR of each memory's latest probe in the {grain} (or at that memory count); ATR the "
+            f"SRR of each memory's latest name probe in the {grain} (or at that memory count); "
+            "task recall the same of the probes made from a task's words (below SRR: the "
+            "query-formulation gap); ATR the "
             "mean over the ambient contexts there of the share of the agent's memories written "
             "by then that the context names: it falls as memory grows unless the context grows "
             "too. Hollow points rest on fewer than 3 probes (contexts). Aliasing (look-alike "
@@ -96,6 +111,7 @@ def pipeline_section(
     order = first + [a for a in order if a not in first]  # the trends draw these first
     return (
         h.pipeline_table(agents, links)
+        + h.query_sources(agents, links)
         + h.recall_fell(p, links)
         + "<h3>Coverage (PC) over time</h3>"
         + h.coverage_chart(pipeline_coverage_over_time(con), order)
@@ -149,6 +165,7 @@ def render(con: duckdb.DuckDBPyConnection, db_path: str) -> str:
                         "A reader failure had all its gold evidence in the context and was still "
                         "wrong: improve the reader. A retrieval failure never got the evidence."
                     )
+                    + h.positional_runs(positional_by_run(con, [r["run_id"] for r in st["runs"]]))
                     if st["runs"]
                     else "<p>No benchmark judgements.</p>"
                 ),

@@ -11,6 +11,10 @@ from typing import Any
 
 from memdiag.contract import INDEXED, NOT_WRITTEN, PENDING, UNINDEXED
 
+#: A probe's ``query_source`` when its query was made from the memory's own name (the
+#: default; contract section 9): the probes SRR, the miss reasons and the counter count.
+NAME_PROBE = "name"
+
 
 def probe_verdict(
     memory_id: str,

@@ -236,7 +236,11 @@ def test_the_bundled_sample_gates_with_the_bundled_policy(
                    "--policy", policy, "--db", str(db))  # fmt: skip
     assert back.returncode == 1 and back.stdout.strip().splitlines()[-1].startswith("regression")
     usage = memdiag("gate", "--policy", policy, "--db", str(db), "--json")
-    assert usage.returncode == 2 and "--baseline and --candidate required" in usage.stdout
+    assert (
+        usage.returncode == 2
+        and "--baseline (or --baseline-group G) and --candidate (or --candidate-group G) required"
+        in usage.stdout
+    )
 
 
 def test_explain_a_failed_session_of_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
@@ -315,11 +319,13 @@ def test_publish_without_a_broker_is_one_clear_line(small_file: Path) -> None:
 
 
 def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:
-    """The demo's five memory agents: the broken two in `status` and in the report, the
-    paper's shapes in `query pipeline-health`, and the trends: recall decaying as the
-    repetitive agent's memory grows, and the swapped embedder's fall flagged by `status`."""
+    """The demo's six memory agents: the broken two in `status` and in the report, the
+    paper's shapes in `query pipeline-health`, the trends: recall decaying as the
+    repetitive agent's memory grows, and the swapped embedder's fall flagged by `status`; and
+    the clinical rules its names find and its presentations do not (the query-formulation
+    gap)."""
     db, page, stdout = demo
-    assert "memory pipeline" in stdout and "2 of 5 agents broken" in stdout
+    assert "memory pipeline" in stdout and "2 of 6 agents broken" in stdout
     assert "cold-notes" in stdout and "migrated-indexer" in stdout
     html = page.read_text()
     assert "Recall pipeline" in html and html.count('<b class="failed">broken</b>') == 2
@@ -349,7 +355,7 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     assert one.returncode == 0 and "archivist" in one.stdout and "cold-notes" not in one.stdout
     none = memdiag("query", "pipeline-health", "--agent", "nobody", "--db", str(db))
     assert none.returncode == 1 and "no such agent with memory events 'nobody'" in none.stderr
-    assert "closest known (all 5)" in none.stderr
+    assert "closest known (5 of 6)" in none.stderr  # five named, of the six agents
     st = json.loads(memdiag("status", "--db", str(db), "--json").stdout)["pipeline"]
     assert [b["agent_id"] for b in st["broken"]] == ["cold-notes", "migrated-indexer"]
     assert st["worst_coverage"]["agent_id"] == "cold-notes"
@@ -375,6 +381,15 @@ def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> 
     hours = memdiag("query", "recall-trend", "--by", "hour", "--db", str(db))
     assert hours.returncode == 0 and "swapped-embedder: recall by hour" in hours.stdout
     assert "Recall (SRR) by hour" in html and "Recall (SRR) by memory count" in html
+    # the query-formulation gap: every rule found by its name, one in five by a presentation
+    rules = health["clinical-rules"]
+    assert (rules["semantic_recall_rate"], rules["probed"], rules["missed"]) == (1.0, 10, 0)
+    assert (rules["task_probed"], rules["task_hits"]) == (10, 2)
+    assert rules["query_formulation_gap"] == pytest.approx(0.8)
+    assert all(r["task_probed"] == 0 for a, r in health.items() if a != "clinical-rules")
+    assert "Recall by query source" in html and "task recall by hour" in html
+    gap = memdiag("query", "pipeline-health", "--agent", "clinical-rules", "--db", str(db))
+    assert "task recall" in gap.stdout and "+80 pts" in gap.stdout
 
 
 def test_the_readme_otel_example_runs_as_written(tmp_path: Path) -> None:

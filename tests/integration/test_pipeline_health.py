@@ -1,7 +1,8 @@
 """Recall pipeline health end to end: ``memory`` events through the broker, the worker and
 the sink into DuckDB, for several agents, under two arrival orders. Every value of the
-tables and the ``pipeline_health`` view is checked against the independent reference
-(``tests.reference.pipeline_reference``), and the break, the counter and the CLI on top."""
+tables and the ``pipeline_health`` and ``recall_by_query_source`` views is checked against
+the independent reference (``tests.reference.pipeline_reference``), and the break, the
+counter, the query-formulation gap (name and task probes) and the CLI on top."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import pytest
 from memdiag.contract import RECALL_PROBES, UNINDEXED_MEMORIES
 from tests.compare import differences, from_duckdb, from_reference
 from tests.integration.conftest import Pipeline
-from tests.recall_scenario import paper_agents
+from tests.recall_scenario import paper_agents, probe
 from tests.reference import pipeline_reference
 
 pytestmark = pytest.mark.integration
 
-PIPELINE_TABLES = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans",
-                   "recall_trend", "recall_by_day", "recall_by_memory_count", "recall_change")  # fmt: skip
+PIPELINE_TABLES = ("memory_pipeline", "recall_probes", "pipeline_health", "recall_by_query_source",
+                   "pipeline_break_spans", "recall_trend", "recall_by_day",
+                   "recall_by_memory_count", "recall_change")  # fmt: skip
 
 
 def expected(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -44,10 +46,23 @@ def got(p: Pipeline) -> dict[str, Any]:
 
 def test_in_order_and_keyed(pipeline: Pipeline) -> None:
     events = sorted(paper_agents(), key=lambda e: e["ts"])
+    bad = probe("c-bad", 3300, "c1", ["c1"], agent="clinical", source="title")  # neither one
     pipeline.start()
-    pipeline.publish_events(events, keyed=True)
+    pipeline.publish_events([*events, bad], keyed=True)
     pipeline.drain(timeout=120)
     assert differences(expected(events), got(pipeline)) == []
+    [(reason, detail)] = pipeline.query("SELECT reason, detail FROM dead_letters")
+    assert reason == "bad_value" and "query_source" in detail
+    # the clinical agent's rules: all five found by their names, one by a presentation
+    assert sorted(pipeline.query(
+        "SELECT query_source, probed, hits, recall_rate FROM recall_by_query_source "
+        "WHERE agent_id = 'clinical'")) == [("name", 5, 5, 1.0), ("task", 5, 1, 0.2)]  # fmt: skip
+    assert pipeline.query(
+        "SELECT semantic_recall_rate, probed, missed FROM pipeline_health WHERE agent_id = 'clinical'"
+    ) == [(1.0, 5, 0)]  # its task probes' misses are not SRR's
+    assert pipeline.query(
+        "SELECT count(*) FROM recall_probes WHERE query_source = 'task' AND miss_reason IS NOT NULL"
+    ) == [(0,)]
     health = {r[0]: r[1:] for r in pipeline.query(
         "SELECT agent_id, pipeline_coverage, semantic_recall_rate, broken FROM pipeline_health"
     )}  # fmt: skip
@@ -71,8 +86,9 @@ def test_in_order_and_keyed(pipeline: Pipeline) -> None:
             key = (rec["attributes"]["agent_id"], rec["attributes"]["hit"])
             probes[key] = probes.get(key, 0) + rec["value"]
     assert counted == {"never": 10, "stops": 5}
+    # name probes only: the clinical agent's five task probes that missed are not counted
     assert probes == {("healthy", "true"): 10, ("repetitive", "true"): 3,
-                      ("repetitive", "false"): 7}  # fmt: skip
+                      ("repetitive", "false"): 7, ("clinical", "true"): 5}  # fmt: skip
     # the recall alert, per agent: only the repetitive agent's probes mostly miss
     alert = subprocess.run(
         [sys.executable, "-m", "memdiag.cli", "alert", "--rule", "recall_probe_miss > 0.5 for 1h",
@@ -94,6 +110,16 @@ def test_in_order_and_keyed(pipeline: Pipeline) -> None:
     assert (row["agent_id"], row["written"], row["indexed"], row["broken"]) == (
         "stops", 11, 5, True
     )  # fmt: skip
+    assert (row["task_probed"], row["task_recall_rate"], row["query_formulation_gap"]) == (
+        0, None, None)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "query", "pipeline-health", "--agent", "clinical",
+         "--json", "--db", pipeline.settings.duckdb_path],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(out.stdout)
+    assert (row["semantic_recall_rate"], row["task_probed"], row["task_hits"]) == (1.0, 5, 1)
+    assert row["task_recall_rate"] == 0.2 and row["query_formulation_gap"] == pytest.approx(0.8)
     trend = subprocess.run(
         [sys.executable, "-m", "memdiag.cli", "query", "recall-trend", "--by", "memory-count",
          "--agent", "repetitive", "--json", "--db", pipeline.settings.duckdb_path],
@@ -102,6 +128,14 @@ def test_in_order_and_keyed(pipeline: Pipeline) -> None:
     # its ten probes at ten memories (9-16), three hits; its one context at eleven
     assert [(r["memory_count_to"], r["probed"], r["hits"], r["ambient_contexts"])
             for r in json.loads(trend.stdout)] == [(16, 10, 3, 1)]  # fmt: skip
+    trend = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "query", "recall-trend", "--by", "memory-count",
+         "--agent", "clinical", "--json", "--db", pipeline.settings.duckdb_path],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    # its five rules (5-8): all found by name, one by a task (c0's latest task probe)
+    assert [(r["memory_count_to"], r["probed"], r["hits"], r["task_probed"], r["task_hits"])
+            for r in json.loads(trend.stdout)] == [(8, 5, 5, 5, 1)]  # fmt: skip
 
 
 def test_shuffled_unkeyed_and_batched(pipeline: Pipeline) -> None:

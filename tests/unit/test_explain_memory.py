@@ -49,7 +49,9 @@ def test_an_aliased_memory_shows_its_look_alikes(db: Path) -> None:
     assert latest["top"][0]["name"] == "daily-2026-11-01.md"
     assert ex["latest"]["miss_reason"] == "aliased" and "names" in ex["latest"]["look_at"]
     assert ex["latest"]["look_alikes_above"] == ["r0", "r1", "r2"]
-    assert ex["probe_summary"] == {"shown": 2, "total": 2, "hits": 1, "misses": {"aliased": 1}}
+    assert ex["probe_summary"] == {"shown": 2, "total": 2, "hits": 1, "misses": {"aliased": 1},
+                                   "task_probes": 0}  # fmt: skip
+    assert ex["latest_task"] is None and {p["query_source"] for p in ex["probes"]} == {"name"}
 
 
 def test_an_unreachable_memory_and_an_unknown_one(db: Path) -> None:

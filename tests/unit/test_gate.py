@@ -573,4 +573,4 @@ def test_run_ids_that_look_like_markup_print(
     policy.write_text(GOOD)
     status, text = gate(capsys, "--db", str(tmp_path / "m.duckdb"), "--baseline", "x[/y]-base",
                         "--candidate", "[bold]cand", "--policy", str(policy))  # fmt: skip
-    assert status == 0 and "x[/y]-base → [bold]cand" in text
+    assert status == 0 and "x[/y]-base [full] → [bold]cand [full]" in text

@@ -315,7 +315,9 @@ def memory_events(draw: Any) -> list[dict[str, Any]]:
             ids = draw(st.lists(st.sampled_from(MEMORIES), max_size=5, unique=True))
             scores = draw(st.one_of(st.none(), st.lists(st.sampled_from([0.2, 0.35, 0.6]),
                                                         min_size=len(ids), max_size=len(ids))))  # fmt: skip
-            events.append(probe(eid, s, mid, ids, scores, agent))
+            # absent (a name probe), said name, or a task probe (counted apart from SRR)
+            source = draw(st.sampled_from([None, None, "name", "task", "task"]))
+            events.append(probe(eid, s, mid, ids, scores, agent, source))
         else:
             ids = draw(st.lists(st.sampled_from(MEMORIES), max_size=4, unique=True))
             events.append(ambient(eid, s, ids, agent))
@@ -345,9 +347,9 @@ def check_against_reference(r: Run, events: list[dict[str, Any]]) -> None:
     assert have == ref["memory_pipeline"]
     assert {
         eid: {"agent_id": p["agent_id"], "memory_id": p["memory_id"], "hit": p["hit"],
-              "rank": p["rank"], "ts": us(p["ts"])}
+              "rank": p["rank"], "ts": us(p["ts"]), "query_source": p["query_source"]}
         for eid, p in r.probes.items()
-    } == {eid: {k: p[k] for k in ("agent_id", "memory_id", "hit", "rank", "ts")}
+    } == {eid: {k: p[k] for k in ("agent_id", "memory_id", "hit", "rank", "ts", "query_source")}
           for eid, p in ref["recall_probes"].items()}  # fmt: skip
     # the worker sends each probe's first k results: the view's `aliased` reads them
     assert {eid: p["top_ids"] for eid, p in r.probes.items()} == {
@@ -374,6 +376,17 @@ def test_the_same_events_give_the_same_tables_in_any_order(
     check_against_reference(in_order, events)
     for _ in range(3):
         check_against_reference(Run().send(*batches_of(events, rnd)), events)
+    # each name probe counts once in recall_probe_total by its verdict; a task probe never
+    named = Counter(
+        (e["agent_id"], "true" if in_order.probes[e["event_id"]]["hit"] else "false")
+        for e in events
+        if e["kind"] == "recall_probe" and e.get("query_source", "name") == "name"
+    )
+    assert {
+        tuple(v for _, v in attrs): n
+        for (name, attrs), n in in_order.counts.items()
+        if name == RECALL_PROBES
+    } == dict(named)
     # in event-time order the counter is exact: each memory that ever was unindexed, once
     for agent in AGENTS:
         expected = sum(
@@ -506,8 +519,9 @@ def test_the_head_stays_small_as_a_broken_agent_goes_on() -> None:
     assert not any(k.startswith("mb:") for k in r.store.data)  # indexed: out of the backlog
 
 
-PIPELINE_VIEWS = ("memory_pipeline", "recall_probes", "pipeline_health", "pipeline_break_spans",
-                  "recall_trend", "recall_by_day", "recall_by_memory_count", "recall_change")  # fmt: skip
+PIPELINE_VIEWS = ("memory_pipeline", "recall_probes", "pipeline_health", "recall_by_query_source",
+                  "pipeline_break_spans", "recall_trend", "recall_by_day",
+                  "recall_by_memory_count", "recall_change")  # fmt: skip
 
 
 def pipeline_snapshot(path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:

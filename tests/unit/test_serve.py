@@ -53,7 +53,8 @@ def hostile_sessions() -> list[list[dict[str, Any]]]:
 
 
 def recall_events() -> list[dict[str, Any]]:
-    """An agent whose indexing stopped (a break) and whose probes miss: a look-alike too."""
+    """An agent whose indexing stopped (a break) and whose probes miss: a look-alike too; and
+    two probes made from a task (one finds its memory, one does not)."""
     events: list[dict[str, Any]] = []
     for n in range(6):
         events.append(written(f"w{n}", n * 60, f"m{n}{XSS}", AGENT, f"note-{n}.md"))
@@ -62,6 +63,8 @@ def recall_events() -> list[dict[str, Any]]:
     events += [probe(f"p{n}", 2000 + n, f"m{n}{XSS}", [f"m{(n + 1) % 6}{XSS}"], [0.9], AGENT)
                for n in range(6)]  # fmt: skip
     events.append(ambient("amb", 2100, [f"m0{XSS}"], AGENT))
+    events += [probe("t0", 2050, f"m0{XSS}", [f"m0{XSS}"], [0.9], AGENT, source="task"),
+               probe("t2", 2052, f"m2{XSS}", [f"m5{XSS}"], [0.9], AGENT, source="task")]  # fmt: skip
     return events
 
 
@@ -165,6 +168,8 @@ def test_every_page_answers_and_escapes_everything(client: TestClient, db: Path)
     assert 'href="/memories/stale"' in session
     dead = client.get("/dead-letters").text
     assert "What to do:" in dead and "&lt;/pre&gt;" in dead and "not_json" in dead
+    agent = client.get(f"/agents/{quote(AGENT, safe='')}").text
+    assert "Recall by query source" in agent and "task recall by" in agent  # the gap, its trend
     runs = client.get(f"/runs?baseline={quote(RUN_A)}&candidate={quote(RUN_B)}").text
     assert "Where the answers moved" in runs and "gate, under the bundled policy" in runs
     assert "memdiag doctor" in runs
