@@ -470,3 +470,33 @@ def test_a_firing_alert_links_the_page_of_its_cause() -> None:
         assert alert.page() == path, text
         assert alert.as_dict(base)["page"] == "https://memdiag.internal:8765" + path
         assert "page" not in alert.as_dict()  # no MEMDIAG_SERVE_URL, no link
+
+
+def test_unset_exports_nothing_and_a_collector_away_is_said_rarely(monkeypatch, caplog) -> None:
+    """docs/topics.md: the counters are exported only when OTEL_METRICS_EXPORTER is set; a
+    worker with only MEMDIAG_BROKER set logs one line, never a failed export per interval."""
+    import logging
+
+    from memdiag.streams import telemetry
+
+    monkeypatch.delenv("OTEL_METRICS_EXPORTER", raising=False)
+    with caplog.at_level(logging.INFO, "memdiag.telemetry"):
+        assert telemetry._readers() == []
+    assert "OTEL_METRICS_EXPORTER unset" in caplog.text
+    now = [0.0]
+    quiet = telemetry.Quieter(every=600, clock=lambda: now[0])
+    said = []
+    for t in (0, 60, 120, 599, 601, 700, 1300):
+        now[0] = t
+        record = logging.LogRecord(
+            "x", logging.WARNING, "f", 1, "export to %s failed", ("c",), None
+        )
+        if quiet.filter(record):
+            said.append(record.getMessage())
+    assert said == [
+        "export to c failed",
+        "export to c failed (3 more not logged in the last 601 s)",
+        "export to c failed (1 more not logged in the last 699 s)",
+    ]
+    info = logging.LogRecord("x", logging.INFO, "f", 1, "fine", (), None)
+    assert quiet.filter(info)  # below a warning: never held back
