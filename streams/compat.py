@@ -24,6 +24,11 @@ faust-streaming version (``pyproject.toml`` pins the tested one). The touches:
   partitions) and ``commit`` (one OffsetCommit), through ``call_thread``.
 - **The store** (:mod:`memdiag.streams.tables`): Faust's ``Store`` interface, registered in
   its store registry.
+- **No commit of Faust's own** (:func:`no_faust_commits`, ``Consumer._commit_handler``, a
+  mode ``ServiceTask``). The checkpoint commits the offsets; Faust's timer called
+  ``Consumer.commit`` every interval anyway, and it did nothing only because memdiag acks no
+  message through Faust. The task is replaced by one that returns at once, so no other
+  commit than the checkpoint's can ever be sent.
 - **The signals** (:mod:`memdiag.streams.worker`): ``Worker._on_sigterm`` and ``_on_sigint``,
   the handlers mode installs, extended to bound the stop (``MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS``)
   and to exit at once on a second signal.
@@ -114,6 +119,11 @@ def check() -> None:
             problems.append(f"Faust's store registry does not give {SCHEME}:// to memdiag")
     except Exception as exc:  # noqa: BLE001 - whatever the registry raises, say it
         problems.append(f"Faust's store registry has no {SCHEME}:// ({exc})")
+    from faust.transport.consumer import Consumer
+    from mode.services import ServiceTask
+
+    if not isinstance(vars(Consumer).get("_commit_handler"), ServiceTask):
+        problems.append("Consumer._commit_handler is not a mode ServiceTask")
     if problems:
         raise IncompatibleFaust(
             f"faust-streaming {faust.__version__} is not the version memdiag was built "
@@ -171,6 +181,25 @@ def patch_fetch_wait(ms: int) -> None:
 
     cls._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]
     _PATCHED.add("fetch_wait")
+
+
+async def _no_commit_handler(consumer: Any) -> None:
+    """Faust's commit timer, turned off: the checkpoint alone commits (see the module
+    docstring)."""
+    return None
+
+
+def no_faust_commits() -> None:
+    """Replace Faust's commit timer (``Consumer._commit_handler``) by one that returns at
+    once. mode starts a service's tasks by name (``getattr(service, name).fun(service)``), so
+    the class attribute is what every consumer of the worker runs."""
+    if "commits" in _PATCHED:
+        return
+    from faust.transport.consumer import Consumer
+    from mode.services import ServiceTask
+
+    Consumer._commit_handler = ServiceTask(_no_commit_handler)  # type: ignore[method-assign,assignment]
+    _PATCHED.add("commits")
 
 
 #: The attribute of the Faust app that names the bulk receiver: (topics, deliver, room).

@@ -46,6 +46,7 @@ def main(settings: Settings) -> None:
     compat.check()  # before anything of Faust's runs: one line if the version is not ours
     compat.patch_highwaters(client_options(settings))
     compat.patch_fetch_wait(settings.fetch_max_wait_ms)
+    compat.no_faust_commits()
     _, exporting = install_meter_provider("memdiag-worker")
     wiring = create_app(settings)
     app, runner = wiring.app, wiring.runner

@@ -159,3 +159,41 @@ async def test_a_full_runner_holds_the_fetch_until_it_has_room_or_the_flow_stops
     await asyncio.sleep(0.01)
     consumer.suspend_flow.set()  # a rebalance must never wait for the runner
     await asyncio.wait_for(task, 1)
+
+
+def test_faust_never_commits_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#38: the checkpoint alone commits. Faust's commit timer is a mode task started by
+    name; after no_faust_commits the worker's consumer (aiokafka's Consumer) runs one that
+    returns at once, without a call to ``commit`` (before, it called it every interval)."""
+    import asyncio
+
+    from faust.transport.consumer import Consumer
+    from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+    from mode.services import ServiceTask
+
+    monkeypatch.setattr(Consumer, "_commit_handler", vars(Consumer)["_commit_handler"])
+    monkeypatch.setattr(compat, "_PATCHED", set())
+    commits: list[object] = []
+
+    class Fake:
+        commit_interval = 0.0
+
+        async def sleep(self, _: float) -> None:
+            return None
+
+        async def itertimer(self, *_: object, **__: object):  # Faust's timer: ticks forever
+            for _ in range(3):
+                yield 0.0
+
+        async def commit(self) -> None:
+            commits.append(1)
+
+    asyncio.run(Consumer._commit_handler.fun(Fake()))  # Faust's own: commits each tick
+    assert len(commits) == 3
+    compat.no_faust_commits()
+    task = AIOKafkaConsumer._commit_handler  # what mode's _get_tasks finds by name
+    assert isinstance(task, ServiceTask)
+    asyncio.run(task.fun(Fake()))
+    assert len(commits) == 3  # no commit of Faust's any more
+    assert "_commit_handler" in AIOKafkaConsumer._tasks[AIOKafkaConsumer._get_class_id()]
+    compat.check()  # the patched class still passes the start check
