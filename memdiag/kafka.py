@@ -301,6 +301,45 @@ async def ensure_topics(settings: Settings) -> None:
         await admin.close()
 
 
+async def short_compaction_lags(settings: Settings, wanted: dict[str, int]) -> list[str]:
+    """For each existing topic of ``wanted`` (name -> the ``min.compaction.lag.ms`` it must
+    have at least), a line saying it has less, and how to raise it. A changelog gets its lag
+    when the worker creates it; one created before (by an older memdiag, by hand, with
+    another MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS) is only checked here. A topic that does
+    not describe the setting has the broker's default (Kafka's is 0: compact at once)."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics()) & set(wanted)
+        if not existing:
+            return []
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in sorted(existing)]
+        )
+    finally:
+        await admin.close()
+    out = []
+    for response in responses:
+        for error, _, _, name, entries in response.resources:
+            if error:
+                continue  # a broker that cannot describe it: nothing to say
+            have = {entry[0]: entry[1] for entry in entries}.get("min.compaction.lag.ms")
+            need = wanted[name]
+            if have is not None and int(have) >= need:
+                continue
+            said = "the broker's default" if have is None else f"{int(have):,} ms"
+            out.append(
+                f"changelog {name} has min.compaction.lag.ms {said}, less than the "
+                f"{need:,} ms MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS asks: the cleaner may drop "
+                "a committed value before a restarted worker writes it again; raise it "
+                f"(kafka-configs --alter --entity-type topics --entity-name {name} "
+                f"--add-config min.compaction.lag.ms={need})"
+            )
+    return out
+
+
 async def true_end_offsets(
     options: dict[str, Any], tps: Iterable[TopicPartition], reported: dict[TopicPartition, int]
 ) -> dict[TopicPartition, int]:

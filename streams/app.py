@@ -70,6 +70,13 @@ class Wiring:
     runner: Any = field(default=None)
 
 
+def changelog_lags(settings: Settings) -> dict[str, int]:
+    """The worker's changelog topics (Faust names them ``{app id}-{table}-changelog``), each
+    with the ``min.compaction.lag.ms`` it is created with."""
+    lag = round(settings.changelog_compaction_lag_hours * 3600 * 1000)
+    return {f"{settings.app_id}-{name}-changelog": lag for name in (STATE_TABLE, ROLLUPS_TABLE)}
+
+
 def faust_app(settings: Settings) -> faust.App:
     # Faust wants a data directory even though memdiag's store keeps its files elsewhere
     # (MEMDIAG_STATE_DIR): keep it out of the user's working directory

@@ -133,9 +133,10 @@ class Checkpoint:
         self.offsets[tp] = next_offset
 
     def empty(self) -> bool:
-        """Nothing to commit: no record processed, no write, no output. (Repairs wait for a
-        checkpoint that processed records of their partition: only a commit that moves
-        its offsets can make a skipped record applicable, and they go with it.)"""
+        """Nothing to commit: no record processed, no write, no output. (Repairs go with a
+        checkpoint that commits their partition's offsets: the runner puts every partition
+        with repairs due in each checkpoint, at its committed offsets if no record of it came,
+        so a quiet partition's repairs wait for no traffic.)"""
         return not self.offsets and not self.writes and not self.deliveries
 
     def age(self) -> float:
@@ -149,8 +150,10 @@ class Checkpoint:
         out: list[ChangelogWrite] = []
         for name, table in self.tables.items():
             sources = set(table.sources)
-            # repairs only where this checkpoint commits offsets: then every record it writes
-            # to that changelog partition names them (and the worker owns the partition)
+            # repairs only where this checkpoint commits offsets (the runner adds each partition
+            # with repairs due, at its committed offsets): then every record it writes to that
+            # changelog partition names offsets the group commits, and the commit checks that
+            # the worker still owns the partition
             moving = {p for (topic, p) in self.offsets if topic in sources}
             repairs = {p: set(keys) for p, keys in table.repairs.items() if keys and p in moving}
             self.repaired[name] = repairs
@@ -214,10 +217,13 @@ class Checkpoint:
         if len(landed) == len(tps):
             return
         if landed:
-            # a commit that landed in part: no recovery could make the state agree with it
+            # a commit that landed in part: no rollback in this process can make the state
+            # agree with it. On the restart, recovery applies the changelog records the landed
+            # commits cover and skips (and repairs) the others: per partition, the state is
+            # then the committed one
             raise RuntimeError(
                 f"a commit landed for {len(landed)} of {len(tps)} partitions; stopping so "
-                "that recovery rebuilds the state from the changelog"
+                "that recovery brings each partition's state to its committed offsets"
             )
         raise CheckpointFailed("the commit did not land")
 

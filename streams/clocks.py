@@ -46,6 +46,11 @@ class Clocks:
         self._last_sweep: dict[int, int] = {}
 
     def clear(self) -> None:
+        """Back to a start: a rollback (a failed checkpoint) or a rebalance is a restart from
+        the committed offsets, and the clock is a function of the records processed since.
+        A clock kept across a rollback would sweep the rerun with the dropped checkpoint's
+        newest time, and forget sessions whose later events are still to come again (#38)."""
+        self.now.clear()
         self.expiry.clear()
         self._last_sweep.clear()
 

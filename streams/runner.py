@@ -167,6 +167,8 @@ class Runner:
     #: After this many seeks, ask the broker whether the missing records exist at all
     #: (a transactional producer's commit markers and deleted records leave real holes).
     PROBE_AFTER_SEEKS = 3
+    #: A commit at revocation not settled after this long is said in the log (and waited for)
+    REVOKE_WAIT_SECONDS = 10.0
 
     def __init__(
         self,
@@ -207,6 +209,9 @@ class Runner:
         self.answers: Callable[[float], Awaitable[bool]] | None = None
         #: told what a stop left (the worker exits at once when the broker is gone)
         self.on_stopped: Callable[[Stopped], None] | None = None
+        #: stops the worker on an error only recovery can settle, met outside the run loop
+        #: (the worker's is Faust's ``app.crash``)
+        self.on_fatal: Callable[[BaseException], Awaitable[None]] | None = None
         self._task: asyncio.Task[Any] | None = None
 
     # -- input ------------------------------------------------------------------------------
@@ -243,6 +248,7 @@ class Runner:
         """Nothing came for a while: commit, start a generation nothing has started yet
         (a partition Faust left past its committed offset delivers nothing to start one),
         and fetch again any hole still open."""
+        self._repairs_due()
         if not self.checkpoint.empty():
             await self._commit()
         generation = self.kafka.generation()
@@ -383,7 +389,29 @@ class Runner:
 
     # -- the checkpoint ---------------------------------------------------------------------
 
+    def _repairs_due(self) -> None:
+        """Put every partition with keys to repair in the checkpoint, at its committed offsets
+        (re-committed as they are), so that this checkpoint writes the repairs whether or not
+        records of that partition came (#38). Compaction waits only for time: a key whose
+        latest changelog record is uncovered (a failed checkpoint's) could lose its
+        committed record to the cleaner, and a rebuild would then skip the uncovered one.
+        Re-committing the offsets keeps the checkpoint's guard: the commit is the group's
+        generation check, and the records are headed by offsets the group has committed."""
+        progress, cp = self.progress, self.checkpoint
+        if progress.generation is None or progress.generation != self.kafka.generation():
+            return
+        for table in self.tables.values():
+            for partition, keys in table.repairs.items():
+                if not keys or partition not in table.backends:
+                    continue
+                for topic in table.sources:
+                    tp = TP(topic, partition)
+                    done = progress.committed.get(tp)
+                    if done is not None and tp not in cp.offsets:
+                        cp.offsets[tp] = done
+
     async def _commit(self) -> None:
+        self._repairs_due()
         cp = self.checkpoint
         if cp.empty():
             cp.started = time.monotonic()
@@ -413,12 +441,38 @@ class Runner:
 
     async def on_revoked(self) -> None:
         """Partitions are being revoked: commit what was processed while the generation
-        still holds, so the next owner repeats less."""
+        still holds, so the next owner repeats less. The commit is waited for however long
+        it takes: a commit is never abandoned. aiokafka retries a commit with the generation
+        current when it retries, so one left running could land after the rejoin, over the
+        offsets the next owner (this worker, or another) already read. A slow one is said in
+        the log every :attr:`REVOKE_WAIT_SECONDS`. Only a stop whose deadline passed gives up
+        on it, as a kill would (the worker then exits, and recovery decides)."""
         async with self._lock:
-            try:
-                await asyncio.wait_for(self._commit(), 10.0)
-            except Exception:  # noqa: BLE001 - only an optimisation: the next owner repeats
-                log.info("runner: no commit at revocation", exc_info=True)
+            commit = asyncio.ensure_future(self._commit())
+            waited = 0.0
+            while True:
+                done, _ = await asyncio.wait({commit}, timeout=self.REVOKE_WAIT_SECONDS)
+                if done:
+                    break
+                waited += self.REVOKE_WAIT_SECONDS
+                if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+                    log.warning("runner: stopping with the revocation's commit still out")
+                    break
+                log.warning("runner: the commit at revocation has not returned after %.0f s; "
+                            "waiting for it (a commit left running could land after the "
+                            "rejoin)", waited)  # fmt: skip
+            error = commit.exception() if commit.done() else None
+            if error is not None:
+                # not a failed checkpoint (that one _commit drops itself): a commit whose
+                # outcome nobody can tell, or one that landed in part. As from the run
+                # loop, the worker stops and recovery decides (a drop here would leave the
+                # state behind offsets that did land)
+                log.error("runner: the commit at revocation: %r; stopping the worker", error)
+                if self.on_fatal is None:
+                    raise error
+                await self.on_fatal(error)
+            elif not commit.done():  # a stop gave up on it: as a kill would leave it
+                self.checkpoint.failed()
                 self._drop("revoked")
             self.progress.stop()
             self.inbox.clear()

@@ -99,6 +99,7 @@ def register(w: Wiring) -> Runner:
         return await broker_answers(settings, timeout)
 
     runner.answers = answers
+    runner.on_fatal = app.crash
     w.runner = runner
     # Faust subscribes the stage topics through this channel and assigns them; their records
     # never reach it: they go to the runner in bulk (memdiag.streams.compat.deliver_in_bulk)

@@ -20,7 +20,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from memdiag.kafka import client_options, ensure_topics, wait_for_kafka
+from memdiag.kafka import client_options, ensure_topics, short_compaction_lags, wait_for_kafka
 from memdiag.procs import EXIT_UNCOMMITTED, Shutdown, exit_now, tune_gc
 from memdiag.settings import Settings
 
@@ -47,6 +47,10 @@ def main(settings: Settings) -> None:
     compat.patch_highwaters(client_options(settings))
     compat.patch_fetch_wait(settings.fetch_max_wait_ms)
     compat.no_faust_commits()
+    from memdiag.streams.app import changelog_lags
+
+    for line in asyncio.run(short_compaction_lags(settings, changelog_lags(settings))):
+        log.warning("%s", line)
     _, exporting = install_meter_provider("memdiag-worker")
     wiring = create_app(settings)
     app, runner = wiring.app, wiring.runner

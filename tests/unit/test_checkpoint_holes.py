@@ -1,0 +1,191 @@
+"""The checkpoint's holes found on paths the kill-at-each-step tests do not take (#38): each
+test drives the in-memory worker (tests/inmemory.py) down one such path, and failed on the
+code before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from memdiag.settings import Settings
+from memdiag.streams.checkpoint import TP
+from tests.inmemory import World, partition_for
+
+HOUR_MS = 3_600_000
+T0 = 1_795_000_000_000  # 2026-11-18, in ms
+
+
+def event(sid: str, n: int, at_ms: int) -> dict[str, Any]:
+    ts = datetime.fromtimestamp(at_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    return {"kind": "search", "event_id": f"{sid}-{n}", "ts": ts, "session_id": sid,
+            "query": f"{sid} query {n}", "result_ids": [f"{sid}-r{n}"]}  # fmt: skip
+
+
+def same_partition(world: World, n: int) -> list[str]:
+    """``n`` session ids on partition 0 of the events topic."""
+    ids, i = [], 0
+    while len(ids) < n:
+        sid = f"s{i}"
+        if partition_for(sid, world.partitions) == 0:
+            ids.append(sid)
+        i += 1
+    return ids
+
+
+def test_a_rollback_takes_the_processing_clock_back_too() -> None:
+    """Hole 3. A catch-up: on one partition, session C's first event, then (uncommitted) A's,
+    C's second 20 minutes later, and B's past the keep time. The checkpoint holding the last
+    three is refused, so they are taken again, the first alone. Before the fix the rerun swept
+    with the dropped checkpoint's newest time: C was forgotten before its second event came
+    again, and that event was dead-lettered as late (the first attempt had applied it)."""
+    settings = Settings(session_keep_hours=1.0)
+    world = World(settings)
+    c, a, b = same_partition(world, 3)
+    times = (T0, T0 + 10 * 60_000, T0 + 20 * 60_000, T0 + 3 * HOUR_MS)
+    for sid, n, at in ((c, 0, times[0]), (a, 0, times[1]), (c, 1, times[2]), (b, 0, times[3])):
+        world.append(world.events, sid, event(sid, n, at), timestamp_ms=at)
+    world.now_ms = T0 + 4 * HOUR_MS  # the wall clock: the worker catches up
+    tp = TP(world.events, 0)
+    log = world.logs[(world.events, 0)]
+    runner = world.runner
+
+    async def go() -> None:
+        await runner._start(world.generation)
+        await runner._handle([(world.generation, tp, log[0:1])])
+        await runner._commit()
+        await runner._handle([(world.generation, tp, log[1:4])])
+        world.kafka.refuse_next_commit = True
+        await runner._commit()  # refused: rolled back to C's first event
+        assert world.refused == 1
+        await runner._start(world.generation)
+        await runner._handle([(world.generation, tp, log[1:2])])  # A's first, alone
+        await runner._handle([(world.generation, tp, log[2:4])])
+        await runner._commit()
+
+    asyncio.run(go())
+    late = [d for d in world.tables.dead_letters if d["reason"] == "late_event"]
+    assert late == [], [d["detail"] for d in late]
+
+
+def test_a_revocation_waits_for_its_commit_however_slow() -> None:
+    """Hole 1. Partitions are revoked while the checkpoint's OffsetCommit is slow (a broker
+    under load, a coordinator moving). aiokafka retries a commit with the generation current
+    when it retries, so an abandoned commit can land after the rejoin, over offsets the next
+    owner already read. Before the fix the revocation gave up after its wait, dropped the
+    checkpoint without queuing its keys for repair, and returned while the commit ran on."""
+    world = World(Settings())
+    sids = same_partition(world, 3)
+    for n, sid in enumerate(sids):
+        at = T0 + n * 1000
+        world.append(world.events, sid, event(sid, 0, at), timestamp_ms=at)
+    world.now_ms = T0 + 60_000
+    tp = TP(world.events, 0)
+    runner = world.runner
+    runner.REVOKE_WAIT_SECONDS = 0.05
+    landed: list[str] = []
+    commit = world.kafka.commit
+
+    async def slow_commit(offsets: Any) -> None:
+        async def land() -> None:
+            await asyncio.sleep(0.3)
+            await commit(offsets)
+            landed.append("commit")
+
+        # the request goes on in the consumer's thread whatever happens to its caller
+        await asyncio.shield(asyncio.ensure_future(land()))
+
+    world.kafka.commit = slow_commit  # type: ignore[method-assign]
+
+    async def go() -> None:
+        await runner._start(world.generation)
+        await runner._handle([(world.generation, tp, world.logs[(world.events, 0)][0:3])])
+        await runner.on_revoked()
+        landed.append("revoked")
+        await asyncio.sleep(0.5)  # what an abandoned commit would still do meanwhile
+
+    asyncio.run(go())
+    assert landed == ["commit", "revoked"]  # settled before the revocation returned
+    assert world.committed[tp] == 3 and runner.checkpoints == 1
+    # the committed state is in the backends, as a commit that completes writes it
+    assert world.committed_state == {p: dict(b.data) for p, b in world.table.backends.items()}
+
+
+def test_a_revocation_whose_commit_landed_in_part_stops_the_worker() -> None:
+    """Hole 1's other side: a commit whose outcome cannot be settled (it landed for some
+    partitions) is never turned into a drop at revocation, which would leave the state behind
+    offsets that did land: the worker stops, as from the run loop, and recovery decides."""
+    world = World(Settings())
+    for n, sid in enumerate(same_partition(world, 2)):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+    tp = TP(world.events, 0)
+    runner = world.runner
+    fatal: list[BaseException] = []
+
+    async def on_fatal(exc: BaseException) -> None:
+        fatal.append(exc)
+
+    async def unknown(offsets: Any) -> None:
+        raise TimeoutError("no answer")
+
+    async def half(tps: list[Any]) -> dict[Any, int]:
+        raise ConnectionError("the broker cannot say")
+
+    runner.on_fatal = on_fatal
+    world.kafka.commit = unknown  # type: ignore[method-assign]
+    world.kafka.committed = half  # type: ignore[method-assign]
+
+    async def go() -> None:
+        await runner._start(world.generation)
+        await runner._handle([(world.generation, tp, world.logs[(world.events, 0)][0:2])])
+        await runner.on_revoked()
+
+    asyncio.run(go())
+    assert [type(e) for e in fatal] == [ConnectionError]
+    assert runner.failed_checkpoints == 0  # not dropped as if nothing had landed
+
+
+def test_repairs_are_written_without_waiting_for_their_partitions_traffic() -> None:
+    """Hole 2. A failed checkpoint leaves records in the changelog its commit never covered,
+    and queues their keys for repair. Compaction waits only for time: once the lag passes, the
+    cleaner may drop each key's committed record, superseded by the uncovered one, and a
+    rebuild then skips that one and loses the value. Before the fix the repairs waited for a
+    checkpoint that moved their partition's offsets: a quiet partition (here 0, while 1 keeps
+    going) kept them pending, however many checkpoints committed. Now every checkpoint writes
+    them, with their partition's committed offsets in the header, so each key's latest record
+    is one the committed offsets cover."""
+    world = World(Settings())
+    quiet = same_partition(world, 2)
+    busy = [f"b{i}" for i in range(400) if partition_for(f"b{i}", world.partitions) == 1][:4]
+    for n, sid in enumerate(quiet):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+    for n, sid in enumerate(quiet):
+        at = T0 + 1000 + n
+        world.append(world.events, sid, event(sid, 1, at), timestamp_ms=at)
+    for n, sid in enumerate(busy):
+        at = T0 + 2000 + n
+        world.append(world.events, sid, event(sid, 0, at), timestamp_ms=at)
+    world.now_ms = T0 + 60_000
+    p0, p1 = TP(world.events, 0), TP(world.events, 1)
+    log0, log1 = world.logs[(world.events, 0)], world.logs[(world.events, 1)]
+    runner = world.runner
+
+    async def go() -> None:
+        g = world.generation
+        await runner._start(g)
+        await runner._handle([(g, p0, log0[0:2])])
+        await runner._commit()
+        await runner._handle([(g, p0, log0[2:4])])
+        world.kafka.refuse_next_commit = True
+        await runner._commit()  # its changelog records are in the log, uncovered
+        assert world.table.repairs.get(0)
+        world.position[p0] = 2  # the quiet partition's records are taken again ...
+        await runner._start(g)
+        for i in range(len(busy)):  # ... but only the busy partition gets new records
+            await runner._handle([(g, p1, log1[i : i + 1])])
+            await runner._commit()
+
+    asyncio.run(go())
+    assert not world.table.repairs.get(0)
+    latest = {r.key: r for p, r in world.changelog_records() if p == 0}
+    assert world.uncommitted([(0, r) for r in latest.values()]) == []
