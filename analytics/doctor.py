@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from memdiag.analytics.queries import upgraded
 from memdiag.analytics.scores import Side
 
 #: fewer distinct questions than this make a paired interval too wide to gate on
@@ -28,9 +29,10 @@ WHERE = (
 CARRIES_TOKENS = "(tokens IS NOT NULL OR (input_tokens IS NOT NULL AND output_tokens IS NOT NULL))"
 
 
-def _filtered(query: str) -> str:
-    """``query`` with its side's filter (``:where:``) and the token test (``:tokens:``)."""
-    return query.replace(":where:", WHERE).replace(":tokens:", CARRIES_TOKENS)
+def _filtered(con: duckdb.DuckDBPyConnection, query: str) -> str:
+    """``query`` with its side's filter (``:where:``) and the token test (``:tokens:``), reading
+    the columns a file older than them lacks as its rows have them (NULL)."""
+    return upgraded(con, query.replace(":where:", WHERE).replace(":tokens:", CARRIES_TOKENS))
 
 
 WEAK, REFUSE, NOTE = "weak", "refuse", "note"
@@ -71,11 +73,12 @@ def check_run(
     who, params = s.label, _params(s)
     n, questions, no_gold, unattributed, no_context, runs = con.execute(
         _filtered(
+            con,
             "SELECT count(*), count(DISTINCT question_id), "
             "count(*) FILTER (WHERE len(gold_evidence_ids) = 0), "
             "count(*) FILTER (WHERE failure_mode = 'unattributed'), "
             "count(*) FILTER (WHERE len(retrieved_context_ids) = 0), count(DISTINCT run_id) "
-            "FROM judgements WHERE :where:"
+            "FROM judgements WHERE :where:",
         ),
         params,
     ).fetchone()  # type: ignore[misc]
@@ -85,8 +88,9 @@ def check_run(
     out: list[Finding] = []
     if s.group is not None:
         out.append(Finding(NOTE, "run_group", who,
-                           f"{runs} runs in the group, each taken as one repeat of every "
-                           "question it answered (in the order the runs started)"))  # fmt: skip
+                           f"{runs} runs in the group: their answers are the group's repeats, "
+                           "numbered per question in the order the runs started (a run's own "
+                           "repeats each count)"))  # fmt: skip
     if questions < min_questions:
         out.append(Finding(WEAK, "too_few_items", who,
                            f"{questions} questions: a paired interval over fewer than "
@@ -107,10 +111,11 @@ def check_run(
                            "measured; send retrieved_context_ids in rank order"))  # fmt: skip
     noisy, repeated = con.execute(
         _filtered(
+            con,
             "SELECT count(*) FILTER (WHERE n_right > 0 AND n_right < n), count(*) FROM ("
             "SELECT question_id, condition, count(*) AS n, "
             "count(*) FILTER (WHERE judge_correct) AS n_right FROM judgements "
-            "WHERE :where: GROUP BY ALL HAVING count(*) > 1)"
+            "WHERE :where: GROUP BY ALL HAVING count(*) > 1)",
         ),
         params,
     ).fetchone()  # type: ignore[misc]
@@ -121,8 +126,9 @@ def check_run(
                            "repeats, and run more repeats"))  # fmt: skip
     mixed = con.execute(
         _filtered(
+            con,
             "SELECT count(DISTINCT suite_checksum), count(DISTINCT config_fingerprint), "
-            "count(DISTINCT fixture_checksum) FROM judgements WHERE :where:"
+            "count(DISTINCT fixture_checksum) FROM judgements WHERE :where:",
         ),
         params,
     ).fetchone()
@@ -141,7 +147,7 @@ def check_run(
                            "configurations"))  # fmt: skip
     out += _hygiene(con, s, params)
     rejudged = con.execute(
-        _filtered("SELECT count(*) FROM judgement_artifacts WHERE :where:"),
+        _filtered(con, "SELECT count(*) FROM judgement_artifacts WHERE :where:"),
         params,
     ).fetchone()
     if rejudged is not None and rejudged[0] > n:
@@ -157,9 +163,10 @@ def _hygiene(con: duckdb.DuckDBPyConnection, s: Side, params: dict[str, Any]) ->
     out: list[Finding] = []
     for condition, answers, with_context in con.execute(
         _filtered(
+            con,
             "SELECT condition, count(*), count(*) FILTER (WHERE len(retrieved_context_ids) > 0) "
             "FROM judgements WHERE :where: AND lower(condition) IN ('no-memory', 'no_memory') "
-            "GROUP BY condition ORDER BY condition"
+            "GROUP BY condition ORDER BY condition",
         ),
         params,
     ).fetchall():
@@ -171,9 +178,10 @@ def _hygiene(con: duckdb.DuckDBPyConnection, s: Side, params: dict[str, Any]) ->
                                "the condition"))  # fmt: skip
     labelled, questions, unreviewed = con.execute(
         _filtered(
+            con,
             "SELECT count(*) FILTER (WHERE label_status IS NOT NULL), count(DISTINCT question_id), "
             "count(DISTINCT question_id) FILTER (WHERE label_status IS DISTINCT FROM 'reviewed') "
-            "FROM judgements WHERE :where:"
+            "FROM judgements WHERE :where:",
         ),
         params,
     ).fetchone()  # type: ignore[misc]
@@ -184,8 +192,9 @@ def _hygiene(con: duckdb.DuckDBPyConnection, s: Side, params: dict[str, Any]) ->
                            "[sample] require_reviewed = true leaves them out"))  # fmt: skip
     splits = con.execute(
         _filtered(
+            con,
             "SELECT coalesce(split, '(none)'), count(*) FROM judgements "
-            "WHERE :where: GROUP BY ALL ORDER BY 2 DESC, 1"
+            "WHERE :where: GROUP BY ALL ORDER BY 2 DESC, 1",
         ),
         params,
     ).fetchall()
@@ -205,7 +214,7 @@ def check_pair(con: duckdb.DuckDBPyConnection, baseline: Who, candidate: Who) ->
 
     def questions(s: Side) -> set[str]:
         rows = con.execute(
-            _filtered("SELECT DISTINCT question_id FROM judgements WHERE :where:"),
+            _filtered(con, "SELECT DISTINCT question_id FROM judgements WHERE :where:"),
             _params(s),
         ).fetchall()
         return {r[0] for r in rows}
@@ -221,15 +230,29 @@ def check_pair(con: duckdb.DuckDBPyConnection, baseline: Who, candidate: Who) ->
     def provenance(s: Side) -> tuple[Any, ...]:
         row = con.execute(
             _filtered(
+                con,
                 "SELECT any_value(suite_checksum), any_value(config_fingerprint), "
                 "any_value(fixture_checksum), count(*), count(*) FILTER (WHERE :tokens:) "
-                "FROM judgements WHERE :where:"
+                "FROM judgements WHERE :where:",
             ),
             _params(s),
         ).fetchone()
         return row if row is not None else (None, None, None, 0, 0)
 
-    (ua, ca, fa, na, ta), (ub, cb, fb, nb, tb) = provenance(sa), provenance(sb)
+    (ua, ca, fa, _, _), (ub, cb, fb, _, _) = provenance(sa), provenance(sb)
+
+    def runs(s: Side) -> set[str]:
+        rows = con.execute(_filtered(con, "SELECT DISTINCT run_id FROM judgements WHERE :where:"),
+                           _params(s)).fetchall()  # fmt: skip
+        return {r[0] for r in rows}
+
+    shared = runs(sa) & runs(sb)
+    if shared:
+        listed = ", ".join(sorted(shared)[:5]) + (" …" if len(shared) > 5 else "")
+        out.append(Finding(WEAK, "sides_overlap", f"{a} vs {b}",
+                           f"{len(shared)} runs are on both sides ({listed}): their "
+                           "answers are compared with themselves; name sides that share no "
+                           "run"))  # fmt: skip
     if ua is not None and ub is not None and ua != ub:
         out.append(Finding(REFUSE, "suite_differs", f"{a} vs {b}",
                            f"suite checksums differ ({ua} vs {ub}): the runs answered "
@@ -243,16 +266,49 @@ def check_pair(con: duckdb.DuckDBPyConnection, baseline: Who, candidate: Who) ->
                            f"fixture checksums differ ({fa} vs {fb}): the runs loaded different "
                            "memories; the gate refuses them unless the policy says "
                            '[provenance] same_fixture = "note"'))  # fmt: skip
-    if (ta or tb) and (ta < na or tb < nb):
+    one_sided = _tokens_one_side(con, sa, sb)
+    if one_sided:
+        said = "; ".join(f"{name}: {n} of {of} paired answers" for name, (n, of) in
+                         one_sided.items())  # fmt: skip
         out.append(Finding(WEAK, "tokens_one_side", f"{a} vs {b}",
-                           f"token counts on {ta} of {na} {a} answers and {tb} of {nb} {b} "
-                           "answers: where one side lacks them tokens cannot be compared, and "
-                           "the gate cannot judge a tokens metric; send tokens (or "
-                           "input_tokens and output_tokens) on every answer"))  # fmt: skip
+                           f"token counts on one side of a pair only ({said}): the gate "
+                           "cannot judge those metrics; send one set of token fields on "
+                           "both sides"))  # fmt: skip
     if ca is not None and ca == cb:
         out.append(Finding(NOTE, "same_config", f"{a} vs {b}",
                            f"both sides have config fingerprint {ca}: is this the change you "
                            "meant to test?"))  # fmt: skip
+    return out
+
+
+def _tokens_one_side(
+    con: duckdb.DuckDBPyConnection, a: Side, b: Side
+) -> dict[str, tuple[int, int]]:
+    """Per token metric, the paired answers that carry it on one side only, of all the pairs
+    (paired as compare and the gate pair them; a side of several conditions by condition too),
+    where the gate cannot judge that metric."""
+    from memdiag.analytics.metrics import METRICS
+    from memdiag.analytics.scores import load, load_group
+
+    def answers(s: Side) -> dict[tuple[str, str, int], Any]:
+        judged = load(con, s.run) if s.run is not None else load_group(con, s.group or "")
+        return {(j.condition if s.condition is None else "", j.question_id, j.repeat_index): j
+                for j in judged if s.condition is None or j.condition == s.condition}  # fmt: skip
+
+    try:
+        left, right = answers(a), answers(b)
+    except LookupError:  # no judgement of a side: said by its own finding
+        return {}
+    if len({k[0] for k in left}) == 1 and len({k[0] for k in right}) == 1:  # one condition each
+        left = {("", q, r): j for (_, q, r), j in left.items()}
+        right = {("", q, r): j for (_, q, r), j in right.items()}
+    keys = left.keys() & right.keys()
+    out = {}
+    for name in ("tokens", "input_tokens", "output_tokens"):
+        value = METRICS[name].value
+        n = sum((value(left[k]) is None) != (value(right[k]) is None) for k in keys)
+        if n:
+            out[name] = (n, len(keys))
     return out
 
 

@@ -459,11 +459,17 @@ def judge(
 ) -> Verdict:
     """The verdict on two sides' judgements (each one condition already), by the policy."""
     v = Verdict(CANNOT_JUDGE, "", policy=policy)
+    # the policy's split and labels first: provenance is checked on what counts
+    base, cand = _hygiene(v, base, cand, policy)
+    if v.sample.get("left_out") and (not base or not cand):
+        v.reason = ("cannot judge: no judgement of the "
+                    + ("baseline" if not base else "candidate") + " is left under the policy's "
+                    "[sample] split and require_reviewed")  # fmt: skip
+        return v
     refused = _provenance(v, base, cand, policy)
     if refused:
         v.reason = f"cannot judge: {refused}"
         return v
-    base, cand = _hygiene(v, base, cand, policy)
 
     b = {(j.question_id, j.repeat_index): j for j in base}
     c = {(j.question_id, j.repeat_index): j for j in cand}
@@ -649,8 +655,10 @@ def doctor_notes(
     from memdiag.analytics.doctor import NOTE, doctor
 
     found = doctor(con, baseline, candidate, policy.min_questions)
+    # what the policy itself settles the gate says in its own notes
+    settled = {"fixture_differs", "mixed_fixture"} if policy.same_fixture == "note" else set()
     return [f"doctor: {f.subject}: {f.message}" for f in found
-            if f.level != NOTE and f.check != "no_data"]  # fmt: skip
+            if f.level != NOTE and f.check != "no_data" and f.check not in settled]  # fmt: skip
 
 
 HEADLINE = {PASS: "pass", REGRESSION: "regression", CANNOT_JUDGE: "cannot judge",

@@ -64,12 +64,42 @@ def parse_duration(value: str, flag: str = "--window") -> float:
 ADDED_COLUMNS = (
     ("searches", "disjoint_new_query", "BOOLEAN", "NULL"),
     ("recall_probe_events", "query_source", "VARCHAR", "'name'"),
+    # the views an older sink stored over that table, before the column (same value)
+    ("recall_probes", "query_source", "VARCHAR", "'name'"),
+    ("recall_trend_points", "query_source", "VARCHAR", "'name'"),
+    ("recall_by_memory_count", "task_probed", "BIGINT", "0"),
+    ("recall_by_memory_count", "task_hits", "BIGINT", "0"),
+    ("recall_by_memory_count", "task_recall_rate", "DOUBLE", "NULL"),
+    ("judgements", "label_status", "VARCHAR", "NULL"),
+    ("judgements", "split", "VARCHAR", "NULL"),
 )
+
+
+#: Columns added to a table macro's result: (macro, ((column, type, older rows' value), ...)).
+#: An older file's stored macro lacks them (it had only name probes: no task probe counted).
+ADDED_MACRO_COLUMNS = (
+    ("recall_trend", (("task_probed", "BIGINT", "0"), ("task_hits", "BIGINT", "0"),
+                      ("task_recall_rate", "DOUBLE", "NULL"))),
+)  # fmt: skip
+_MACRO_CALL = {name: re.compile(rf"FROM ({name}\([^)]*\))") for name, _ in ADDED_MACRO_COLUMNS}
 
 
 def upgraded(con: duckdb.DuckDBPyConnection, text: str) -> str:
     """``text`` reading an added column as its older rows' value from a file that predates
     it."""
+    for name, columns in ADDED_MACRO_COLUMNS:
+        call = _MACRO_CALL[name].search(text)
+        if call is None or not any(c in text for c, _, _ in columns):
+            continue
+        found = con.execute(
+            "SELECT any_value(macro_definition) FROM duckdb_functions() WHERE function_name = $n "
+            "AND database_name = current_database()",
+            {"n": name},
+        ).fetchone()
+        if found and found[0] and columns[0][0] not in found[0]:
+            added = ", ".join(f"CAST({value} AS {kind}) AS {c}" for c, kind, value in columns)
+            inner = f"SELECT *, {added} FROM {call.group(1)}"  # noqa: S608 - constants
+            text = text.replace(call.group(0), f"FROM ({inner}) AS {name}")
     for table, column, kind, value in ADDED_COLUMNS:
         if column in text and f"FROM {table}" in text:
             found = con.execute(
@@ -284,21 +314,26 @@ def pipeline_health(
     """The recall pipeline per agent (the ``pipeline_health`` view), broken agents first;
     each with the ids of its first :data:`UNINDEXED_IDS` unindexed memories, the oldest
     first (``unindexed`` says how many there are), and its task probes: their recall
-    (``recall_by_query_source``) and its ``query_formulation_gap`` below SRR, the recall
-    paper's query-formulation failure (None without task probes, or without name probes)."""
+    (``recall_by_query_source``) and the recall paper's query-formulation failure: over the
+    memories probed both ways, the name probes' recall minus the task probes'
+    (``query_formulation_gap``; None when no memory was probed both ways) and how many their
+    name found and a task did not (``found_by_name_only``)."""
     found = rows(con, "pipeline_health", agent_id=agent)
     ids = {r["agent_id"]: r["memory_ids"]
            for r in rows(con, "unindexed_ids", agent_id=agent, limit=UNINDEXED_IDS)}  # fmt: skip
     task = {r["agent_id"]: r for r in recall_by_query_source(con, agent)
             if r["query_source"] == TASK_PROBE}  # fmt: skip
+    gaps = {r["agent_id"]: r for r in rows(con, "query_formulation_gap", agent_id=agent)}
     for r in found:
         r["unindexed_memory_ids"] = ids.get(r["agent_id"], [])
         t = task.get(r["agent_id"])
-        srr, rate = r["semantic_recall_rate"], None if t is None else t["recall_rate"]
         r["task_probed"] = 0 if t is None else t["probed"]
         r["task_hits"] = 0 if t is None else t["hits"]
-        r["task_recall_rate"] = rate
-        r["query_formulation_gap"] = None if srr is None or rate is None else srr - rate
+        r["task_recall_rate"] = None if t is None else t["recall_rate"]
+        gap = gaps.get(r["agent_id"])
+        r["probed_both_ways"] = 0 if gap is None else gap["probed_both_ways"]
+        r["found_by_name_only"] = 0 if gap is None else gap["found_by_name_only"]
+        r["query_formulation_gap"] = None if gap is None else gap["gap"]
     return found
 
 

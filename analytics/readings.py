@@ -13,9 +13,11 @@ both ways:
   its raw text.
 
 DuckDB keeps no memory contents nor response texts, so the texts are read where the user
-has them: the events file the runtime published (``memdiag calibrate --events FILE``). An
-injection pairs with the response of its ``(session_id, turn_id)``; of two events of one
-kind and turn, the later ``ts`` counts (ties by ``event_id``), as in the stream.
+has them: the events file the runtime published (``memdiag calibrate --events FILE``). The
+turns are joined as the stream joins them (docs/rules.md, "Used / ignored"): a turn
+``(session_id, turn_id)`` is judged against its *first* response in event time (``ts``, ties
+by ``event_id``); every injection of the turn counts, and each distinct observation once,
+with the content of its first injection in event time.
 """
 
 from __future__ import annotations
@@ -73,18 +75,21 @@ def _when(event: dict[str, Any]) -> tuple[datetime, str] | None:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)), eid
 
 
-def _latest(current: dict[str, Any] | None, event: dict[str, Any]) -> dict[str, Any]:
+def _first(current: dict[str, Any] | None, event: dict[str, Any]) -> dict[str, Any]:
+    """The earlier of two events in event time (``current`` on a tie of both keys)."""
     if current is None:
         return event
     a, b = _when(event), _when(current)
-    return event if a is not None and b is not None and a >= b else current
+    return event if a is not None and b is not None and a < b else current
 
 
-def turns(lines: Iterable[bytes]) -> tuple[Iterator[tuple[str, str, dict, dict]], dict[str, int]]:
-    """The (session, turn, injection, response) pairs of an events file, and what was
-    skipped (lines that are not JSON objects, events without a readable ``ts`` and
-    ``event_id``, turns with one half only)."""
-    injections: dict[tuple[str, str], dict[str, Any]] = {}
+def turns(
+    lines: Iterable[bytes],
+) -> tuple[Iterator[tuple[str, str, dict[str, str], dict[str, Any]]], dict[str, int]]:
+    """The turns of an events file: (session, turn, its observations as id -> content, its
+    response), and what was skipped (lines that are not JSON objects, events without a
+    readable ``ts`` and ``event_id``, turns with one half only)."""
+    injections: dict[tuple[str, str], list[dict[str, Any]]] = {}
     responses: dict[tuple[str, str], dict[str, Any]] = {}
     skipped = {"not_json": 0, "bad_ts": 0, "unpaired_turns": 0}
     for line in lines:
@@ -106,11 +111,26 @@ def turns(lines: Iterable[bytes]) -> tuple[Iterator[tuple[str, str, dict, dict]]
         if _when(event) is None:
             skipped["bad_ts"] += 1
             continue
-        halves = injections if kind == "injection" else responses
-        halves[(session, turn)] = _latest(halves.get((session, turn)), event)
+        if kind == "injection":
+            injections.setdefault((session, turn), []).append(event)
+        else:
+            responses[(session, turn)] = _first(responses.get((session, turn)), event)
     both = sorted(injections.keys() & responses.keys())
     skipped["unpaired_turns"] = len(injections.keys() ^ responses.keys())
-    return ((s, t, injections[(s, t)], responses[(s, t)]) for s, t in both), skipped
+    return ((s, t, _contents(injections[(s, t)]), responses[(s, t)]) for s, t in both), skipped
+
+
+def _contents(injections: list[dict[str, Any]]) -> dict[str, str]:
+    """Each distinct observation of a turn's injections, with the content of its first
+    injection in event time."""
+    out: dict[str, str] = {}
+    for inj in sorted(injections, key=lambda e: _when(e) or (datetime.max.replace(tzinfo=UTC), "")):
+        observations = inj.get("observations")
+        for o in observations if isinstance(observations, list) else ():
+            if isinstance(o, dict) and isinstance(o.get("id"), str):
+                if isinstance(o.get("content"), str) and o["id"] not in out:
+                    out[o["id"]] = o["content"]
+    return out
 
 
 def substring_flips(path: str | Path) -> dict[str, Any]:
@@ -121,15 +141,12 @@ def substring_flips(path: str | Path) -> dict[str, Any]:
             pairs, skipped = turns(f)
             judged = used_w = used_s = up = down = 0
             examples: list[dict[str, Any]] = []
-            for session, turn, injection, response in pairs:
+            for session, turn, observations, response in pairs:
                 text = response.get("text")
-                observations = injection.get("observations")
-                if not isinstance(text, str) or not isinstance(observations, list):
+                if not isinstance(text, str):
                     continue
-                for o in observations:
-                    if not isinstance(o, dict) or not isinstance(o.get("content"), str):
-                        continue
-                    r = read_both(o["content"], text)
+                for observation_id, content in observations.items():
+                    r = read_both(content, text)
                     judged += 1
                     used_w += r.used_words
                     used_s += r.used_substrings
@@ -140,7 +157,7 @@ def substring_flips(path: str | Path) -> dict[str, Any]:
                     if len(examples) < EXAMPLES:
                         examples.append({
                             "session_id": session, "turn_id": turn,
-                            "observation_id": o.get("id"),
+                            "observation_id": observation_id,
                             "whole_words": "used" if r.used_words else "ignored",
                             "substrings": "used" if r.used_substrings else "ignored",
                             "only_as_substring": list(r.only_substring),

@@ -28,6 +28,7 @@ from memdiag import __version__
 from memdiag.analytics import positional
 from memdiag.analytics.lookup import NeedsCondition, UnknownRun, lookup
 from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
+from memdiag.analytics.queries import upgraded
 from memdiag.analytics.stats import SignTest, describe_deltas, sign_test_by_question
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
 
@@ -107,8 +108,11 @@ def side(run: str | Side | None, group: str | None = None, condition: str | None
 
 def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
     rows = con.execute(
-        f"SELECT {_COLUMNS} FROM judgements WHERE run_id = $run "  # noqa: S608 - constant
-        "ORDER BY condition, question_id, repeat_index",
+        upgraded(
+            con,
+            f"SELECT {_COLUMNS} FROM judgements WHERE run_id = $run "  # noqa: S608
+            "ORDER BY condition, question_id, repeat_index",
+        ),  # fmt: skip
         {"run": run_id},
     ).fetchall()
     if not rows:
@@ -132,9 +136,12 @@ def load_group(con: duckdb.DuckDBPyConnection, group: str) -> list[Judged]:
     first runs' answers, the second runs', ...; a question some run skipped has fewer
     repeats, as a run would."""
     rows = con.execute(
-        f"SELECT {_COLUMNS}, min(ts) OVER (PARTITION BY run_id) AS run_start "  # noqa: S608
-        "FROM judgements WHERE run_group_id = $group "
-        "ORDER BY condition, question_id, run_start, run_id, repeat_index",
+        upgraded(
+            con,
+            f"SELECT {_COLUMNS}, min(ts) OVER (PARTITION BY run_id) AS run_start "  # noqa: S608
+            "FROM judgements WHERE run_group_id = $group "
+            "ORDER BY condition, question_id, run_start, run_id, repeat_index",
+        ),  # fmt: skip
         {"group": group},
     ).fetchall()
     if not rows:
@@ -455,7 +462,9 @@ def _verdict(
     alpha: float,
 ) -> str:  # fmt: skip
     if significant:
-        head = f"candidate is {'better' if delta > 0 else 'worse'}"
+        head = f"candidate is {'better' if delta > 0 else 'worse'}" + (
+            f" ({disagreement})" if disagreement else ""
+        )
     elif disagreement:
         head = f"no significant difference ({disagreement})"
     else:

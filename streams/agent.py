@@ -25,11 +25,9 @@ The rules, all in event time (the agent's own events, never their arrival order)
   threshold (scores absent: rank alone). Ties in ``ts`` between two events of one kind for
   one memory (two writes, two probes, two ambient contexts of the agent) go to the greater
   ``event_id`` for "latest" and the smaller for "first", so the result never depends on
-  which arrived first. Each ``name`` probe (its ``query_source``, the default) counts in
-  ``memdiag.recall_probe_total{agent_id, hit}``, in the minute of its own ``ts``: the counter
-  and its alert ``recall_probe_miss`` are about SRR, which counts name probes only. A
-  ``task`` probe (its query made from a task the memory should serve) is a row, never an
-  increment: its misses are the query-formulation gap, not a broken pipeline.
+  which arrived first. Each probe counts in ``memdiag.recall_probe_total{agent_id, hit}``,
+  in the minute of its own ``ts``, whatever its ``query_source`` (contract section 9: "each
+  probe"); SRR and the miss reasons count ``name`` probes only, in DuckDB.
 - Every probe and every ambient context is also sent as a row of its own (a function of the
   event alone), for the trends: SRR and ATR over time and against the memory count.
 
@@ -67,7 +65,6 @@ from memdiag.schemas.models import (
     format_ts,
 )
 from memdiag.streams.rules.recall import (
-    NAME_PROBE,
     break_since,
     earlier,
     ever_unindexed,
@@ -276,9 +273,8 @@ class Agent:
         elif isinstance(event, RecallProbe):
             row = self._probe_row(event)
             out.diagnostic(self.agent_id, row)
-            if event.query_source == NAME_PROBE:  # the counter is SRR's (docs/rules.md)
-                out.count(RECALL_PROBES, at_us=ts, agent_id=self.agent_id,
-                          hit="true" if row["hit"] else "false")  # fmt: skip
+            out.count(RECALL_PROBES, at_us=ts, agent_id=self.agent_id,
+                      hit="true" if row["hit"] else "false")  # fmt: skip
         elif isinstance(event, AmbientContext):
             out.diagnostic(self.agent_id, self._ambient_row(event))
             if later(self.ambient, ts, eid):

@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pipeline_coverage alone means 'pipeline_coverage > 0': some agent's\n"
         "memdiag.unindexed_memory_total grew within the window (a memory missed its index\n"
         "deadline); it resolves after a window with none.\n"
-        "recall_probe_miss is per agent: the share of the agent's name probes in the\n"
+        "recall_probe_miss is per agent: the share of the agent's recall probes in the\n"
         "window that missed, e.g. 'recall_probe_miss > 0.5 for 1h' fires for each agent\n"
         "whose probes mostly miss (an indexer storing garbage keeps coverage at 100%) and\n"
         "resolves when its probes hit again (or a window passes with none).\n"

@@ -26,8 +26,9 @@ def _width(stream: Any) -> int | None:
     return PIPE_WIDTH
 
 
-out = Console(highlight=False, width=_width(sys.stdout))
-err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
+# emoji=False: ids are users' text, and rich would turn "group:x:" into an emoji
+out = Console(highlight=False, emoji=False, width=_width(sys.stdout))
+err = Console(stderr=True, highlight=False, emoji=False, width=_width(sys.stderr))
 
 
 #: What the `report` extra installs: the reports' charts and statistics only.

@@ -105,12 +105,11 @@ COUNTER_HELP: dict[str, str] = {
         "increment is in the minute of the agent's event time that showed it."
     ),
     RECALL_PROBES: (
-        "Name probes (query_source name, the default), by agent and hit (true or false): the "
-        "probed memory in the first k results at or above the threshold; task probes are not "
-        "counted (their recall is DuckDB's recall_by_query_source). Each probe counts once, in "
-        "the minute of its own event time, whatever its memory's other probes said "
-        "(pipeline_health's SRR counts each memory's latest name probe only); a redelivered "
-        "probe may count again. A miss's "
+        "Recall probes, by agent and hit (true or false): the probed memory in the first k "
+        "results at or above the threshold. Each probe counts once, name and task probes alike "
+        "(recall_by_query_source sets them apart), in the minute of its own event time, "
+        "whatever its memory's other probes said (pipeline_health's SRR counts each memory's "
+        "latest name probe only); a redelivered probe may count again. A miss's "
         "reason (not indexed, aliased...) is in DuckDB's recall_probes, not here: a late "
         "write can change it."
     ),

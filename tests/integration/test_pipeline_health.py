@@ -86,9 +86,11 @@ def test_in_order_and_keyed(pipeline: Pipeline) -> None:
             key = (rec["attributes"]["agent_id"], rec["attributes"]["hit"])
             probes[key] = probes.get(key, 0) + rec["value"]
     assert counted == {"never": 10, "stops": 5}
-    # name probes only: the clinical agent's five task probes that missed are not counted
+    # every probe counts (contract section 9): the clinical agent's five name hits, and its
+    # task probes: five misses, then c0's hit
     assert probes == {("healthy", "true"): 10, ("repetitive", "true"): 3,
-                      ("repetitive", "false"): 7, ("clinical", "true"): 5}  # fmt: skip
+                      ("repetitive", "false"): 7, ("clinical", "true"): 6,
+                      ("clinical", "false"): 5}  # fmt: skip
     # the recall alert, per agent: only the repetitive agent's probes mostly miss
     alert = subprocess.run(
         [sys.executable, "-m", "memdiag.cli", "alert", "--rule", "recall_probe_miss > 0.5 for 1h",

@@ -1,6 +1,6 @@
 """Where a probe's query came from (contract section 9, docs/rules.md "Recall pipeline
-health"): ``query_source`` ``name`` (the default) or ``task``. SRR, the miss reasons and the
-counter are the name probes'; ``recall_by_query_source`` sets the two apart. Hand cases
+health"): ``query_source`` ``name`` (the default) or ``task``. SRR and the miss reasons are the name
+probes'; the counter counts every probe; ``recall_by_query_source`` sets the two apart. Hand cases
 through the recall stage and the real sink, each checked against the independent reference
 (``tests.reference.pipeline_reference``) as well as by hand."""
 
@@ -101,7 +101,9 @@ def test_a_bad_source_is_dead_lettered_by_the_stage() -> None:
 # -- the worker ----------------------------------------------------------------------------
 
 
-def test_the_probe_row_carries_its_source_and_only_name_probes_count() -> None:
+def test_the_probe_row_carries_its_source_and_every_probe_counts() -> None:
+    """Contract section 9: "each probe counts in recall_probe_total"; SRR and the miss
+    reasons, in DuckDB, are the name probes'."""
     r = Run().send([written("w1", 0, "m1"), indexed("i1", 1, "m1"),
                     probe("p1", 60, "m1", ["m1"]),  # a name probe by default: a hit
                     probe("p2", 61, "m1", ["x"], source="name"),  # said name: a miss
@@ -110,8 +112,8 @@ def test_the_probe_row_carries_its_source_and_only_name_probes_count() -> None:
     assert {e: p["query_source"] for e, p in r.probes.items()} == {
         "p1": "name", "p2": "name", "t1": "task", "t2": "task"}  # fmt: skip
     assert {k: v for k, v in r.counts.items() if k[0] == RECALL_PROBES} == {
-        (RECALL_PROBES, (("agent_id", "a1"), ("hit", "true"))): 1,
-        (RECALL_PROBES, (("agent_id", "a1"), ("hit", "false"))): 1,
+        (RECALL_PROBES, (("agent_id", "a1"), ("hit", "true"))): 2,  # p1, t2
+        (RECALL_PROBES, (("agent_id", "a1"), ("hit", "false"))): 2,  # p2, t1
     }
 
 
@@ -216,6 +218,18 @@ def test_the_latest_probe_is_per_memory_and_source(tmp_path: Path) -> None:
     h = pipeline_health(con)[0]
     assert (h["semantic_recall_rate"], h["task_probed"], h["task_hits"]) == (0.5, 2, 1)
     assert (h["task_recall_rate"], h["query_formulation_gap"]) == (0.5, 0.0)
+    assert (h["probed_both_ways"], h["found_by_name_only"]) == (2, 1)  # m1
+
+
+def test_the_gap_is_over_the_memories_probed_both_ways(tmp_path: Path) -> None:
+    """Ten memories probed by name, five found; only those five probed by task, all found.
+    The two rates differ (50% against 100%) but nothing the names find do the tasks miss:
+    no query-formulation failure (the rates' difference would say -50 points)."""
+    events = [probe(f"n{i}", 100 + i, f"m{i}", [f"m{i}"] if i < 5 else ["x"]) for i in range(10)]
+    events += [task_probe(f"t{i}", 200 + i, f"m{i}", [f"m{i}"]) for i in range(5)]
+    h = pipeline_health(load(tmp_path / "g.duckdb", events))[0]
+    assert (h["semantic_recall_rate"], h["task_recall_rate"]) == (0.5, 1.0)
+    assert (h["probed_both_ways"], h["found_by_name_only"], h["query_formulation_gap"]) == (5, 0, 0.0)
 
 
 def test_the_paper_agents_query_formulation_gap(tmp_path: Path) -> None:

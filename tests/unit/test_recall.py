@@ -376,11 +376,11 @@ def test_the_same_events_give_the_same_tables_in_any_order(
     check_against_reference(in_order, events)
     for _ in range(3):
         check_against_reference(Run().send(*batches_of(events, rnd)), events)
-    # each name probe counts once in recall_probe_total by its verdict; a task probe never
+    # each probe counts once in recall_probe_total by its verdict, name and task alike
     named = Counter(
         (e["agent_id"], "true" if in_order.probes[e["event_id"]]["hit"] else "false")
         for e in events
-        if e["kind"] == "recall_probe" and e.get("query_source", "name") == "name"
+        if e["kind"] == "recall_probe"
     )
     assert {
         tuple(v for _, v in attrs): n

@@ -364,7 +364,7 @@ def test_doctor_finds_what_the_seed_asks(sink: DuckDBSink) -> None:
         and "fx1 vs fx2" in pair["fixture_differs"].message
     )
     assert pair["tokens_one_side"].level == "weak"
-    assert "40 of 40 a answers and 0 of 40 b" in pair["tokens_one_side"].message
+    assert "(tokens: 40 of 40 paired answers)" in pair["tokens_one_side"].message
     assert pair["unreviewed_labels"].message.startswith("1 of 40 questions")
     assert "held_out 30, dev 10" in pair["mixed_splits"].message
     assert alone["no_memory_has_context"].level == "refuse"
@@ -413,6 +413,9 @@ def test_the_readings_match_an_independent_count(memory: list, response: list) -
 
 
 def test_calibrate_counts_the_flips_on_the_users_own_events(tmp_path: Path) -> None:
+    """The texts of an events file, joined into turns as the stream joins them: the first
+    response in event time, every injection, each distinct observation once with the content
+    of its first injection."""
     from memdiag.analytics.readings import substring_flips
 
     def ev(kind: str, eid: str, turn: str, ts: str = "2026-11-21T10:00:00Z", **kw: Any) -> str:
@@ -422,10 +425,14 @@ def test_calibrate_counts_the_flips_on_the_users_own_events(tmp_path: Path) -> N
     lines = [
         ev("injection", "i1", "t1", observations=[
             {"id": "o1", "content": "deploy steps: canary first"},
-            {"id": "o2", "content": "rotate auth-token weekly please"},
-            {"id": "o3", "content": "canary rollout"}]),
+            {"id": "o2", "content": "rotate auth-token weekly please"}]),
         ev("response", "r1", "t1", text="the deployment failed at the canary; auth-token: weekly rotation"),
-        ev("response", "r0", "t1", ts="2026-11-21T11:00:00+02:00", text="older in event time: ignored"),
+        # later in event time (11:30Z), though its text sorts first: not the turn's response
+        ev("response", "r0", "t1", ts="2026-11-21T09:30:00-02:00", text="deploy steps canary"),
+        # a second injection counts; o1 again keeps its first content
+        ev("injection", "i3", "t1", ts="2026-11-21T10:05:00Z", observations=[
+            {"id": "o1", "content": "nothing alike here at all"},
+            {"id": "o3", "content": "canary rollout"}]),
         ev("injection", "i2", "t2", observations=[{"id": "o1", "content": "deploy"}]),
         "not json",
         ev("response", "r9", "t1", ts="yesterday", text="unreadable time: skipped"),
@@ -440,8 +447,54 @@ def test_calibrate_counts_the_flips_on_the_users_own_events(tmp_path: Path) -> N
         "unpaired_turns": 1,
     }
     assert (got["ignored_to_used"], got["used_to_ignored"]) == (1, 1)
+    assert got["used_whole_words"] == 2 and got["used_substrings"] == 2  # o2, o3; o1, o3
     assert got["flipped_share"] == pytest.approx(2 / 3)
     assert [e["observation_id"] for e in got["examples"]] == ["o1", "o2"]
     assert got["examples"][0]["only_as_substring"] == ["deploy"]
     with pytest.raises(FileNotFoundError, match="cannot read the events file"):
         substring_flips(tmp_path / "missing.jsonl")
+
+
+def test_doctor_pairs_answers_to_find_tokens_on_one_side(sink: DuckDBSink) -> None:
+    """Both sides carry tokens on the same answers (and neither on the rest): nothing to say,
+    and the gate judges; tokens on one side and input/output tokens on the other: the gate
+    cannot judge input_tokens, and doctor says so."""
+    rows = []
+    for q in range(40):
+        extra = {"tokens": 100} if q < 20 else {}
+        rows.append(record("a", f"q{q:02d}", True, **extra))
+        rows.append(record("b", f"q{q:02d}", True, **extra))
+        rows.append(record("c", f"q{q:02d}", True, input_tokens=80, output_tokens=20))
+    sink.write(rows)
+    with read(sink) as con:
+        same = {f.check for f in doctor(con, ("a", None), ("b", None))}
+        mixed = {f.check: f for f in doctor(con, ("a", None), ("c", None))}
+    assert "tokens_one_side" not in same
+    message = mixed["tokens_one_side"].message
+    assert "input_tokens: 40 of 40" in message and "output_tokens: 40 of 40" in message
+    assert "(tokens: 20 of 40" in message  # c's total is input + output: a lacks 20
+
+
+def test_doctor_says_when_the_sides_share_runs(sink: DuckDBSink) -> None:
+    sink.write([record(r, f"q{q}", True, run_group_id="g") for r in ("r1", "r2")
+                for q in range(3)])  # fmt: skip
+    with read(sink) as con:
+        found = {f.check: f for f in doctor(con, sc.Side(run="r1"), sc.Side(group="g"))}
+    assert "1 runs are on both sides (r1)" in found["sides_overlap"].message
+
+
+def test_a_file_from_before_the_hygiene_columns_still_reads(sink: DuckDBSink, capsys) -> None:
+    """A reader opens files read-only: one written before label_status and split (an older
+    sink) is read as its rows were, NULL, until a sink upgrades it."""
+    sink.write([record(r, f"q{q:02d}", q % 2 == 0 or r == "b", fixture_checksum="f")
+                for r in ("a", "b") for q in range(30)])  # fmt: skip
+    with duckdb.connect(sink.path) as con:
+        for column in ("label_status", "split"):
+            con.execute(f"ALTER TABLE judgements DROP COLUMN {column}")
+    db = ["--db", str(sink.path), "--json"]
+    assert main(["compare", *db, "--baseline", "a", "--candidate", "b", "--resamples", "200"]) == 0
+    assert json.loads(capsys.readouterr().out)["mcnemar"]["wrong_to_right"] == 15
+    assert main(["report", "scores", *db, "--run-id", "a"]) == 0
+    capsys.readouterr()
+    assert main(["doctor", *db, "--baseline", "a", "--candidate", "b"]) in (0, 1)
+    assert "findings" in json.loads(capsys.readouterr().out)
