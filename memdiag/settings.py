@@ -275,8 +275,15 @@ class Settings:
         "MEMDIAG_SESSION_CACHE",
         5_000,
         "most sessions a worker keeps decoded in memory (the least recently written go first; "
-        "the store holds them all). The worker's memory grows with it, about 4 KB a session, "
-        "not with the sessions it keeps.",
+        "the store holds them all), within MEMDIAG_DECODED_CACHE_MB.",
+    )
+    decoded_cache_mb: int = setting(
+        "MEMDIAG_DECODED_CACHE_MB",
+        64,
+        "the bytes of decoded state a worker keeps in memory between batches, for all its "
+        "stages (sessions, ledgers, strengths): one budget, the least recently used evicted "
+        "first, whatever its stage. A decoded object is about ten times its stored size. The "
+        "worker's memory grows with it, not with the sessions it keeps.",
     )
     changelog_compaction_lag_hours: float = setting(
         "MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS",
@@ -456,7 +463,8 @@ class Settings:
                 f"latest; got {self.duckdb_storage_version!r}"
             )
         for name, value in (("MEMDIAG_STATE_CACHE_MB", self.state_cache_mb),
-                            ("MEMDIAG_SESSION_CACHE", self.session_cache)):  # fmt: skip
+                            ("MEMDIAG_SESSION_CACHE", self.session_cache),
+                            ("MEMDIAG_DECODED_CACHE_MB", self.decoded_cache_mb)):  # fmt: skip
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
         if self.state_store not in ("rocksdb", "memory"):

@@ -125,6 +125,7 @@ class Session(SpanTurns):
         #: (:mod:`memdiag.streams.session.states`)
         self.sealed = 0
         self.chunk = CHUNK
+        self.chunk_bytes = 0  # the stored bytes of its sealed chunks (what its cache weighs)
         self.scopes: list[Scope] = []
         self._scope_index: dict[Scope, int] = {}
         self.last_seen_ms = 0  # processing time (Kafka timestamp) of the last event

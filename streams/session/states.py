@@ -18,7 +18,7 @@ import orjson
 
 from memdiag.contract.envelope import Output, StateStore
 from memdiag.streams.clocks import SWEEP_EVERY_MS, Clocks, expiry_index
-from memdiag.streams.lru import remember
+from memdiag.streams.lru import Cache, shared_budget
 from memdiag.streams.session.records import LogRecord, decode, encode
 from memdiag.streams.session.session import Config, OwnerVerdict, Session
 
@@ -56,15 +56,18 @@ class SessionStates:
     """The sessions of the partitions a worker owns: loaded from and written to the store,
     decoded sessions cached, idle ones forgotten."""
 
-    def __init__(self, config: Config, keep_ms: int, cache_size: int = 5_000):
+    def __init__(
+        self, config: Config, keep_ms: int, cache_size: int = 5_000, cache_bytes: int = 64 << 20
+    ):
         self._config = config
         #: most decoded sessions kept in memory (the store holds them all)
         self.cache_size = cache_size
         self._keep_ms = keep_ms
         self.clocks = Clocks(min(SWEEP_EVERY_MS, max(1, keep_ms // 4)))
         # session_id -> the session as last written: current until the runner resets the
-        # stage (a checkpoint rolled back, partitions moved), which clears it
-        self._cache: dict[str, Session] = {}
+        # stage (a checkpoint rolled back, partitions moved), which clears it. Its bytes are
+        # the worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB).
+        self._cache: Cache[Session] = shared_budget(cache_bytes).cache("sessions", cache_size)
 
     def clear(self) -> None:
         """After a rebalance: the expiry index is rebuilt from the store, sessions decoded."""
@@ -87,13 +90,16 @@ class SessionStates:
             return Session(session_id, partition, self._config)
         head = _HEAD.decode(raw)
         records: list[LogRecord] = []
+        chunk_bytes = 0
         for i in range(head.n):
             chunk = store.get(chunk_key(session_id, i), partition)
             if chunk is None:
                 raise RuntimeError(f"session {session_id}: log chunk {i} is missing")
             records += decode(chunk)
+            chunk_bytes += len(chunk)
         session = Session(session_id, head.p, self._config)
         session.chunk = head.cs
+        session.chunk_bytes = chunk_bytes
         session.last_seen_ms = head.l
         for scope in head.sc:
             session.scope(*scope)
@@ -108,8 +114,9 @@ class SessionStates:
         size, partition, records = session.chunk, session.partition, session.records
         while len(records) - session.sealed >= size:
             index = session.sealed // size
-            chunk = records[session.sealed : session.sealed + size]
-            store.put(chunk_key(session.session_id, index), encode(chunk), partition)
+            chunk = encode(records[session.sealed : session.sealed + size])
+            store.put(chunk_key(session.session_id, index), chunk, partition)
+            session.chunk_bytes += len(chunk)
             session.sealed += size
         head = Head(
             p=partition,
@@ -123,8 +130,9 @@ class SessionStates:
                 for o, v in session.verdicts.items()
             },
         )
-        store.put(HEAD + session.session_id, _ENCODE.encode(head), partition)
-        remember(self._cache, session.session_id, session, self.cache_size)
+        encoded = _ENCODE.encode(head)
+        store.put(HEAD + session.session_id, encoded, partition)
+        self._cache.put(session.session_id, session, session.chunk_bytes + len(encoded))
         self._expiry(session.partition, store)[session.session_id] = session.last_seen_ms
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
@@ -151,7 +159,7 @@ class SessionStates:
                 continue
             session = self.load(key, partition, store, create=False)
             del index[key]
-            self._cache.pop(key, None)
+            self._cache.pop(key)
             if session is None:
                 continue
             session.flush_incomplete(out)

@@ -40,7 +40,7 @@ from memdiag.contract import LATE_EVENTS, LATE_OBSERVATION_WINDOW, MISLEADING
 from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
-from memdiag.streams.lru import remember
+from memdiag.streams.lru import Cache, shared_budget
 from memdiag.streams.rules.ledger import Entry, Ledger, Step
 from memdiag.streams.rules.strength import Strength, StrengthStep, Verdict
 
@@ -62,15 +62,21 @@ class ObservationStage:
         self._alpha_used = settings.alpha_used
         self._alpha_ignored = settings.alpha_ignored
         # observation id -> its ledger (its strength) as last written: current until the
-        # runner resets the stage (a checkpoint rolled back, partitions moved)
-        self._cache: dict[str, Ledger] = {}
-        self._graph_cache: dict[str, Ledger] = {}  # apart: graph traffic never evicts these
-        self._strengths: dict[str, Strength] = {}
+        # runner resets the stage (a checkpoint rolled back, partitions moved). All in the
+        # worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB), each at most
+        # CACHE_SIZE entries
+        budget = shared_budget(settings.decoded_cache_mb << 20)
+        self._cache: Cache[Ledger] = budget.cache("ledgers", self.CACHE_SIZE)
+        self._graph_cache: Cache[Ledger] = budget.cache("graph ledgers", self.CACHE_SIZE)
+        self._strengths: Cache[Strength] = budget.cache("strengths", self.CACHE_SIZE)
+        #: the stored bytes of what this batch loaded from the store (its cache weight)
+        self._loaded: dict[str, int] = {}
 
     def reset(self) -> None:
         self._cache.clear()
         self._graph_cache.clear()
         self._strengths.clear()
+        self._loaded.clear()
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         try:
@@ -79,13 +85,14 @@ class ObservationStage:
             self.reset()  # a ledger may have changed and not been written
             raise
 
-    def _cache_of(self, state_key: str) -> dict[str, Ledger]:
+    def _cache_of(self, state_key: str) -> Cache[Ledger]:
         return self._graph_cache if state_key.startswith(GRAPH_PREFIX) else self._cache
 
     def _load(self, state_key: str, partition: int, store: StateStore) -> Ledger:
         ledger = self._cache_of(state_key).get(state_key)
         if ledger is None:
             raw = store.get(state_key, partition)
+            self._loaded[state_key] = len(raw) if raw is not None else 0
             ledger = Ledger.from_state(
                 orjson.loads(raw) if raw is not None else None,
                 self._alpha_success,
@@ -97,6 +104,7 @@ class ObservationStage:
         strength = self._strengths.get(obs_id)
         if strength is None:
             raw = store.get(STRENGTH_PREFIX + obs_id, partition)
+            self._loaded[STRENGTH_PREFIX + obs_id] = len(raw) if raw is not None else 0
             strength = Strength.from_state(
                 orjson.loads(raw) if raw is not None else None,
                 self._alpha_used,
@@ -165,14 +173,21 @@ class ObservationStage:
         for obs_id, sent in weights.items():
             for record in sent.values():
                 out.weight(obs_id, record)
+        loaded, self._loaded = self._loaded, {}
         for state_key, (ledger, partition, changed) in ledgers.items():
+            size = loaded.get(state_key)
             if changed:
-                store.put(state_key, orjson.dumps(ledger.to_state()), partition)
-            remember(self._cache_of(state_key), state_key, ledger, self.CACHE_SIZE)
+                raw = orjson.dumps(ledger.to_state())
+                store.put(state_key, raw, partition)
+                size = len(raw)
+            self._cache_of(state_key).put(state_key, ledger, size)
         for obs_id, (strength, partition, changed) in strengths.items():
+            size = loaded.get(STRENGTH_PREFIX + obs_id)
             if changed:
-                store.put(STRENGTH_PREFIX + obs_id, orjson.dumps(strength.to_state()), partition)
-            remember(self._strengths, obs_id, strength, self.CACHE_SIZE)
+                raw = orjson.dumps(strength.to_state())
+                store.put(STRENGTH_PREFIX + obs_id, raw, partition)
+                size = len(raw)
+            self._strengths.put(obs_id, strength, size)
         return out
 
     def _verdict(

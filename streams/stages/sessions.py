@@ -73,7 +73,8 @@ class SessionStage:
             settings.store_text,
         )
         self._wall_ms = wall_ms or _wall_ms
-        self.states = SessionStates(self._config, settings.keep_ms, settings.session_cache)
+        self.states = SessionStates(self._config, settings.keep_ms, settings.session_cache,
+                                    settings.decoded_cache_mb << 20)  # fmt: skip
 
     def reset(self) -> None:
         """Forget the expiry index (rebuilt from the store) and the decoded sessions."""
