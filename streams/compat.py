@@ -21,7 +21,10 @@ faust-streaming version (``pyproject.toml`` pins the tested one). The touches:
   at each recovery, nothing while records flow.
 - **The committed offsets and the commit** (:class:`FaustKafka`): the consumer thread's
   aiokafka consumer, its coordinator's ``fetch_committed_offsets`` (one OffsetFetch for all
-  partitions) and ``commit`` (one OffsetCommit), through ``call_thread``.
+  partitions) and ``commit`` (one OffsetCommit), through ``call_thread``. Where nothing is
+  committed, the runner starts where the tables' recovery says
+  (:func:`memdiag.streams.tables.start_positions`); each commit tells the tables what it
+  covers (:meth:`memdiag.streams.tables.CheckpointStore.committing`).
 - **The store** (:mod:`memdiag.streams.tables`): Faust's ``Store`` interface, registered in
   its store registry.
 - **No commit of Faust's own** (:func:`no_faust_commits`, ``Consumer._commit_handler``, a
@@ -198,7 +201,7 @@ def no_faust_commits() -> None:
     from faust.transport.consumer import Consumer
     from mode.services import ServiceTask
 
-    Consumer._commit_handler = ServiceTask(_no_commit_handler)  # type: ignore[method-assign,assignment]
+    Consumer._commit_handler = ServiceTask(_no_commit_handler)  # type: ignore[method-assign]
     _PATCHED.add("commits")
 
 
@@ -297,14 +300,18 @@ class FaustKafka:
         return out
 
     async def bases(self, tps: list[Any]) -> dict[Any, int]:
-        """Each partition's committed offset, or its log start if none is committed (or if
+        """Each partition's committed offset; where none is committed, the position the
+        tables' recovery took from the local state, or else the log start (also when
         retention deleted the records since)."""
+        from memdiag.streams.tables import start_positions
+
         earliest = await self.app.consumer.earliest_offsets(*tps)
         committed = await self.committed(tps)
+        derived = start_positions(self.app)
         bases = {}
         for tp in tps:
             start = earliest.get(tp) or 0
-            done = committed.get(tp)
+            done = committed.get(tp, derived.get((tp.topic, tp.partition)))
             bases[tp] = start if done is None or done < start else done
         return bases
 
@@ -321,6 +328,10 @@ class FaustKafka:
         return future
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
+        from memdiag.streams.tables import checkpoint_stores
+
+        for store in checkpoint_stores(self.app):
+            store.committing(offsets)  # what the values the checkpoint writes next cover
         thread, consumer = self._thread()
         request = {
             TopicPartition(tp[0], tp[1]): OffsetAndMetadata(offset, "")
@@ -370,3 +381,40 @@ class FaustKafka:
         if self._probe is not None:
             await self._probe.stop()
             self._probe = None
+
+
+async def changelog_covers(
+    app: Any, wanted: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], Mapping[str, int] | None]:
+    """The source offsets the changelog records at ``wanted`` ({(topic, partition): offset})
+    cover (:data:`memdiag.streams.store.OFFSETS_HEADER`), read outside the group; None where
+    the record names none; absent where no record came in time. A record compacted away
+    gives the next one's: offsets at least as new, so a check against them can only be
+    stricter."""
+    from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+    from memdiag.streams.store import covers_of
+
+    servers = [f"{u.host}:{u.port}" for u in app.conf.broker]
+    auth = credentials_to_aiokafka_auth(app.conf.broker_credentials, app.conf.ssl_context)
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=servers, group_id=None, enable_auto_commit=False, **auth
+    )
+    await reader.start()
+    out: dict[tuple[str, int], Mapping[str, int] | None] = {}
+    try:
+        tps = {TopicPartition(topic, p): offset for (topic, p), offset in wanted.items()}
+        reader.assign(list(tps))
+        for atp, offset in tps.items():
+            reader.seek(atp, offset)
+        left = set(tps)
+        deadline = asyncio.get_running_loop().time() + FaustKafka.TIMEOUT_SECONDS
+        while left and asyncio.get_running_loop().time() < deadline:
+            batches = await reader.getmany(*left, timeout_ms=1000, max_records=1)
+            for atp, records in batches.items():
+                if records and atp in left:
+                    left.discard(atp)
+                    out[(atp.topic, atp.partition)] = covers_of(records[0].headers)
+    finally:
+        await reader.stop()
+    return out

@@ -11,11 +11,24 @@ record the checkpoint produces carries, in its :data:`OFFSETS_HEADER`, the offse
 source partitions it covers (the last record processed of each); a record is applied only
 when all of them are below the group's committed offsets. A record ahead of them belongs to a
 checkpoint that produced its changelog and never committed: it is skipped, and its key is
-*repaired*: the first thing the worker does after recovery is write each such key's recovered
-value (or a tombstone) to the changelog again, before it takes a record. A skipped record
-stays in the changelog, and a later replay (another restart, a fresh machine) would find the
-commits past it and apply it; the repair that follows it makes sure its stale value never
-comes back, whatever the rerun wrote.
+*repaired*: the next checkpoint writes each such key's recovered value (or a tombstone) to
+the changelog again. A skipped record stays in the changelog, and a later replay (another
+restart, a fresh machine) would find the commits past it and apply it; the repair that
+follows it makes sure its stale value never comes back, whatever the rerun wrote.
+
+Two things recovery decides before it reads (:func:`assess`):
+
+- **Local state ahead of the commit.** A backend also keeps what its values cover
+  (:attr:`Backend.covers`: per source topic, the newest offset a record it reflects
+  covers). When the group's committed offsets are not past them (the offsets were reset for
+  a replay, or went back), the values hold records the worker is about to take again: the
+  partition is rebuilt from the changelog under the skip rule, as a memory store would be.
+- **Nothing committed.** When the group has no committed offset for any source topic of the
+  partition (they expired while no worker ran, or the group was deleted), "nothing
+  committed" is not "committed 0" if the local state covers offsets: it holds committed
+  values only, so it proves what was committed, and recovery takes its covers as the
+  committed position (:attr:`Assessment.positions`: where the worker starts). Without local
+  state nothing tells lost offsets from a worker that never committed; see :func:`assess`.
 
 :class:`memdiag.streams.tables.CheckpointStore` is the Faust store of the worker's tables
 (through Faust's store registry, ``memdiag://``): Faust's recovery hands it the changelog
@@ -25,7 +38,7 @@ records; it applies them by the rule above.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -41,8 +54,11 @@ OFFSETS_HEADER = "memdiag-offsets"
 #: Where a RocksDB backend keeps the changelog offset its values reflect (no state key
 #: starts with a NUL byte).
 _OFFSET_KEY = b"\x00memdiag:changelog-offset"
+#: ... and what they cover: ``{"at": changelog offset, "covers": {topic: offset}}``
+_COVERS_KEY = b"\x00memdiag:covers"
 
 Writes = Mapping[bytes, bytes | None]
+Covers = Mapping[str, int]
 
 
 class Backend(Protocol):
@@ -50,6 +66,13 @@ class Backend(Protocol):
 
     #: the offset of the last changelog record the values reflect (None: none)
     offset: int | None
+    #: per source topic, the newest offset that a record the values reflect covers: where the
+    #: local state stands in the sources (the partition is the backend's own)
+    covers: dict[str, int]
+    #: the changelog offset :attr:`covers` is known up to. Behind :attr:`offset` when values
+    #: were written without their covers: recovery then reads the covers of the record at
+    #: :attr:`offset` (:func:`needs_covers`)
+    covers_at: int | None
 
     def get(self, key: bytes) -> bytes | None: ...
 
@@ -57,11 +80,46 @@ class Backend(Protocol):
         """The keys starting with ``prefix``, in byte order, with their values."""
         ...
 
-    def write(self, writes: Writes, offset: int | None) -> None:
-        """Apply ``writes`` (None: delete) and, if given, remember ``offset``: atomically."""
+    #: where a write with an offset and no covers (the checkpoint's) takes its covers from:
+    #: the store sets it to the covers of the commit the write follows (:func:`commit_covers`)
+    covers_hint: Callable[[], Covers | None] | None
+
+    def write(self, writes: Writes, offset: int | None, covers: Covers | None = None) -> None:
+        """Apply ``writes`` (None: delete) and, if given, remember ``offset`` and add
+        ``covers`` (the source offsets of the records written) to :attr:`covers`:
+        atomically."""
         ...
 
     def close(self) -> None: ...
+
+
+def commit_covers(offsets: Mapping[Any, int], sources: Iterable[str]) -> dict[int, dict[str, int]]:
+    """Per changelog partition, what a commit of ``offsets`` ({(topic, partition): the next
+    offset}) covers of ``sources``: the offsets the checkpoint's changelog records name in
+    their header (:data:`OFFSETS_HEADER`)."""
+    wanted = set(sources)
+    out: dict[int, dict[str, int]] = {}
+    for (topic, partition), offset in offsets.items():
+        if topic in wanted:
+            out.setdefault(partition, {})[topic] = offset - 1
+    return out
+
+
+def _given(
+    covers: Covers | None, offset: int | None, hint: Callable[[], Covers | None] | None
+) -> Covers | None:
+    if covers is None and offset is not None and hint is not None:
+        return hint()
+    return covers
+
+
+def _with(covers: dict[str, int], more: Covers) -> dict[str, int]:
+    """``covers`` with ``more`` added: the newest offset of each topic."""
+    out = dict(covers)
+    for topic, offset in more.items():
+        if offset > out.get(topic, -1):
+            out[topic] = offset
+    return out
 
 
 class MemoryBackend:
@@ -71,6 +129,9 @@ class MemoryBackend:
     def __init__(self) -> None:
         self.data: SortedDict = SortedDict()
         self.offset: int | None = None
+        self.covers: dict[str, int] = {}
+        self.covers_at: int | None = None
+        self.covers_hint: Callable[[], Covers | None] | None = None
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self.data.get(key)
@@ -83,7 +144,8 @@ class MemoryBackend:
                 return
             yield key, data[key]
 
-    def write(self, writes: Writes, offset: int | None) -> None:
+    def write(self, writes: Writes, offset: int | None, covers: Covers | None = None) -> None:
+        covers = _given(covers, offset, self.covers_hint)
         data = self.data
         for key, value in writes.items():
             if value is None:
@@ -92,6 +154,10 @@ class MemoryBackend:
                 data[key] = value
         if offset is not None:
             self.offset = offset
+        if covers is not None:
+            self.covers = _with(self.covers, covers)
+            if offset is not None:
+                self.covers_at = offset
 
     def close(self) -> None:
         pass
@@ -126,6 +192,11 @@ class RocksBackend:
         self._db = Rdict(str(path), options)
         raw = self._db.get(_OFFSET_KEY)
         self.offset: int | None = None if raw is None else int(raw)
+        known = self._db.get(_COVERS_KEY)  # none in a database of an older memdiag
+        found = orjson.loads(known) if known is not None else {}
+        self.covers: dict[str, int] = dict(found.get("covers", {}))
+        self.covers_at: int | None = found.get("at")
+        self.covers_hint: Callable[[], Covers | None] | None = None
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)
@@ -139,9 +210,10 @@ class RocksBackend:
                 return
             yield key, value
 
-    def write(self, writes: Writes, offset: int | None) -> None:
+    def write(self, writes: Writes, offset: int | None, covers: Covers | None = None) -> None:
         from rocksdict import WriteBatch
 
+        covers = _given(covers, offset, self.covers_hint)
         batch = WriteBatch(raw_mode=True)
         for key, value in writes.items():
             if value is None:
@@ -150,9 +222,15 @@ class RocksBackend:
                 batch.put(key, value)
         if offset is not None:
             batch.put(_OFFSET_KEY, str(offset).encode())
+        merged, at = self.covers, self.covers_at
+        if covers is not None:
+            merged = _with(merged, covers)
+            at = at if offset is None else offset
+            batch.put(_COVERS_KEY, orjson.dumps({"at": at, "covers": merged}))
         self._db.write(batch)
         if offset is not None:
             self.offset = offset
+        self.covers, self.covers_at = merged, at
 
     def close(self) -> None:
         self._db.close()
@@ -197,6 +275,81 @@ def committed_past(covers: Mapping[str, int] | None, committed: Mapping[str, int
     return True
 
 
+def needs_covers(backend: Backend) -> bool:
+    """Whether the backend's values were written past what it knows they cover (an older
+    memdiag wrote them, or a write came without a commit told to the store): recovery then
+    reads the covers of the changelog record at its offset, the last checkpoint's (the
+    topics that checkpoint moved; an older one may have moved others further, so this is a
+    fallback, not the rule)."""
+    return backend.offset is not None and backend.covers_at != backend.offset
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """What recovery does with a partition before it reads the changelog."""
+
+    #: the offsets recovery applies records by (the skip rule's): the group's committed
+    #: offsets, or, when the group has none but the local state proves some were committed,
+    #: what the local state covers
+    committed: dict[str, int]
+    #: the group has no committed offset for any source topic of the partition
+    lost: bool
+    #: the source topics the local state covers at or past the committed offsets (topic ->
+    #: the offset it covers): the state is ahead of the commit, and rebuilt
+    ahead: dict[str, int]
+
+    @property
+    def rebuild(self) -> bool:
+        return bool(self.ahead)
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Where the worker takes records from, where the group has nothing committed:
+        after what the local state covers."""
+        return dict(self.committed) if self.lost else {}
+
+
+def assess(backend: Backend, committed: Covers, sources: Iterable[str]) -> Assessment:
+    """See the module docstring. ``committed``: the group's committed offsets of the
+    partition's source topics, by topic (a topic with none is absent).
+
+    Nothing committed: a backend holds committed values only (the checkpoint writes it after
+    its commit; recovery applies what commits cover), so local state with covers proves
+    that the group committed them, and lost its offsets since: they are taken as the
+    committed position. Without local state (a memory store, a fresh machine), nothing
+    tells lost offsets from a worker that never committed (one killed in its first
+    checkpoint): taking its changelog records for committed could lose that checkpoint's
+    outputs, so every record is skipped and the worker takes its sources from their start,
+    as before any commit."""
+    lost = not any(topic in committed for topic in sources)
+    if lost:
+        local = {topic: offset + 1 for topic, offset in backend.covers.items()}
+        return Assessment(local, True, {})
+    ahead = {
+        topic: offset
+        for topic, offset in backend.covers.items()
+        if topic not in committed or offset >= committed[topic]
+    }
+    return Assessment(dict(committed), False, ahead)
+
+
+def ahead_line(table: str, partition: int, ahead: Covers, committed: Covers) -> str:
+    """The log line of a local state found ahead of the commit: where it stands, what is
+    committed, what the worker does, what a person does."""
+    where = "; ".join(
+        f"{topic} {offset:,} covered, {committed[topic]:,} committed" if topic in committed
+        else f"{topic} {offset:,} covered, nothing committed"
+        for topic, offset in sorted(ahead.items())
+    )  # fmt: skip
+    return (
+        f"{table} partition {partition}: the local state covers records the group has not "
+        f"committed ({where}): the group's offsets were reset (a replay) or went back. "
+        "Rebuilding it from the changelog as of the committed offsets, as a memory store "
+        "does, so that no record counts twice. Nothing to do after memdiag reset-offsets; "
+        "otherwise find out what moved the group's offsets"
+    )
+
+
 @dataclass
 class Replay:
     """One changelog partition's recovery in progress: what to apply, what to repair."""
@@ -213,6 +366,7 @@ class Replay:
 
     def apply(self, records: Iterable[ChangelogRecord]) -> None:
         writes: dict[bytes, bytes | None] = {}
+        covered: dict[str, int] = {}
         last = None
         for rec in records:
             last = rec.offset
@@ -220,6 +374,8 @@ class Replay:
                 writes[rec.key] = rec.value
                 self.latest_skipped[rec.key] = False
                 self.applied += 1
+                if rec.covers:
+                    covered = _with(covered, rec.covers)
             else:
                 self.latest_skipped[rec.key] = True
                 self.skipped += 1
@@ -229,7 +385,8 @@ class Replay:
             return
         offset = last if self.frozen_at is None else self.frozen_at
         current = self.backend.offset
-        self.backend.write(writes, offset if current is None or offset > current else None)
+        fresh = offset if current is None or offset > current else None
+        self.backend.write(writes, fresh, covered)
 
     def repairs(self) -> set[bytes]:
         """The keys whose latest changelog record was skipped."""
@@ -244,3 +401,40 @@ def replay(
     run = Replay(backend, committed)
     run.apply(records)
     return run.repairs()
+
+
+@dataclass
+class RebuildPoint:
+    """Where to commit a source partition for the state to be rebuilt exactly there: what an
+    offset reset (``memdiag reset-offsets``) commits instead of its target.
+
+    A committed offset inside a checkpoint (a reset to a point in time lands anywhere)
+    leaves the state behind it: recovery skips that checkpoint's changelog records (they
+    cover offsets past the commit), and the worker takes the records after the commit only,
+    so those the checkpoint covered before it count in no state. Fed a changelog
+    partition's covers in log order (:meth:`add`), this says, per source topic, the offset
+    after the newest record that recovery applies under ``targets`` (the skip rule) and that
+    names the topic: at most the target, a checkpoint's boundary."""
+
+    #: per source topic, the offset the reset aims at (for the skip rule: the committed)
+    targets: Covers
+    #: per topic, what the newest applied record naming it covers (log order)
+    newest: dict[str, int] = field(default_factory=dict)
+    #: the topics some record names, applied or not
+    named: set[str] = field(default_factory=set)
+
+    def add(self, covers: Covers | None) -> None:
+        if not covers:
+            return
+        self.named.update(covers)
+        if committed_past(covers, self.targets):
+            self.newest.update(covers)
+
+    def position(self, topic: str) -> int | None:
+        """The offset to commit for ``topic``: after its newest applied record; None (the log
+        start) when records name it and none applies; its target when none names it."""
+        if topic in self.newest:
+            return self.newest[topic] + 1
+        if topic in self.named:
+            return None
+        return self.targets[topic]

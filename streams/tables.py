@@ -5,11 +5,15 @@ Faust keeps what it is good at: the consumer group, the assignment of each chang
 partition with its co-partitioned source partitions, and the recovery that reads a changelog
 partition from the store's offset to its end when the partition is assigned. This store
 decides what recovery applies (:mod:`memdiag.streams.store`: only records the committed
-offsets cover; the skipped records' keys are repaired before the worker takes a record) and
-where the values live: a RocksDB database per partition, or memory.
+offsets cover; the skipped records' keys are repaired by the next checkpoint), whether the
+local values are kept at all (rebuilt when they are ahead of the committed offsets; taken
+as the committed position when the group has none) and where the values live: a RocksDB
+database per partition, or memory.
 
 The stages never touch the store through Faust's table API: the checkpoint
-(:mod:`memdiag.streams.checkpoint`) reads its backends and writes committed values into them.
+(:mod:`memdiag.streams.checkpoint`) reads its backends and writes committed values into them,
+with what they cover, which the transport tells the store as each commit goes out
+(:meth:`CheckpointStore.committing`).
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ from faust.types import TP
 from memdiag.streams.store import (
     Backend,
     ChangelogRecord,
+    Covers,
     MemoryBackend,
     Replay,
     RocksBackend,
+    ahead_line,
+    assess,
+    commit_covers,
     covers_of,
+    needs_covers,
 )
 
 log = logging.getLogger("memdiag.worker")
@@ -72,12 +81,25 @@ class CheckpointStore(Store):
         #: per partition: keys whose latest changelog record recovery skipped
         self.repairs: dict[int, set[bytes]] = {}
         self._replays: dict[int, Replay] = {}
+        #: where the worker starts in a source partition with nothing committed, as the local
+        #: state covers it: (topic, partition) -> offset (:func:`start_positions`)
+        self.positions: dict[tuple[str, int], int] = {}
+        #: the partitions recovering with nothing committed and no local state
+        self._lost: set[int] = set()
+        #: per partition, what the commit in progress covers (:meth:`committing`)
+        self._committing: dict[int, dict[str, int]] = {}
 
     # -- what the checkpoint uses ---------------------------------------------------------
 
     @property
     def sources(self) -> tuple[str, ...]:
         return self.settings.sources
+
+    def committing(self, offsets: Mapping[Any, int]) -> None:
+        """A checkpoint commits ``offsets`` (the transport says so as it sends the commit):
+        the values it then writes into the backends cover them, as its changelog records'
+        headers say; the backends keep that with the values (:attr:`Backend.covers`)."""
+        self._committing = commit_covers(offsets, self.sources)
 
     # -- the backends -----------------------------------------------------------------------
 
@@ -93,6 +115,7 @@ class CheckpointStore(Store):
                 backend = MemoryBackend()
             else:
                 backend = RocksBackend(self._path(partition), self.settings.cache_bytes)
+            backend.covers_hint = lambda: self._committing.get(partition)
             self.backends[partition] = backend
         return backend
 
@@ -100,6 +123,9 @@ class CheckpointStore(Store):
         backend = self.backends.pop(partition, None)
         self.repairs.pop(partition, None)
         self._replays.pop(partition, None)
+        self._lost.discard(partition)
+        for tp in [tp for tp in self.positions if tp[1] == partition]:
+            del self.positions[tp]
         if backend is not None:
             backend.close()
 
@@ -152,9 +178,56 @@ class CheckpointStore(Store):
         await self._forget_foreign(logged)
         wanted = [(topic, p) for topic in self.sources for p in sorted(logged)]
         committed = await self.settings.committed(wanted)
-        for partition in logged:
+        await self._learn_covers(logged)
+        for partition in sorted(logged):
             by_topic = {t: o for (t, p), o in committed.items() if p == partition}
-            self._replays[partition] = Replay(self.backends[partition], by_topic)
+            verdict = assess(self.backends[partition], by_topic, self.sources)
+            if verdict.rebuild:
+                log.warning(ahead_line(self.table_name, partition, verdict.ahead, by_topic))
+                self._reset(partition)
+            for tp in [tp for tp in self.positions if tp[1] == partition]:
+                del self.positions[tp]
+            positions = verdict.positions
+            for topic, offset in positions.items():
+                self.positions[(topic, partition)] = offset
+            if positions:
+                log.warning(
+                    "%s partition %d: the group has no committed offset for its source topics, "
+                    "but the local state holds committed values (its offsets expired while no "
+                    "worker ran, longer than the broker's offsets.retention.minutes, or the "
+                    "group was deleted): taking what the local state covers as committed, "
+                    "and starting at %s",
+                    self.table_name, partition, _shown(positions),
+                )  # fmt: skip
+            elif verdict.lost:
+                self._lost.add(partition)
+            self._replays[partition] = Replay(self.backends[partition], verdict.committed)
+
+    async def _learn_covers(self, partitions: set[int]) -> None:
+        """A backend whose values were written without their covers (a database of an older
+        memdiag): read them from the changelog record at its offset, the last checkpoint's
+        (:func:`memdiag.streams.store.needs_covers`)."""
+        wanted = {
+            (self.changelog, p): offset
+            for p in sorted(partitions)
+            if needs_covers(self.backends[p]) and (offset := self.backends[p].offset) is not None
+        }
+        if not wanted:
+            return
+        from memdiag.streams.compat import changelog_covers
+
+        found = await changelog_covers(self.app, wanted)
+        for key, offset in wanted.items():
+            p = key[1]
+            if key in found:
+                self.backends[p].write({}, offset, found[key] or {})
+            else:  # what the values cover is unknown: only a rebuild is sure
+                log.warning(
+                    "%s partition %d: the changelog record at the local state's offset %d did "
+                    "not come; rebuilding the partition from the changelog",
+                    self.table_name, p, offset,
+                )  # fmt: skip
+                self._reset(p)
 
     async def _forget_foreign(self, partitions: set[int]) -> None:
         """A local database at or past its changelog's end belongs to another changelog (the
@@ -199,9 +272,20 @@ class CheckpointStore(Store):
                     "(ahead of the committed offsets), %d keys to repair",
                     self.table_name, partition, run.applied, run.skipped, len(repairs),
                 )  # fmt: skip
+            if run.skipped and partition in self._lost:
+                log.warning(
+                    "%s partition %d: the group has no committed offset for its source topics "
+                    "and there is no local state, so none of its %d changelog records is "
+                    "known to be committed: the worker takes its sources from their start "
+                    "(a worker that never committed; if the group's offsets were lost "
+                    "instead, the whole history is processed again: DuckDB stays exact "
+                    "while the sources keep it, and the counters count it again)",
+                    self.table_name, partition, run.skipped,
+                )  # fmt: skip
             if repairs:
                 self.repairs.setdefault(partition, set()).update(repairs)
         self._replays.clear()
+        self._lost.clear()
 
     def reset_state(self) -> None:
         for partition in list(self.backends):
@@ -238,3 +322,23 @@ class CheckpointStore(Store):
 
     def _clear(self) -> None:
         self.reset_state()
+
+
+def _shown(covers: Covers) -> str:
+    return ", ".join(f"{topic} {offset:,}" for topic, offset in sorted(covers.items()))
+
+
+def checkpoint_stores(app: Any) -> list[CheckpointStore]:
+    """The worker's memdiag stores (one per table)."""
+    stores = (getattr(table, "data", None) for table in app.tables.values())
+    return [store for store in stores if isinstance(store, CheckpointStore)]
+
+
+def start_positions(app: Any) -> dict[tuple[str, int], int]:
+    """Where the worker starts in a source partition with nothing committed, as the local
+    state covers it (:func:`memdiag.streams.store.assess`): the runner takes records there,
+    not at the log start. Set when the partition is assigned, before any record flows."""
+    positions: dict[tuple[str, int], int] = {}
+    for store in checkpoint_stores(app):
+        positions.update(store.positions)
+    return positions

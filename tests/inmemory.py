@@ -31,17 +31,32 @@ from aiokafka.partitioner import murmur2
 from memdiag.contract.envelope import CounterKey, InMessage, Output
 from memdiag.schemas.deadletters import failed_output
 from memdiag.schemas.decode import parse_ts
+from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
 from memdiag.streams.checkpoint import TP, CommitRefused
 from memdiag.streams.runner import Runner, StageSpec
+from memdiag.streams.sender import CounterBuffer
+from memdiag.streams.stages.counters import CounterStage, minute_of
 from memdiag.streams.stages.observations import ObservationStage
 from memdiag.streams.stages.recall import RecallStage
 from memdiag.streams.stages.sessions import SessionStage
 from memdiag.streams.stages.spans import SpanStage
 from memdiag.streams.stages.traces import TraceStage
-from memdiag.streams.store import OFFSETS_HEADER, ChangelogRecord, MemoryBackend, covers_of, replay
+from memdiag.streams.store import (
+    OFFSETS_HEADER,
+    Assessment,
+    ChangelogRecord,
+    MemoryBackend,
+    RebuildPoint,
+    Replay,
+    assess,
+    commit_covers,
+    covers_of,
+    needs_covers,
+)
 
 STATE = "state"
+ROLLUPS = "rollups"
 #: The steps of a commit a worker can be killed at (:mod:`memdiag.streams.checkpoint`).
 STEPS = ("changelog", "delivered", "committed")
 
@@ -153,6 +168,16 @@ class WorldTable:
     sources: tuple[str, ...]
     backends: dict[int, MemoryBackend] = field(default_factory=dict)
     repairs: dict[int, set[bytes]] = field(default_factory=dict)
+    #: per partition, what the commit in progress covers (as the worker's store keeps it)
+    committing: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def backend(self, partition: int) -> MemoryBackend:
+        """A new backend for ``partition``, its covers taken from the commits (as
+        :meth:`memdiag.streams.tables.CheckpointStore._open` makes them)."""
+        backend = MemoryBackend()
+        backend.covers_hint = lambda: self.committing.get(partition)
+        self.backends[partition] = backend
+        return backend
 
 
 class WorldKafka:
@@ -174,7 +199,10 @@ class WorldKafka:
         return {TP(t, p) for t in w.runner.topics for p in range(w.partitions_of(t))}
 
     async def bases(self, tps: list[Any]) -> dict[Any, int]:
-        return {tp: self.world.committed.get(tp, 0) for tp in tps}
+        """The committed offsets, else where recovery found the changelog's covers end (as
+        :meth:`memdiag.streams.compat.FaustKafka.bases`), else the log start."""
+        w = self.world
+        return {tp: w.committed.get(tp, w.positions.get(tp, 0)) for tp in tps}
 
     async def seek(self, offsets: Mapping[Any, int]) -> None:
         self.world.position.update(offsets)
@@ -186,6 +214,8 @@ class WorldKafka:
         return {tp: self.world.committed[tp] for tp in tps if tp in self.world.committed}
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
+        for table in self.world.world_tables():  # as memdiag.streams.compat.FaustKafka does
+            table.committing = commit_covers(offsets, table.sources)
         if self.refuse_next_commit:
             self.refuse_next_commit = False
             self.world.refused += 1
@@ -210,6 +240,8 @@ class WorldSender:
 
     def __init__(self, world: World):
         self.world = world
+        #: the increments added up per checkpoint, as the worker's ``Sender`` does
+        self.buffer = CounterBuffer()
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
         w = self.world
@@ -243,9 +275,19 @@ class WorldSender:
             w.append(w.memory, agent_id, events, timestamp_ms)
         for _, record in out.deadletters:
             w.tables.add_dead_letter(record)
+        if w.rollups is not None:
+            for name, record in out.counter_messages:
+                w.append(w.counters, name, record)
+            if out.counts:
+                self.buffer.add(out)
         return []
 
     async def flush_counters(self) -> list[asyncio.Future[Any]]:
+        """The checkpoint's increments, to ``counters`` (with ``counters=True``)."""
+        w = self.world
+        if w.rollups is not None:
+            for name, record in self.buffer.drain():
+                w.append(w.counters, name, record)
         return []
 
 
@@ -254,9 +296,13 @@ class World:
 
     ``crash_rate``: the chance, at each step of the scheduler, that the worker is killed
     (between two batches, or at a random step of a commit). ``kill_at``: kill it once, at
-    this step of its ``after``-th commit (see :data:`STEPS`)."""
+    this step of its ``after``-th commit (see :data:`STEPS`). ``counters``: the increments go
+    to a ``counters`` topic too, and the counter stage rolls them up per minute in a table
+    of its own (``rollups``), as in the worker."""
 
-    def __init__(self, settings: Settings, seed: int = 0, crash_rate: float = 0.0):
+    def __init__(
+        self, settings: Settings, seed: int = 0, crash_rate: float = 0.0, counters: bool = False
+    ):
         self.settings = settings
         self.rng = random.Random(seed)
         self.crash_rate = crash_rate
@@ -273,7 +319,15 @@ class World:
         self.generation = 1
         self.table = WorldTable(STATE, self.changelog, (self.events, self.verdicts,
                                 self.span_events, self.steps, self.memory, self.traces))  # fmt: skip
-        self.table.backends = {p: MemoryBackend() for p in range(self.partitions)}
+        for p in range(self.partitions):
+            self.table.backend(p)
+        self.counters = t.counters
+        self.rollups: WorldTable | None = None
+        if counters:
+            self.rollups = WorldTable(ROLLUPS, f"{settings.app_id}-{ROLLUPS}-changelog",
+                                      (self.counters,))  # fmt: skip
+            for p in range(self.partitions):
+                self.rollups.backend(p)
         self.tables = Tables()
         #: everything sent, in order: diagnostics and weight records, counter increments
         self.records: list[dict[str, Any]] = []
@@ -298,6 +352,11 @@ class World:
         self._robin = 0
         #: per partition, at the last restart: (changelog records read, keys to repair)
         self.replayed: dict[int, tuple[int, int]] = {}
+        #: the changelog partitions recovery rebuilt: (table, partition, why)
+        self.rebuilt: list[tuple[str, int, Assessment]] = []
+        #: where recovery found the worker starts where nothing is committed (as the local
+        #: state covers it)
+        self.positions: dict[Any, int] = {}
         #: every changelog record, in the order the worker sent them: (partition, record)
         self.changelog_appends: list[tuple[int, Record]] = []
         self.kafka = WorldKafka(self)
@@ -325,9 +384,17 @@ class World:
             StageSpec("observations", (self.steps,), self.owner, STATE, on_failure),
             StageSpec("recall", (self.memory,), self.recall_stage, STATE, on_failure),
         ]  # fmt: skip
-        runner = Runner(self.kafka, stages, {STATE: self.table}, WorldSender(self),  # type: ignore[arg-type]
+        tables = {STATE: self.table}
+        if self.rollups is not None:
+            stages.append(StageSpec("counters", (self.counters,), CounterStage(), ROLLUPS,
+                                    lambda msg, exc: Output()))  # fmt: skip
+            tables[ROLLUPS] = self.rollups
+        runner = Runner(self.kafka, stages, tables, WorldSender(self),  # type: ignore[arg-type]
                         fault=self._fault)  # fmt: skip
         return runner
+
+    def world_tables(self) -> list[WorldTable]:
+        return [self.table] if self.rollups is None else [self.table, self.rollups]
 
     def _session_partition(self, session_id: str) -> int:
         return partition_for(session_id, self.partitions)
@@ -483,7 +550,9 @@ class World:
         the last commit, and the dying checkpoint's writes if its commit landed."""
         state = copy.deepcopy(self.committed_state)
         if step == "committed":
-            for (_, partition), writes in self.runner.checkpoint.writes.items():
+            for (name, partition), writes in self.runner.checkpoint.writes.items():
+                if name != STATE:
+                    continue
                 values = state.setdefault(partition, {})
                 for key, value in writes.items():
                     if value is None:
@@ -508,27 +577,121 @@ class World:
         self.generation += 1
         if fresh is None:
             fresh = self.rng.random() < 0.5
-        for partition in range(self.partitions):
-            if fresh or partition not in self.table.backends:
-                self.table.backends[partition] = MemoryBackend()
-            backend = self.table.backends[partition]
-            start = -1 if backend.offset is None else backend.offset
-            log = self.logs.get((self.changelog, partition), [])
-            records = [
-                ChangelogRecord(r.offset, r.key or b"", r.value, covers_of(r.headers))
-                for r in log[start + 1 :]
-            ]
-            committed = {
-                topic: offset
-                for (topic, p), offset in self.committed.items()
-                if p == partition and topic in self.table.sources
-            }
-            repairs = replay(backend, records, committed)
-            self.replayed[partition] = (len(records), len(repairs))
-            self.table.repairs[partition] = repairs
+        self.positions = {}
+        for table in self.world_tables():
+            for partition in range(self.partitions):
+                self._recover(table, partition, fresh)
         for tp in list(self.position):
             self.position[tp] = self.committed.get(tp, 0)
         self.runner = self._new_runner()
+
+    # -- what an operator does to the group ------------------------------------------------
+
+    def reset_offsets(self, to: int = 0) -> None:
+        """``memdiag reset-offsets --to-earliest``: every partition of every topic the worker
+        reads committed at ``to`` (offsets committed, not deleted)."""
+        for tp in [TP(t, p) for (t, p) in self.logs if t in self.runner.topics]:
+            self.committed[tp] = to
+
+    def reset_offsets_to(self, timestamp_ms: int, snap: bool = True) -> None:
+        """``memdiag reset-offsets --to-datetime``: each partition at its first record at or
+        after ``timestamp_ms``, and (``snap``) a partition feeding a table back to the
+        checkpoint that holds it (:class:`memdiag.streams.store.RebuildPoint`, fed the
+        table's changelog as the command reads it)."""
+        targets = {
+            TP(t, p): next((r.offset for r in log if (r.timestamp or 0) >= timestamp_ms), len(log))
+            for (t, p), log in self.logs.items()
+            if t in self.runner.topics
+        }
+        self.committed.update(targets)
+        if not snap:
+            return
+        for table in self.world_tables():
+            for partition in range(self.partitions):
+                aimed = {t: targets[TP(t, partition)] for t in table.sources
+                         if TP(t, partition) in targets}  # fmt: skip
+                point = RebuildPoint(aimed)
+                for r in self.logs.get((table.changelog, partition), []):
+                    point.add(covers_of(r.headers))
+                for topic in aimed:
+                    at = point.position(topic)
+                    self.committed[TP(topic, partition)] = 0 if at is None else at
+
+    def lose_offsets(self) -> None:
+        """The group's committed offsets are gone (they expired while no worker ran, or the
+        group was deleted): nothing is committed, the changelogs stay."""
+        self.committed.clear()
+
+    # -- what the counters say -------------------------------------------------------------
+
+    def counter_messages(self, kind: str) -> list[dict[str, Any]]:
+        """The ``counters`` topic's records of one type (``increment``, ``rollup``), in the
+        order of each partition's log."""
+        out = []
+        for (topic, _), log in sorted(self.logs.items()):
+            if topic == self.counters:
+                out += [doc for r in log if (doc := orjson.loads(r.value or b"{}"))["type"] == kind]
+        return out
+
+    def rollups_now(self) -> dict[tuple[str, str, str], int]:
+        """The last rollup of each (counter, attributes, minute): what alerting reads."""
+        return {
+            (d["name"], orjson.dumps(d["attributes"], option=orjson.OPT_SORT_KEYS).decode(),
+             d["minute"]): d["value"]
+            for d in self.counter_messages("rollup")
+        }  # fmt: skip
+
+    def increments_by_minute(self) -> dict[tuple[str, str, str], int]:
+        """The increments on the topic added up per (counter, attributes, minute): what every
+        rollup must say once the counter stage has read them all."""
+        totals: Counter[tuple[str, str, str]] = Counter()
+        for d in self.counter_messages("increment"):
+            minute = format_ts(minute_of(parse_ts(d["ts"])))  # type: ignore[arg-type]
+            attrs = orjson.dumps(d["attributes"], option=orjson.OPT_SORT_KEYS).decode()
+            totals[(d["name"], attrs, minute)] += d["value"]
+        return dict(totals)
+
+    def table_values(self) -> dict[str, dict[int, dict[bytes, bytes]]]:
+        """Each table's committed values, per partition (partitions with none left out)."""
+        return {
+            t.table_name: {p: dict(b.data) for p, b in t.backends.items() if b.data}
+            for t in self.world_tables()
+        }
+
+    def _recover(self, table: WorldTable, partition: int, fresh: bool) -> None:
+        """One changelog partition's recovery, as the worker's store does it
+        (:class:`memdiag.streams.tables.CheckpointStore`, with :mod:`memdiag.streams.store`'s
+        rules): the local state kept or not, checked against the committed offsets, rebuilt
+        if it is ahead of them; with nothing committed, what it covers taken as committed."""
+        if fresh or partition not in table.backends:
+            table.backend(partition)
+        backend = table.backends[partition]
+        log = self.logs.get((table.changelog, partition), [])
+        committed = {
+            topic: offset
+            for (topic, p), offset in self.committed.items()
+            if p == partition and topic in table.sources
+        }
+        if needs_covers(backend):
+            assert backend.offset is not None  # noqa: S101 - needs_covers says so
+            backend.write({}, backend.offset, covers_of(log[backend.offset].headers) or {})
+        verdict = assess(backend, committed, table.sources)
+        if verdict.rebuild:
+            self.rebuilt.append((table.table_name, partition, verdict))
+            backend = table.backend(partition)
+        start = -1 if backend.offset is None else backend.offset
+        records = [
+            ChangelogRecord(r.offset, r.key or b"", r.value, covers_of(r.headers))
+            for r in log[start + 1 :]
+        ]
+        run = Replay(backend, verdict.committed)
+        run.apply(records)
+        repairs = run.repairs()
+        for topic, offset in verdict.positions.items():
+            self.positions[TP(topic, partition)] = offset
+        if table is self.table:
+            self.replayed[partition] = (len(records), len(repairs))
+        table.repairs[partition] = repairs
 
     def changelog_records(self, since: int = 0) -> list[tuple[int, Record]]:
         """The changelog's records (partition, record) from each partition's ``since``."""

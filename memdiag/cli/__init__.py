@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_broker(add)
 
+    from memdiag.cli.reset import add_reset
+
+    add_reset(add)
+
     publish = add(
         "publish",
         "publish a JSON Lines file of events to MEMDIAG_BROKER, with progress",

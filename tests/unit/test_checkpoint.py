@@ -11,6 +11,7 @@ exactly), and the tables at the end (the reference's).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import orjson
@@ -24,9 +25,12 @@ from memdiag.streams.store import (
     OFFSETS_HEADER,
     ChangelogRecord,
     MemoryBackend,
+    RebuildPoint,
     RocksBackend,
+    assess,
     committed_past,
     covers_of,
+    needs_covers,
     replay,
 )
 from tests.compare import differences, from_records, from_reference
@@ -329,7 +333,7 @@ def test_a_source_partition_keeps_its_state_when_its_changelog_is_not_assigned(
     from memdiag.streams.tables import CheckpointStore, StoreOptions
 
     async def committed(tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        return {}
+        return {tp: 9 for tp in tps}
 
     table = SimpleNamespace(
         name="state", changelog_topic=SimpleNamespace(get_topic_name=lambda: "state-changelog")
@@ -349,9 +353,327 @@ def test_a_source_partition_keeps_its_state_when_its_changelog_is_not_assigned(
     asyncio.run(rebalance(TP("events", 0), TP("events", 2), TP("steps", 0)))
     assert sorted(store.backends) == [0, 2]
     assert "state-changelog is not in this worker's assignment" in caplog.text
-    store.backends[2].write({b"k": b"v"}, 7)
+    store.backends[2].write({b"k": b"v"}, 7, {"events": 6})
     caplog.clear()
     # the changelog listed again: the same backends, now recovered from it; one revoked
     asyncio.run(rebalance(TP("events", 2), TP("state-changelog", 2)))
     assert sorted(store.backends) == [2] and store.backends[2].get(b"k") == b"v"
     assert "not in this worker's assignment" not in caplog.text
+
+
+# -- the group's offsets moved back, or lost (#38, holes 4 and 5) -------------------------------
+
+
+def test_a_replay_over_local_state_ahead_of_the_commit_rebuilds_it_first() -> None:
+    """docs/rules.md's replay: the group's offsets reset to the earliest while the worker keeps
+    its local state (RocksDB: ``fresh=False``). That state covers offsets the group no longer
+    has committed; taken again on top of it, the stages find every event already applied and
+    count nothing, while the counter stage adds the topic's increments to rollups that hold
+    them already (each rollup twice the increments on the topic). A memory store rebuilds
+    from the changelog under the skip rule instead. The two backends must agree: DuckDB exact,
+    and every rollup the sum of the increments on the topic."""
+    events = scenario()
+    expected = from_reference(reference(events))
+    after: dict[bool, Any] = {}
+    for fresh in (True, False):
+        world = World(SETTINGS, seed=1, counters=True)
+        world.publish(events)
+        world.run()
+        assert world.rollups_now() == world.increments_by_minute()
+        first = sum(world.increments_by_minute().values())
+        world.reset_offsets()  # memdiag reset-offsets --to-earliest
+        world.restart(fresh=fresh)
+        world.run()
+        assert differences(expected, from_records(world.tables)) == [], fresh
+        assert world.rollups_now() == world.increments_by_minute(), fresh
+        # the replay counts every message again: each minute ends at twice its first count
+        assert sum(world.increments_by_minute().values()) == 2 * first, fresh
+        after[fresh] = world.table_values()
+    assert after[False] == after[True]
+
+
+@pytest.mark.parametrize("snap", [True, False], ids=["to a checkpoint", "to the time"])
+def test_a_replay_from_a_point_in_time_rebuilds_the_state_there(snap: bool) -> None:
+    """``--to-datetime``: each partition's offset at its first record at or after a time,
+    which lands inside some checkpoint. Recovery skips that checkpoint's changelog records
+    (they cover offsets past the commit), so the records it covered before the commit would
+    count in no state (rollups below the increments on the topic), with either backend. The
+    command moves each partition of a table's topic back to the checkpoint that holds its
+    target instead: the state is rebuilt exactly there."""
+    events = scenario()
+    expected = from_reference(reference(events))
+    bad = []
+    for seed in range(4):
+        after: dict[bool, Any] = {}
+        for fresh in (True, False):
+            world = World(SETTINGS, seed=seed, counters=True)
+            world.publish(events)
+            world.run()
+            start = 1_800_000_000_000
+            world.reset_offsets_to(world.now_ms - (world.now_ms - start) // (2 + seed % 3), snap)
+            world.restart(fresh=fresh)
+            world.run()
+            assert differences(expected, from_records(world.tables)) == [], (seed, fresh)
+            if world.rollups_now() != world.increments_by_minute():
+                bad.append((seed, fresh))
+            after[fresh] = world.table_values()
+        assert after[True] == after[False], seed
+    assert (bad == []) == snap, bad
+
+
+def test_the_rebuild_point_is_a_checkpoints_boundary() -> None:
+    point = RebuildPoint({"events": 10, "steps": 5, "memory": 7})
+    for covers in (
+        {"events": 3, "steps": 1},
+        {"events": 9, "steps": 8},  # past the steps target: not applied
+        {"events": 6},  # a rerun after a failure (covers went back): the newest applied
+        None,
+        {"events": 12},
+    ):
+        point.add(covers)
+    assert point.position("events") == 7  # after the newest applied record naming it
+    assert point.position("steps") == 2
+    assert point.position("memory") == 7  # no record names it: its target
+    only_skipped = RebuildPoint({"events": 1})
+    only_skipped.add({"events": 4})
+    assert only_skipped.position("events") is None  # the log start
+
+
+def test_lost_offsets_keep_the_local_state_and_the_position_it_covers() -> None:
+    """The group's committed offsets are gone (expired while no worker ran). Nothing covers
+    the changelog's records any more; recovery took that for "committed 0": it skipped every
+    record, repaired every key to a tombstone, and the worker took the whole history again
+    (counting it again). A RocksDB worker's local state holds committed values only: what it
+    covers is the committed position, and the worker goes on from there."""
+    events = scenario()
+    expected = from_reference(reference(events))
+    half = len(events) // 2
+    world = World(SETTINGS, seed=2, counters=True)
+    world.publish(events[:half])
+    world.run()
+    state = world.table_values()
+    processed, increments = world.runner.processed, world.increments_by_minute()
+    world.lose_offsets()
+    world.restart(fresh=False)  # the local state kept
+    assert world.table_values() == state  # nothing wiped
+    world.run()
+    # not the history again: only what changed no state after the last write of each
+    # partition (the counter stage's own rollups on its topic), at least once as ever
+    assert world.runner.processed < processed / 5, (world.runner.processed, processed)
+    assert world.increments_by_minute() == increments
+    world.publish(events[half:])
+    world.run()
+    assert differences(expected, from_records(world.tables)) == []
+    assert world.rollups_now() == world.increments_by_minute()
+    assert processed > 0
+
+
+def test_lost_offsets_without_local_state_take_the_history_again() -> None:
+    """Without local state nothing tells lost offsets from a worker that never committed
+    (killed in its first checkpoint): no changelog record is known to be committed, so the
+    worker starts over from the sources' start, which gives the same tables (the counters
+    count the history again)."""
+    events = scenario()
+    expected = from_reference(reference(events))
+    world = World(SETTINGS, seed=2, counters=True)
+    world.publish(events)
+    world.run()
+    first = sum(world.increments_by_minute().values())
+    world.lose_offsets()
+    world.restart(fresh=True)
+    world.run()
+    assert differences(expected, from_records(world.tables)) == []
+    assert world.rollups_now() == world.increments_by_minute()
+    assert sum(world.increments_by_minute().values()) == 2 * first
+
+
+def test_what_a_backend_covers_is_kept_with_its_values(tmp_path: Any) -> None:
+    """The covers of the records a backend's values reflect are written with them, newest
+    per topic; values written without covers leave them known only up to an older offset."""
+    path = tmp_path / "state-0"
+    backend = RocksBackend(path)
+    backend.write({b"a": b"1"}, 3, {"events": 10, "steps": 4})
+    backend.write({b"b": b"1"}, 5, {"events": 12})
+    assert (backend.covers, backend.covers_at) == ({"events": 12, "steps": 4}, 5)
+    assert not needs_covers(backend)
+    backend.write({b"c": b"1"}, 8)  # the checkpoint passes none
+    assert needs_covers(backend) and backend.covers_at == 5
+    backend.close()
+    again = RocksBackend(path)
+    try:
+        assert (again.offset, again.covers, again.covers_at) == (8, {"events": 12, "steps": 4}, 5)
+    finally:
+        again.close()
+    memory = MemoryBackend()
+    memory.write({}, 2, {"events": 1})
+    memory.write({}, None, {"events": 0, "memory": 3})
+    assert (memory.covers, memory.covers_at) == ({"events": 1, "memory": 3}, 2)
+
+
+def test_local_state_is_ahead_when_it_covers_what_is_not_committed() -> None:
+    sources = ("events", "steps")
+    kept = MemoryBackend()
+    kept.write({b"k": b"v"}, 4, {"events": 9, "steps": 3})
+    normal = assess(kept, {"events": 10, "steps": 4}, sources)
+    assert not normal.rebuild and not normal.lost and normal.ahead == {}
+    reset = assess(kept, {"events": 0, "steps": 0}, sources)  # reset to the earliest
+    assert reset.rebuild and not reset.lost and reset.ahead == {"events": 9, "steps": 3}
+    back = assess(kept, {"events": 10, "steps": 3}, sources)  # one topic went back
+    assert back.rebuild and back.ahead == {"steps": 3}
+    lost = assess(kept, {}, sources)
+    assert lost.lost and not lost.rebuild
+
+
+def test_with_nothing_committed_local_state_is_the_committed_position() -> None:
+    sources = ("events", "steps")
+    kept = MemoryBackend()
+    kept.write({b"k": b"v"}, 4, {"events": 9, "steps": 3})
+    lost = assess(kept, {}, sources)
+    assert lost.lost and not lost.rebuild
+    assert lost.committed == lost.positions == {"events": 10, "steps": 4}
+    # the changelog past the local state is not known to be committed: skipped, repaired
+    backend = copy.deepcopy(kept)
+    tail = [rec(5, b"k", b"w", events=12, steps=3), rec(6, b"j", b"1", events=12)]
+    assert replay(backend, tail, lost.committed) == {b"k", b"j"}
+    assert backend.data == {b"k": b"v"} and backend.offset == 4
+    fresh = assess(MemoryBackend(), {}, sources)  # no local state: nothing proves a commit
+    assert fresh.lost and fresh.committed == {} and fresh.positions == {}
+
+
+def store_with(
+    committed: dict[tuple[str, int], int], kind: str = "memory", path: Any = None
+) -> Any:
+    """A memdiag store of table ``state`` (sources ``events``, ``steps``; changelog
+    ``state-changelog``) on a fake app, its group's committed offsets ``committed``."""
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from memdiag.streams.tables import CheckpointStore, StoreOptions
+
+    async def fetch(tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: committed[tp] for tp in tps if tp in committed}
+
+    async def highwaters(*tps: TP) -> dict[TP, int]:
+        return {tp: 1000 for tp in tps}
+
+    table = SimpleNamespace(
+        name="state", changelog_topic=SimpleNamespace(get_topic_name=lambda: "state-changelog")
+    )
+    options = StoreOptions(sources=("events", "steps"), kind=kind, path=path, committed=fetch)
+    app = SimpleNamespace(consumer=SimpleNamespace(highwaters=highwaters))
+    store = CheckpointStore("memdiag://state", app, table, options={"memdiag": options})
+    app.tables = {"state": SimpleNamespace(data=store)}  # type: ignore[attr-defined]
+    return store
+
+
+def recover(store: Any, records: list[ChangelogRecord], partition: int = 0) -> None:
+    """Faust's recovery of one changelog partition: the rebalance, the records after the
+    store's offset, the end."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    async def go() -> None:
+        await store.on_rebalance({TP("state-changelog", partition), TP("events", partition),
+                                  TP("steps", partition)}, set(), set())  # fmt: skip
+        start = store.persisted_offset(TP("state-changelog", partition))
+        batch = [
+            SimpleNamespace(message=SimpleNamespace(
+                topic="state-changelog", partition=partition, offset=r.offset, key=r.key,
+                value=r.value, headers=[(OFFSETS_HEADER, orjson.dumps(r.covers))],
+            ))
+            for r in records if start is None or r.offset > start
+        ]  # fmt: skip
+        store.apply_changelog_batch(batch, None, None)
+        await store.on_recovery_completed(set(), set())
+
+    asyncio.run(go())
+
+
+def test_the_store_rebuilds_local_state_ahead_of_the_commit_and_says_so(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RocksDB partition whose checkpoints wrote values without their covers learns them
+    from the record at its offset; after a reset to the earliest it is ahead of the commit:
+    rebuilt from the changelog under the skip rule, with one line that says where it stood,
+    what is committed and what to do."""
+    from memdiag.streams import compat
+
+    log = [rec(0, b"a", b"1", events=4), rec(1, b"b", b"1", events=9, steps=3),
+           rec(2, b"c", b"1", events=11)]  # fmt: skip
+    asked: list[Any] = []
+
+    async def covers_at(app: Any, wanted: dict[tuple[str, int], int]) -> Any:
+        asked.append(dict(wanted))
+        return {tp: log[offset].covers for tp, offset in wanted.items()}
+
+    monkeypatch.setattr(compat, "changelog_covers", covers_at)
+    committed = {("events", 0): 10, ("steps", 0): 4}
+    store = store_with(committed, "rocksdb", tmp_path)
+    recover(store, log[:2])
+    committed[("events", 0)] = 12  # a checkpoint commits, then writes (without covers)
+    store.backends[0].write({b"c": b"1"}, 2)
+    asyncio_stop(store)
+    store = store_with(committed, "rocksdb", tmp_path)
+    recover(store, log)  # nothing ahead: the local state is kept
+    assert asked == [{("state-changelog", 0): 2}]
+    assert store.backends[0].get(b"c") == b"1" and "ahead" not in caplog.text
+    asyncio_stop(store)
+    committed.update({("events", 0): 0, ("steps", 0): 0})  # memdiag reset-offsets
+    store = store_with(committed, "rocksdb", tmp_path)
+    recover(store, log)
+    assert store.backends[0].get(b"c") is None and store.backends[0].get(b"a") is None
+    assert store.repairs[0] == {b"a", b"b", b"c"}
+    line = next(r.getMessage() for r in caplog.records if "not committed" in r.getMessage())
+    assert "state partition 0" in line and "events 11 covered, 0 committed" in line
+    assert "steps 3 covered, 0 committed" in line and "memdiag reset-offsets" in line
+    asyncio_stop(store)
+
+
+def asyncio_stop(store: Any) -> None:
+    import asyncio
+
+    asyncio.run(store.on_stop())
+
+
+def test_the_store_with_nothing_committed_gives_the_runner_its_start(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing committed, a RocksDB partition's local state covering offsets: taken as the
+    committed position, said in one line, and the runner starts there
+    (compat.FaustKafka.bases), where nothing is committed; the changelog past it is skipped."""
+    import asyncio
+
+    from faust.types import TP
+
+    from memdiag.streams.compat import FaustKafka
+    from memdiag.streams.tables import start_positions
+
+    log = [rec(0, b"a", b"1", events=4), rec(1, b"b", b"1", events=9, steps=3),
+           rec(2, b"b", b"2", events=12, steps=3)]  # fmt: skip
+    committed = {("events", 0): 10, ("steps", 0): 4}
+    store = store_with(committed, "rocksdb", tmp_path)
+    recover(store, log[:2])
+    asyncio_stop(store)
+    committed.clear()  # the offsets expired
+    store = store_with(committed, "rocksdb", tmp_path)
+    kafka = FaustKafka(store.app)
+
+    async def earliest(*tps: TP) -> dict[TP, int]:
+        return {tp: 0 for tp in tps}
+
+    async def none(tps: list[Any]) -> dict[Any, int]:
+        return {}
+
+    store.app.consumer.earliest_offsets = earliest
+    kafka.committed = none  # type: ignore[method-assign]
+    recover(store, log)
+    bases = asyncio.run(kafka.bases([TP("events", 0), TP("steps", 0), TP("events", 1)]))
+    assert bases == {TP("events", 0): 10, TP("steps", 0): 4, TP("events", 1): 0}
+    assert start_positions(store.app) == {("events", 0): 10, ("steps", 0): 4}
+    assert store.backends[0].get(b"b") == b"1" and store.repairs[0] == {b"b"}
+    line = next(r.getMessage() for r in caplog.records if "no committed offset" in r.getMessage())
+    assert "state partition 0" in line and "starting at events 10, steps 4" in line
+    asyncio_stop(store)
