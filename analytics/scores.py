@@ -116,13 +116,22 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Judged]:
         {"run": run_id},
     ).fetchall()
     if not rows:
-        _, known, closest = lookup(con, "run", run_id)
-        of = f"{len(closest)} of {known:,}" if known > len(closest) else f"all {known:,}"
-        hint = f"; the closest runs ({of}): {', '.join(closest)}" if known else (
-            "; it has no judgements")  # fmt: skip
-        raise UnknownRun(f"no such run {run_id!r}: no judgements of it{hint}", kind="run",
-                         id=run_id, closest=closest, known=known)  # fmt: skip
+        raise _unknown(con, "run", run_id, "no judgements of it", "; it has no judgements")
     return [Judged(*r) for r in rows]
+
+
+def _unknown(
+    con: duckdb.DuckDBPyConnection, kind: str, value: str, said: str, none: str
+) -> UnknownRun:
+    """No judgement of a run (``kind`` ``run``) or a run group: the closest ids of that kind,
+    or ``none`` when there are none."""
+    _, known, closest = lookup(con, kind, value)
+    of = f"{len(closest)} of {known:,}" if known > len(closest) else f"all {known:,}"
+    noun = "runs" if kind == "run" else "groups"
+    hint = f"; the closest {noun} ({of}): {', '.join(closest)}" if known else none
+    name = "run" if kind == "run" else "run group"
+    return UnknownRun(f"no such {name} {value!r}: {said}{hint}", kind=kind, id=value,
+                      closest=closest, known=known)  # fmt: skip
 
 
 def load_group(con: duckdb.DuckDBPyConnection, group: str) -> list[Judged]:
@@ -145,12 +154,8 @@ def load_group(con: duckdb.DuckDBPyConnection, group: str) -> list[Judged]:
         {"group": group},
     ).fetchall()
     if not rows:
-        _, known, closest = lookup(con, "run_group", group)
-        of = f"{len(closest)} of {known:,}" if known > len(closest) else f"all {known:,}"
-        hint = (f"; the closest groups ({of}): {', '.join(closest)}" if known
-                else "; no judgement carries a run_group_id")  # fmt: skip
-        raise UnknownRun(f"no such run group {group!r}: no judgement names it{hint}",
-                         kind="run_group", id=group, closest=closest, known=known)  # fmt: skip
+        raise _unknown(con, "run_group", group, "no judgement names it",
+                       "; no judgement carries a run_group_id")  # fmt: skip
     out: list[Judged] = []
     seen: dict[tuple[str, str], int] = defaultdict(int)
     for r in rows:
