@@ -37,8 +37,8 @@ demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): st
 # The unit tests (no broker, CPU-bound) on every core; then the ones with a broker, one at a
 # time (they time processes, kills and restarts).
 test: $(STAMP) $(CLIENTS) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
-	$(BIN)/pytest -n auto tests/unit tests/spec
-	$(BIN)/pytest -n auto --maxprocesses 4 tests/e2e tests/integration tests/chaos
+	$(BIN)/pytest -n auto --durations=12 tests/unit tests/spec
+	$(BIN)/pytest -n auto --maxprocesses 4 --durations=12 tests/e2e tests/integration tests/chaos
 
 browser: ## Debian's headless Chromium, for the tests that look at the report and memdiag serve (root: installed if missing).
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
