@@ -9,7 +9,9 @@ nothing of offsets or crashes: they are functions of (state, messages) -> (write
 ``Checkpoint.commit`` is the model):
 
 1. the changelog: the last value of each key written (and each key to repair), each record
-   headed by the source offsets it covers (:data:`memdiag.streams.store.OFFSETS_HEADER`);
+   headed by the source offsets it covers (:data:`memdiag.streams.store.OFFSETS_HEADER`); a
+   value longer than the transport's record limit in pieces
+   (:func:`memdiag.streams.store.pieces`);
 2. wait until the broker has every output the checkpoint sent and every changelog record;
 3. commit the source offsets, all of them in one request;
 4. only then write the values into the backends, with the changelog offset they reach.
@@ -37,7 +39,7 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from memdiag.streams.store import OFFSETS_HEADER, Backend
+from memdiag.streams.store import OFFSETS_HEADER, Backend, part_count, pieces
 
 log = logging.getLogger("memdiag.worker")
 
@@ -65,8 +67,17 @@ class Table(Protocol):
     def sources(self) -> tuple[str, ...]: ...
 
 
+#: The longest state value the worker's changelog takes as one record: a longer one goes in
+#: pieces (:func:`memdiag.streams.store.pieces`). Half of Kafka's default ``message.max.bytes``
+#: (1 MiB), which leaves room for the headers and for a broker configured below the default.
+RECORD_LIMIT = 512 * 1024
+
+
 class Transport(Protocol):
     """What the checkpoint needs of Kafka (the worker's producer and consumer)."""
+
+    #: the longest changelog value sent as one record (:data:`RECORD_LIMIT`)
+    record_limit: int
 
     async def send(
         self, topic: str, key: bytes, value: bytes | None, partition: int,
@@ -106,6 +117,9 @@ class ChangelogWrite:
     key: bytes
     value: bytes | None
     headers: list[tuple[str, bytes]] | None
+    #: the part records of the key's committed value (one longer than the record limit),
+    #: which this write must clear if it has fewer
+    split_before: int = 0
 
 
 @dataclass
@@ -144,9 +158,10 @@ class Checkpoint:
 
     # -- the commit ---------------------------------------------------------------------------
 
-    def changelog(self) -> list[ChangelogWrite]:
+    def changelog(self, limit: int = RECORD_LIMIT) -> list[ChangelogWrite]:
         """Step 1's records: each written key's last value, and the keys to repair (their
-        committed value again), headed by the source offsets of their partition."""
+        committed value again), headed by the source offsets of their partition; each with
+        the part records its committed value has under the record ``limit``."""
         out: list[ChangelogWrite] = []
         for name, table in self.tables.items():
             sources = set(table.sources)
@@ -170,26 +185,37 @@ class Checkpoint:
                     if p == partition and topic in sources
                 }
                 headers = [(OFFSETS_HEADER, orjson.dumps(covers))] if covers else None
-                out.extend(
-                    ChangelogWrite(table, partition, key, value, headers)
-                    for key, value in writes.items()
-                )
+                for key, value in writes.items():
+                    old = None if backend is None else backend.get(key)
+                    before = 0 if old is None else part_count(len(old), limit)
+                    out.append(ChangelogWrite(table, partition, key, value, headers, before))
         return out
 
     async def commit(self, transport: Transport, fault: Fault | None = None) -> None:
         """Steps 1 to 4; :class:`CheckpointFailed` if it committed nothing. (The transport
         bounds the time each call may take; this awaits nothing else, so a transport that
         never waits makes it run to the end at once, as the tests drive it.)"""
-        self.produced = records = self.changelog()
+        limit = transport.record_limit
+        self.produced = records = self.changelog(limit)
+        # per write, the future of its value's own record (the last of its pieces)
         futures: list[asyncio.Future[Any]] = []
+        parts: list[asyncio.Future[Any]] = []
         try:
             for n, rec in enumerate(records, 1):
+                records_of = [(rec.key, rec.value, rec.headers)]
+                if (rec.value is not None and len(rec.value) > limit) or rec.split_before:
+                    records_of = pieces(rec.key, rec.value, rec.headers, limit, rec.split_before)
+                for key, value, headers in records_of[:-1]:
+                    parts.append(await transport.send(
+                        rec.table.changelog, key, value, rec.partition, headers
+                    ))  # fmt: skip
+                key, value, headers = records_of[-1]
                 futures.append(await transport.send(
-                    rec.table.changelog, rec.key, rec.value, rec.partition, rec.headers
+                    rec.table.changelog, key, value, rec.partition, headers
                 ))  # fmt: skip
                 if fault is not None:
                     fault("changelog", n)
-            await delivered([*self.deliveries, *futures])
+            await delivered([*self.deliveries, *parts, *futures])
         except Exception as exc:  # a delivery failed, or the broker is away: commit nothing
             raise CheckpointFailed(f"its outputs were not all delivered: {exc!r}") from exc
         if fault is not None:

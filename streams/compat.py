@@ -50,7 +50,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError
 from aiokafka.structs import OffsetAndMetadata
 
 from memdiag.kafka import true_end_offsets
-from memdiag.streams.checkpoint import TP, CommitRefused
+from memdiag.streams.checkpoint import RECORD_LIMIT, TP, CommitRefused
 
 log = logging.getLogger("memdiag.worker")
 
@@ -268,6 +268,9 @@ class FaustKafka:
     def __init__(self, app: Any):
         self.app = app
         self._probe: AIOKafkaConsumer | None = None
+        #: the longest changelog value sent as one record (the producer takes 8 MiB; a
+        #: broker at its defaults takes 1 MiB)
+        self.record_limit = RECORD_LIMIT
 
     def generation(self) -> int:
         return int(self.app.consumer_generation_id)

@@ -51,6 +51,16 @@ from sortedcontainers import SortedDict
 #: ``{topic: offset of the last record processed}`` (the partition is the record's own).
 OFFSETS_HEADER = "memdiag-offsets"
 
+#: A state value longer than the transport's record limit goes to the changelog in pieces
+#: (:func:`pieces`): its first pieces as *part* records, keyed ``key + 0xFF + index`` (no state
+#: key holds the byte 0xFF: they are UTF-8), each headed ``memdiag-part: index``; then the
+#: last piece under the key itself, headed ``memdiag-parts: how many parts precede it``.
+#: Recovery puts them together (:class:`Replay`). All pieces carry the same covers, so the
+#: skip rule takes or skips them together.
+PART_HEADER = "memdiag-part"
+PARTS_HEADER = "memdiag-parts"
+_PART_SEPARATOR = b"\xff"
+
 #: Where a RocksDB backend keeps the changelog offset its values reflect (no state key
 #: starts with a NUL byte).
 _OFFSET_KEY = b"\x00memdiag:changelog-offset"
@@ -252,6 +262,65 @@ class ChangelogRecord:
     value: bytes | None
     #: the source offsets it covers (topic -> last offset processed); None: always applied
     covers: Mapping[str, int] | None
+    #: a part record's index (its key is its value's key, 0xFF, the index); None: a value
+    part: int | None = None
+    #: on a value's last piece, how many part records precede it
+    parts: int = 0
+
+
+def changelog_record(
+    offset: int, key: bytes, value: bytes | None, headers: Iterable[tuple[str, bytes]] | None
+) -> ChangelogRecord:
+    """A changelog record, its headers read (the covers, and the pieces of a long value)."""
+    covers: Mapping[str, int] | None = None
+    part: int | None = None
+    parts = 0
+    for name, raw in headers or ():
+        if name == OFFSETS_HEADER:
+            covers = orjson.loads(raw)
+        elif name == PART_HEADER:
+            part = int(raw)
+        elif name == PARTS_HEADER:
+            parts = int(raw)
+    return ChangelogRecord(offset, key, value, covers, part, parts)
+
+
+def part_key(key: bytes, index: int) -> bytes:
+    return key + _PART_SEPARATOR + str(index).encode()
+
+
+def part_count(length: int, limit: int) -> int:
+    """How many part records a value of ``length`` bytes has (before its last piece)."""
+    return 0 if length <= limit else (length - 1) // limit
+
+
+def pieces(
+    key: bytes,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None,
+    limit: int,
+    before: int = 0,
+) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]]:
+    """The changelog records of one state write: ``(key, value, headers)``, the value's own
+    record last. A value of at most ``limit`` bytes (or a tombstone) is one record; a longer
+    one is cut into part records of ``limit`` bytes and a last piece (see
+    :data:`PART_HEADER`). ``before``: how many part records the key's previous value had
+    (:func:`part_count` of its length); those this write does not overwrite get tombstones
+    first, so that compaction clears them."""
+    n = 0 if value is None else part_count(len(value), limit)
+    out: list[tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]] = [
+        (part_key(key, i), None, [*(headers or ()), (PART_HEADER, str(i).encode())])
+        for i in range(n, before)
+    ]
+    if n == 0:
+        out.append((key, value, headers))
+        return out
+    assert value is not None  # noqa: S101 - n > 0
+    for i in range(n):
+        out.append((part_key(key, i), value[i * limit : (i + 1) * limit],
+                    [*(headers or ()), (PART_HEADER, str(i).encode())]))  # fmt: skip
+    out.append((key, value[n * limit :], [*(headers or ()), (PARTS_HEADER, str(n).encode())]))
+    return out
 
 
 def covers_of(headers: Iterable[tuple[str, bytes]] | None) -> Mapping[str, int] | None:
@@ -361,29 +430,56 @@ class Replay:
     #: the offset before the first record skipped (a persistent backend keeps its offset
     #: there, so that a restart before the repairs re-reads what it skipped)
     frozen_at: int | None = None
+    #: a long value's part records read so far: key -> index -> (offset, piece)
+    pending: dict[bytes, dict[int, tuple[int, bytes]]] = field(default_factory=dict)
+    #: keys whose value's parts were not all in the changelog (left as they were, repaired)
+    broken: list[bytes] = field(default_factory=list)
     applied = 0
     skipped = 0
 
     def apply(self, records: Iterable[ChangelogRecord]) -> None:
         writes: dict[bytes, bytes | None] = {}
         covered: dict[str, int] = {}
+        pending = self.pending
         last = None
         for rec in records:
             last = rec.offset
-            if committed_past(rec.covers, self.committed):
-                writes[rec.key] = rec.value
-                self.latest_skipped[rec.key] = False
-                self.applied += 1
-                if rec.covers:
-                    covered = _with(covered, rec.covers)
-            else:
-                self.latest_skipped[rec.key] = True
+            if not committed_past(rec.covers, self.committed):
+                if rec.part is None:  # a part's value is skipped with its last piece
+                    self.latest_skipped[rec.key] = True
                 self.skipped += 1
                 if self.frozen_at is None:
                     self.frozen_at = rec.offset - 1
+                continue
+            self.applied += 1
+            if rec.covers:
+                covered = _with(covered, rec.covers)
+            if rec.part is not None:
+                key = rec.key.rpartition(_PART_SEPARATOR)[0]
+                if rec.value is None:  # a tombstone: a shorter value no longer has this part
+                    pending.get(key, {}).pop(rec.part, None)
+                else:
+                    pending.setdefault(key, {})[rec.part] = (rec.offset, rec.value)
+                continue
+            value = rec.value
+            held = pending.pop(rec.key, None)
+            if rec.parts:
+                if held is None or any(i not in held for i in range(rec.parts)):
+                    # compaction took a part the last piece needs (its value was overwritten
+                    # by a checkpoint that never committed, and not repaired within the
+                    # changelog's compaction lag): the key keeps what it had, and is repaired
+                    self.broken.append(rec.key)
+                    self.latest_skipped[rec.key] = True
+                    continue
+                value = b"".join(held[i][1] for i in range(rec.parts)) + (value or b"")
+            writes[rec.key] = value
+            self.latest_skipped[rec.key] = False
         if last is None:
             return
         offset = last if self.frozen_at is None else self.frozen_at
+        held_at = [o for held in pending.values() for o, _ in held.values()]
+        if held_at:  # a restart must read a value's parts again: stop before the first held
+            offset = min(offset, min(held_at) - 1)
         current = self.backend.offset
         fresh = offset if current is None or offset > current else None
         self.backend.write(writes, fresh, covered)

@@ -36,8 +36,8 @@ from memdiag.streams.store import (
     RocksBackend,
     ahead_line,
     assess,
+    changelog_record,
     commit_covers,
-    covers_of,
     needs_covers,
 )
 
@@ -256,7 +256,7 @@ class CheckpointStore(Store):
             if m.key is None:
                 raise TypeError(f"a changelog record without a key: {m.topic}/{m.partition}")
             by_partition.setdefault(m.partition, []).append(
-                ChangelogRecord(m.offset, m.key, m.value, covers_of(m.headers))
+                changelog_record(m.offset, m.key, m.value, m.headers)
             )
         for partition, records in by_partition.items():
             run = self._replays.get(partition)
@@ -281,6 +281,16 @@ class CheckpointStore(Store):
                     "instead, the whole history is processed again: DuckDB stays exact "
                     "while the sources keep it, and the counters count it again)",
                     self.table_name, partition, run.skipped,
+                )  # fmt: skip
+            if run.broken:
+                log.error(
+                    "%s partition %d: %d long values lack some of their part records in the "
+                    "changelog (compaction took them: a checkpoint that never committed "
+                    "overwrote them and was not repaired within the changelog's "
+                    "min.compaction.lag.ms), first %r: each keeps the value before it and is "
+                    "written again. Check that the changelog's min.compaction.lag.ms is at "
+                    "least a day (the worker warns at start when it is shorter)",
+                    self.table_name, partition, len(run.broken), run.broken[0],
                 )  # fmt: skip
             if repairs:
                 self.repairs.setdefault(partition, set()).update(repairs)

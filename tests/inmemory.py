@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
+from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.partitioner import murmur2
 
 from memdiag.contract.envelope import CounterKey, InMessage, Output
@@ -33,7 +34,7 @@ from memdiag.schemas.deadletters import failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
-from memdiag.streams.checkpoint import TP, CommitRefused
+from memdiag.streams.checkpoint import RECORD_LIMIT, TP, CommitRefused
 from memdiag.streams.runner import Runner, StageSpec
 from memdiag.streams.sender import CounterBuffer
 from memdiag.streams.stages.counters import CounterStage, minute_of
@@ -45,11 +46,11 @@ from memdiag.streams.stages.traces import TraceStage
 from memdiag.streams.store import (
     OFFSETS_HEADER,
     Assessment,
-    ChangelogRecord,
     MemoryBackend,
     RebuildPoint,
     Replay,
     assess,
+    changelog_record,
     commit_covers,
     covers_of,
     needs_covers,
@@ -187,6 +188,7 @@ class WorldKafka:
         self.world = world
         #: a commit to refuse, with the partitions staying where they are
         self.refuse_next_commit = False
+        self.record_limit = world.record_limit
 
     def generation(self) -> int:
         return self.world.generation
@@ -227,7 +229,9 @@ class WorldKafka:
         headers: list[tuple[str, bytes]] | None,
     ) -> asyncio.Future[Any]:  # fmt: skip
         w = self.world
-        offset = w.append(topic, key.decode(), value, partition=partition,
+        if w.max_message_bytes is not None and len(value or b"") > w.max_message_bytes:
+            raise MessageSizeTooLargeError(f"{len(value or b'')} bytes to {topic}")
+        offset = w.append(topic, key, value, partition=partition,
                           headers=tuple(headers or ()))  # fmt: skip
         if topic == w.changelog:
             w.changelog_appends.append((partition, w.logs[(topic, partition)][offset]))
@@ -301,9 +305,20 @@ class World:
     of its own (``rollups``), as in the worker."""
 
     def __init__(
-        self, settings: Settings, seed: int = 0, crash_rate: float = 0.0, counters: bool = False
+        self,
+        settings: Settings,
+        seed: int = 0,
+        crash_rate: float = 0.0,
+        counters: bool = False,
+        record_limit: int = RECORD_LIMIT,
+        max_message_bytes: int | None = None,
     ):
         self.settings = settings
+        #: the longest changelog value the worker sends as one record
+        self.record_limit = record_limit
+        #: the broker's limit on a record's value (Kafka's ``message.max.bytes``): a longer
+        #: one is refused, as aiokafka's producer refuses it (``MessageSizeTooLargeError``)
+        self.max_message_bytes = max_message_bytes
         self.rng = random.Random(seed)
         self.crash_rate = crash_rate
         self.partitions = settings.events_partitions
@@ -412,7 +427,7 @@ class World:
     def append(
         self,
         topic: str,
-        key: str | None,
+        key: str | bytes | None,
         value: Any,
         timestamp_ms: int | None = None,
         partition: int | None = None,
@@ -424,11 +439,13 @@ class World:
             partition = self._robin % self.partitions
             self._robin += 1
         else:
-            partition = partition_for(key, self.partitions)
+            partition = partition_for(key if isinstance(key, str) else key.decode(),
+                                      self.partitions)  # fmt: skip
         log = self.logs.setdefault((topic, partition), [])
         raw = value if isinstance(value, bytes) or value is None else orjson.dumps(value)
         ts = self.now_ms if timestamp_ms is None else timestamp_ms
-        log.append(Record(len(log), key.encode() if key else None, raw, ts, headers))
+        raw_key = key.encode() if isinstance(key, str) else key or None
+        log.append(Record(len(log), raw_key, raw, ts, headers))
         self.now_ms += 1
         return len(log) - 1
 
@@ -681,8 +698,7 @@ class World:
             backend = table.backend(partition)
         start = -1 if backend.offset is None else backend.offset
         records = [
-            ChangelogRecord(r.offset, r.key or b"", r.value, covers_of(r.headers))
-            for r in log[start + 1 :]
+            changelog_record(r.offset, r.key or b"", r.value, r.headers) for r in log[start + 1 :]
         ]
         run = Replay(backend, verdict.committed)
         run.apply(records)

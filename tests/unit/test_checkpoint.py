@@ -270,10 +270,10 @@ def run_with_two_restarts(monkeypatch: pytest.MonkeyPatch, repair: bool) -> tupl
     if not repair:
         real = checkpoint_module.Checkpoint.changelog
 
-        def without_repairs(self: Any) -> Any:
+        def without_repairs(self: Any, *args: Any) -> Any:
             for table in self.tables.values():
                 table.repairs.clear()
-            return real(self)
+            return real(self, *args)
 
         monkeypatch.setattr(checkpoint_module.Checkpoint, "changelog", without_repairs)
     world = World(Settings(session_keep_hours=1.0), seed=2)
