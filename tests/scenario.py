@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 T0 = datetime(2026, 11, 20, 6, 0, tzinfo=UTC)
@@ -166,33 +167,86 @@ def generate(sessions: int = 300, seed: int = 11, agents: int = 0) -> list[dict[
             )
             outcomes_of.setdefault(sid, []).append(outcome)
     events.sort(key=lambda te: te[0])
-    arrival = [e for _, e in events]
-    by_id = {e["event_id"]: i for i, e in enumerate(arrival)}
+    arrival = _Order([e for _, e in events])
+    by_id = {e["event_id"] for _, e in events}
+    injections_of: dict[str, list[dict[str, Any]]] = {}
+    for _, e in events:
+        if e["kind"] == "injection":
+            injections_of.setdefault(e["session_id"], []).append(e)
 
     def move_later(event: dict[str, Any], at_least: int, at_most: int) -> None:
-        i = arrival.index(event)
-        arrival.pop(i)
+        i = arrival.remove(event)
         arrival.insert(min(len(arrival), i + r.randint(at_least, at_most)), event)
 
     # late arrivals: moved well past the turn TTL (about 60 events per hour of event time)
-    for event in r.sample(arrival, len(arrival) // 12):
+    for event in r.sample(arrival.items(), len(arrival) // 12):
         move_later(event, 20, 400)
     # injections that arrive after their session's outcome
     for sid, outs in outcomes_of.items():
         if r.random() < 0.15:
-            injections = [e for e in arrival if e["session_id"] == sid and e["kind"] == "injection"]
+            injections = arrival.in_order(injections_of.get(sid, []))
             if injections:
                 late = r.choice(injections)
                 arrival.remove(late)
                 arrival.insert(arrival.index(outs[-1]) + 1 + r.randint(0, 30), late)
     # redeliveries
-    for event in r.sample(arrival, len(arrival) // 30):
+    for event in r.sample(arrival.items(), len(arrival) // 30):
         arrival.insert(r.randint(arrival.index(event) + 1, len(arrival)), dict(event))
-    assert len(by_id) == len({e["event_id"] for e in arrival})
+    out = arrival.items()
+    assert len(by_id) == len({e["event_id"] for e in out})
     if agents:
         for event in memory_events(random.Random(seed + 1), agents):
-            arrival.insert(r.randint(0, len(arrival)), event)
-    return arrival
+            out.insert(r.randint(0, len(out)), event)
+    return out
+
+
+class _Order:
+    """The arrival order as a list would keep it (``index``, ``insert``, ``remove`` by
+    position), each step in O(log n) instead of O(n): every event holds an exact fractional
+    key, and the keys are kept sorted. An event is found by identity: each one placed here is
+    an object of its own (a redelivery is a copy, placed after its original)."""
+
+    def __init__(self, events: list[dict[str, Any]]):
+        from sortedcontainers import SortedList
+
+        self._keys = SortedList(Fraction(i) for i in range(len(events)))
+        self._event = {Fraction(i): e for i, e in enumerate(events)}
+        self._key = {id(e): Fraction(i) for i, e in enumerate(events)}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def items(self) -> list[dict[str, Any]]:
+        return [self._event[k] for k in self._keys]
+
+    def index(self, event: dict[str, Any]) -> int:
+        return int(self._keys.index(self._key[id(event)]))
+
+    def in_order(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``events`` (all placed) in their arrival order."""
+        return sorted(events, key=lambda e: self._key[id(e)])
+
+    def remove(self, event: dict[str, Any]) -> int:
+        """Take ``event`` out; the position it had."""
+        key = self._key.pop(id(event))
+        i = int(self._keys.index(key))
+        del self._keys[i]
+        del self._event[key]
+        return i
+
+    def insert(self, i: int, event: dict[str, Any]) -> None:
+        keys = self._keys
+        if not keys:
+            key = Fraction(0)
+        elif i >= len(keys):
+            key = keys[-1] + 1
+        elif i <= 0:
+            key = keys[0] - 1
+        else:
+            key = (keys[i - 1] + keys[i]) / 2
+        keys.add(key)
+        self._event[key] = event
+        self._key[id(event)] = key
 
 
 def memory_events(r: random.Random, agents: int) -> list[dict[str, Any]]:
