@@ -121,6 +121,8 @@ class ObservationStage:
         # that changes twice in one batch is sent once, with its last values; the same for
         # strength steps, per (observation, session, turn)
         weights: dict[str, dict[Any, dict[str, Any]]] = {}
+        # ... and a graph entity's or edge's, per (its key, session)
+        graph_weights: dict[str, dict[str, dict[str, Any]]] = {}
         for msg in msgs:
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
@@ -147,8 +149,13 @@ class ObservationStage:
                 if change.late:
                     out.count(LATE_EVENTS, at_us=entry.ts_us, reason=LATE_OBSERVATION_WINDOW)
                 if graph:  # its weights for the memory system; no session waits for it
-                    for step in change.steps:
-                        out.graph_weight(obs_id, weight_record(obs_id, step, ledger, graph=True))
+                    if change.steps:
+                        sent_graph = graph_weights.setdefault(obs_id, {})
+                        for step in change.steps:
+                            sent_graph.pop(step.session_id, None)  # the newest goes last
+                            sent_graph[step.session_id] = weight_record(
+                                obs_id, step, ledger, graph=True
+                            )
                     out.ts_us = max(out.ts_us, entry.ts_us)
                     continue
                 if change.steps:
@@ -173,6 +180,9 @@ class ObservationStage:
         for obs_id, sent in weights.items():
             for record in sent.values():
                 out.weight(obs_id, record)
+        for graph_key, sent_graph in graph_weights.items():
+            for record in sent_graph.values():
+                out.graph_weight(graph_key, record)
         loaded, self._loaded = self._loaded, {}
         for state_key, (ledger, partition, changed) in ledgers.items():
             size = loaded.get(state_key)

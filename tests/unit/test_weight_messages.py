@@ -556,3 +556,38 @@ def test_a_file_from_before_graph_kind_gets_it_from_kind() -> None:
     assert con.execute("SELECT kind, graph_kind FROM graph_weights").fetchall() == [
         ("edge", "edge")
     ]
+
+
+def test_a_batch_sends_each_graph_step_once_with_its_last_values() -> None:
+    """A graph entity injected in many sessions (a hot one) whose steps arrive late, newest
+    first: each late step changes every later one. Before, each change went out as it came,
+    up to the ledger's 256 steps a late session (at 20,000 sessions the worker sent millions
+    of messages and held them until its commit); now, as for observations, one record per
+    (key, session) a batch, the last, which is what processing them in order gives."""
+    from memdiag.contract.envelope import DictStore, InMessage
+    from memdiag.streams.stages.observations import ObservationStage
+
+    steps = [
+        {"type": "graph", "observation_id": "entity:hot", "ts_us": 1_795_000_000_000_000 + i,
+         "session_id": f"s{i:02d}", "outcome_event_id": f"o{i}",
+         "outcome": "rejected" if i % 3 else "accepted"}
+        for i in range(40)
+    ]  # fmt: skip
+
+    def run(order: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        stage, store = ObservationStage(SETTINGS), DictStore()
+        msgs = [InMessage("steps", 0, n, b"entity:hot", orjson.dumps([rec]))
+                for n, rec in enumerate(order)]  # fmt: skip
+        sent = stage.process(msgs, store).graph_weights["entity:hot"]
+        assert len(sent) == len({r["session_id"] for r in sent})
+        return {r["session_id"]: r for r in sent}
+
+    late_first = run(steps[::-1])
+    assert len(late_first) == 40
+    in_order = run(steps)
+    drop = ("version", "current_weight", "current_step", "current_failed_sessions",
+            "current_accepted_sessions", "current_misleading", "updated_at")  # fmt: skip
+    for sid, record in in_order.items():
+        assert {k: v for k, v in late_first[sid].items() if k not in drop} == {
+            k: v for k, v in record.items() if k not in drop
+        }, sid

@@ -17,6 +17,7 @@ from memdiag.contract import SEARCH_CALLS
 from memdiag.contract.envelope import InMessage
 from memdiag.settings import Settings
 from memdiag.streams.app import Wiring, create_app
+from memdiag.streams.checkpoint import RECORD_LIMIT
 
 
 class Producer:
@@ -95,6 +96,7 @@ class Kafka:
     def __init__(self, producer: Producer):
         self.producer = producer
         self.committed: dict[Any, int] = {}
+        self.record_limit = RECORD_LIMIT
 
     async def send(self, topic: str, key: bytes, value: bytes | None, partition: int,
                    headers: Any) -> asyncio.Future[Any]:  # fmt: skip
