@@ -24,7 +24,9 @@ Fairness. Every contender gets the same messages, parses ``ts`` with the same fu
 session per message, and produces one output message per input message. Every clock stops
 at the same point, seen from outside: the contender's consumer group has committed the end
 of the input (each flushes its output before it commits). Quix and memdiag commit every
-second; the bare loop also commits as soon as it has seen every event, which favours it.
+second; ``quix-5s`` is Quix at its own default, a commit every 5 s (its clock then includes
+up to 5 s of waiting for the last commit); the bare loop also commits as soon as it has seen
+every event, which favours it.
 Every clock starts when the contender takes its first record. Every contender's verdicts
 are checked against a reference. Each figure is the median of ``--runs`` runs, with the
 spread (min-max); contenders rotate their order per run.
@@ -198,7 +200,9 @@ def child_bare(bootstrap: str, topic: str, out_topic: str, group: str, n: int, m
     asyncio.run(go())
 
 
-def child_quix(bootstrap: str, topic: str, out_topic: str, group: str, mark: str) -> None:
+def child_quix(
+    bootstrap: str, topic: str, out_topic: str, group: str, mark: str, commit_interval: float
+) -> None:
     from quixstreams import Application
 
     state_dir = tempfile.mkdtemp(prefix="quix-state-")
@@ -207,7 +211,7 @@ def child_quix(bootstrap: str, topic: str, out_topic: str, group: str, mark: str
         consumer_group=group,
         auto_offset_reset="earliest",
         state_dir=state_dir,
-        commit_interval=1.0,
+        commit_interval=commit_interval,
         consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
         loglevel="WARNING",
     )
@@ -428,7 +432,7 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
     events = make_events(args.events, args.sessions)
     expected = reference(events)
     results: dict[str, Any] = {"events": args.events, "sessions": args.sessions, "modes": {}}
-    contenders = ["memdiag", "quix", "bare"] if not args.no_quix else ["memdiag", "bare"]
+    contenders = ["memdiag", "quix", "quix-5s", "bare"] if not args.no_quix else ["memdiag", "bare"]
     for mode in ("single", "batched"):
         msgs = messages(events, mode)
         seconds: dict[str, list[float]] = {c: [] for c in contenders}
@@ -452,7 +456,8 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
                       f"{cpu / args.events * 1e6:,.0f} CPU µs/event", file=sys.stderr)  # fmt: skip
             if run == 0:
                 for c, topic in (("memdiag", settings.topics.diagnostics),
-                                 ("quix", f"{prefix}quix-out"), ("bare", f"{prefix}bare-out")):  # fmt: skip
+                                 ("quix", f"{prefix}quix-out"), ("quix-5s", f"{prefix}quix-5s-out"),
+                                 ("bare", f"{prefix}bare-out")):  # fmt: skip
                     if c in contenders:
                         got = outputs(settings, topic)
                         wrong = sum(got.get(k) != v for k, v in expected.items())
@@ -555,8 +560,8 @@ def main() -> int:
         kind, rest = sys.argv[1][len("--child-") :], sys.argv[2:]
         if kind == "bare":
             child_bare(rest[0], rest[1], rest[2], rest[3], int(rest[4]), rest[5])
-        else:
-            child_quix(rest[0], rest[1], rest[2], rest[3], rest[5])
+        else:  # quix: commits every second, as memdiag; quix-5s: Quix's default interval
+            child_quix(rest[0], rest[1], rest[2], rest[3], rest[5], 5.0 if "5s" in kind else 1.0)
         return 0
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="memdiag-bench-"))

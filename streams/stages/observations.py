@@ -117,12 +117,16 @@ class ObservationStage:
         # state key (o:ID, g:KEY) -> (ledger, partition, changed)
         ledgers: dict[str, tuple[Ledger, int, bool]] = {}
         strengths: dict[str, tuple[Strength, int, bool]] = {}
-        # the weight records of this batch, the newest per (observation, session): a step
-        # that changes twice in one batch is sent once, with its last values; the same for
-        # strength steps, per (observation, session, turn)
-        weights: dict[str, dict[Any, dict[str, Any]]] = {}
-        # ... and a graph entity's or edge's, per (its key, session)
-        graph_weights: dict[str, dict[str, dict[str, Any]]] = {}
+        # the steps this batch changed, the newest per (observation, session): a step that
+        # changes twice in one batch is sent once, with its last values; the same for
+        # strength steps, per (observation, session, turn), and for a graph entity's or
+        # edge's, per (its key, session). Their records are made once, at the end of the
+        # batch (a late session changes every later step, up to 256 a session): each carries
+        # the observation's version and current values as of the batch's end, as the newest
+        # of its records would
+        weights: dict[str, dict[Any, Step]] = {}
+        strength_steps: dict[str, dict[Any, StrengthStep | tuple[str, str]]] = {}
+        graph_weights: dict[str, dict[str, Step]] = {}
         for msg in msgs:
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
@@ -130,7 +134,7 @@ class ObservationStage:
                 obs_id = rec["observation_id"]
                 kind = rec.get("type")
                 if kind == "verdict":
-                    self._verdict(rec, msg.partition, store, strengths, weights, out)
+                    self._verdict(rec, msg.partition, store, strengths, strength_steps, out)
                     continue
                 graph = kind == "graph"  # a graph entity or edge: obs_id is its key
                 state_key = (GRAPH_PREFIX if graph else PREFIX) + obs_id
@@ -153,16 +157,14 @@ class ObservationStage:
                         sent_graph = graph_weights.setdefault(obs_id, {})
                         for step in change.steps:
                             sent_graph.pop(step.session_id, None)  # the newest goes last
-                            sent_graph[step.session_id] = weight_record(
-                                obs_id, step, ledger, graph=True
-                            )
+                            sent_graph[step.session_id] = step
                     out.ts_us = max(out.ts_us, entry.ts_us)
                     continue
                 if change.steps:
                     sent = weights.setdefault(obs_id, {})
                     for step in change.steps:
                         sent.pop(step.session_id, None)  # the newest goes last
-                        sent[step.session_id] = weight_record(obs_id, step, ledger)
+                        sent[step.session_id] = step
                 for step in change.verdicts:
                     out.verdict(
                         step.session_id,
@@ -178,11 +180,18 @@ class ObservationStage:
                     out.count(MISLEADING, at_us=entry.ts_us)
                 out.ts_us = max(out.ts_us, entry.ts_us)
         for obs_id, sent in weights.items():
-            for record in sent.values():
-                out.weight(obs_id, record)
+            ledger = ledgers[PREFIX + obs_id][0]
+            for step in sent.values():
+                out.weight(obs_id, weight_record(obs_id, step, ledger))
+        for obs_id, moved in strength_steps.items():
+            strength = strengths[obs_id][0]
+            for s in moved.values():
+                out.weight(obs_id, strength_retracted(obs_id, s, strength) if isinstance(s, tuple)
+                           else strength_record(obs_id, s, strength))  # fmt: skip
         for graph_key, sent_graph in graph_weights.items():
-            for record in sent_graph.values():
-                out.graph_weight(graph_key, record)
+            ledger = ledgers[GRAPH_PREFIX + graph_key][0]
+            for step in sent_graph.values():
+                out.graph_weight(graph_key, weight_record(graph_key, step, ledger, graph=True))
         loaded, self._loaded = self._loaded, {}
         for state_key, (ledger, partition, changed) in ledgers.items():
             size = loaded.get(state_key)
@@ -206,7 +215,7 @@ class ObservationStage:
         partition: int,
         store: StateStore,
         strengths: dict[str, tuple[Strength, int, bool]],
-        weights: dict[str, dict[Any, dict[str, Any]]],
+        moved: dict[str, dict[Any, StrengthStep | tuple[str, str]]],
         out: Output,
     ) -> None:
         """A verdict of one turn changed (or was taken back): the strength steps it moves."""
@@ -227,13 +236,13 @@ class ObservationStage:
             out.count(LATE_EVENTS, at_us=at, reason=LATE_OBSERVATION_WINDOW)
         if not change.steps and not change.retracted:
             return
-        sent = weights.setdefault(obs_id, {})
+        sent = moved.setdefault(obs_id, {})
         for step in change.steps:
-            sent.pop(("s", *step.key), None)  # the newest goes last
-            sent[("s", *step.key)] = strength_record(obs_id, step, strength)
+            sent.pop(step.key, None)  # the newest goes last
+            sent[step.key] = step
         for gone in change.retracted:
-            sent.pop(("s", *gone), None)
-            sent[("s", *gone)] = strength_retracted(obs_id, gone, strength)
+            sent.pop(gone, None)
+            sent[gone] = gone
 
 
 def weight_record(obs_id: str, step: Step, ledger: Ledger, graph: bool = False) -> dict[str, Any]:
