@@ -20,9 +20,11 @@ session kept, none forgotten):
    is read again.
 
 The baseline is the smallest size, measured in this same run: the ratios say how memory and
-restart time grow with the sessions kept. ``MEMDIAG_SESSION_CACHE`` bounds the decoded
-sessions in memory and ``MEMDIAG_STATE_CACHE_MB`` RocksDB's block cache; past them the
-worker's memory should grow far less than the sessions it keeps.
+restart time grow with the sessions kept. ``MEMDIAG_DECODED_CACHE_MB`` bounds the decoded
+state in memory (sessions, ledgers, strengths: one budget) and ``MEMDIAG_STATE_CACHE_MB``
+RocksDB's block cache; past them the worker's memory should grow far less than the sessions
+it keeps. Every ``MEMDIAG_*`` variable set when this runs reaches the workers (to compare a
+setting: ``MEMDIAG_DECODED_CACHE_MB=16 .venv/bin/python benchmarks/scale.py``).
 """
 
 from __future__ import annotations

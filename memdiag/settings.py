@@ -251,6 +251,13 @@ class Settings:
         "how often the worker commits a checkpoint (its state, its outputs, then its "
         "offsets). A crash repeats at most this much work.",
     )
+    commit_bytes: int = setting(
+        "MEMDIAG_COMMIT_BYTES",
+        16 * 1024 * 1024,
+        "a checkpoint commits early once the state values it holds pass this many bytes (as "
+        "Quix's ``commit_every`` does by messages): a catch-up then holds at most about this "
+        "much state between two commits, whatever the interval.",
+    )
     state_dir: str = setting(
         "MEMDIAG_STATE_DIR",
         "memdiag-state",
@@ -279,7 +286,7 @@ class Settings:
     )
     decoded_cache_mb: int = setting(
         "MEMDIAG_DECODED_CACHE_MB",
-        64,
+        32,
         "the bytes of decoded state a worker keeps in memory between batches, for all its "
         "stages (sessions, ledgers, strengths): one budget, the least recently used evicted "
         "first, whatever its stage. A decoded object is about ten times its stored size. The "
@@ -474,6 +481,8 @@ class Settings:
                 "MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS must be >= 0, got "
                 f"{self.changelog_compaction_lag_hours:g}"
             )
+        if not self.commit_bytes > 0:
+            raise ConfigError(f"MEMDIAG_COMMIT_BYTES must be > 0, got {self.commit_bytes}")
         if not self.commit_interval_seconds > 0:
             raise ConfigError(
                 f"MEMDIAG_COMMIT_INTERVAL_SECONDS must be > 0, got {self.commit_interval_seconds:g}"

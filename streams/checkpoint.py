@@ -139,6 +139,9 @@ class Checkpoint:
     produced: list[ChangelogWrite] = field(default_factory=list)
     #: the repairs the commit included: table name -> partition -> keys
     repaired: dict[str, dict[int, set[bytes]]] = field(default_factory=dict)
+    #: the bytes of the state values written so far (each write counted, a key written
+    #: twice twice): the runner commits early past MEMDIAG_COMMIT_BYTES
+    pending_bytes: int = 0
 
     def view(self, table: str) -> StateView:
         return StateView(self, self.tables[table])
@@ -290,9 +293,10 @@ class StateView:
     """A table as a stage sees it in a checkpoint (the ``StateStore`` of
     :mod:`memdiag.contract.envelope`): the checkpoint's writes over the committed values."""
 
-    __slots__ = ("_writes", "_table", "_name", "_backends")
+    __slots__ = ("_checkpoint", "_writes", "_table", "_name", "_backends")
 
     def __init__(self, checkpoint: Checkpoint, table: Table):
+        self._checkpoint = checkpoint
         self._writes = checkpoint.writes
         self._table = table
         self._name = table.table_name
@@ -308,6 +312,7 @@ class StateView:
 
     def put(self, key: str, value: bytes, partition: int) -> None:
         self._partition(partition)[key.encode()] = value
+        self._checkpoint.pending_bytes += len(value)
 
     def delete(self, key: str, partition: int) -> None:
         self._partition(partition)[key.encode()] = None

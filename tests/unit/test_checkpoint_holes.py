@@ -189,3 +189,40 @@ def test_repairs_are_written_without_waiting_for_their_partitions_traffic() -> N
     assert not world.table.repairs.get(0)
     latest = {r.key: r for p, r in world.changelog_records() if p == 0}
     assert world.uncommitted([(0, r) for r in latest.values()]) == []
+
+
+def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> None:
+    """MEMDIAG_COMMIT_BYTES, as Quix's ``commit_every``: the interval is an hour here, so
+    only the bytes the checkpoint holds can make it commit; under the limit it does not."""
+
+    def commits(limit: int) -> dict[Any, int]:
+        world = World(Settings())
+        sids = same_partition(world, 40)
+        for n, sid in enumerate(sids):
+            world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+        runner = world.runner
+        runner.commit_interval = 3600.0
+        runner.commit_bytes = limit
+        tp = TP(world.events, 0)
+
+        async def go() -> None:
+            await runner._start(world.generation)
+            task = asyncio.create_task(runner.run())
+            runner.deliver(world.generation, {tp: world.logs[(world.events, 0)]})
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+        asyncio.run(go())
+        return dict(world.committed)
+
+    assert commits(1000) == {TP(world_events(), 0): 40}
+    assert commits(16 << 20) == {}
+
+
+def world_events() -> str:
+    return Settings().topics.events
