@@ -254,9 +254,10 @@ class Settings:
     commit_bytes: int = setting(
         "MEMDIAG_COMMIT_BYTES",
         16 * 1024 * 1024,
-        "a checkpoint commits early once the state values it holds pass this many bytes (as "
-        "Quix's ``commit_every`` does by messages): a catch-up then holds at most about this "
-        "much state between two commits, whatever the interval.",
+        "a checkpoint commits early once the state values written since the last commit pass "
+        "this many bytes (each write counted; checked after each batch), as Quix's "
+        "``commit_every`` counts messages: a catch-up then holds about this much state "
+        "between two commits at most, whatever the interval.",
     )
     state_dir: str = setting(
         "MEMDIAG_STATE_DIR",

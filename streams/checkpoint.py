@@ -62,6 +62,10 @@ class Table(Protocol):
     #: skipped them, or a failed checkpoint produced them): the next checkpoint writes their
     #: committed values again
     repairs: dict[int, set[bytes]]
+    #: per partition: key -> how many part records a checkpoint that never committed may have
+    #: left in the changelog for it; the key's next write tombstones those it does not
+    #: overwrite
+    stray_parts: dict[int, dict[bytes, int]]
 
     @property
     def sources(self) -> tuple[str, ...]: ...
@@ -104,9 +108,9 @@ class CheckpointFailed(Exception):
     """The checkpoint did not commit; its state was dropped."""
 
 
-#: Called between the steps of a commit (``changelog`` after each record, ``delivered``,
-#: ``committed``, ``written``) with the number of changelog records: tests kill the worker
-#: there.
+#: Called between the steps of a commit (``part`` after each part record of a long value,
+#: ``changelog`` after each record, ``delivered``, ``committed``, ``written``) with the number
+#: of changelog records: tests kill the worker there.
 Fault = Callable[[str, int], None]
 
 
@@ -139,6 +143,8 @@ class Checkpoint:
     produced: list[ChangelogWrite] = field(default_factory=list)
     #: the repairs the commit included: table name -> partition -> keys
     repaired: dict[str, dict[int, set[bytes]]] = field(default_factory=dict)
+    #: the transport's record limit, once the commit started
+    record_limit: int = RECORD_LIMIT
     #: the bytes of the state values written so far (each write counted, a key written
     #: twice twice): the runner commits early past MEMDIAG_COMMIT_BYTES
     pending_bytes: int = 0
@@ -188,9 +194,11 @@ class Checkpoint:
                     if p == partition and topic in sources
                 }
                 headers = [(OFFSETS_HEADER, orjson.dumps(covers))] if covers else None
+                stray = table.stray_parts.get(partition) or {}
                 for key, value in writes.items():
                     old = None if backend is None else backend.get(key)
                     before = 0 if old is None else part_count(len(old), limit)
+                    before = max(before, stray.get(key, 0))
                     out.append(ChangelogWrite(table, partition, key, value, headers, before))
         return out
 
@@ -198,7 +206,7 @@ class Checkpoint:
         """Steps 1 to 4; :class:`CheckpointFailed` if it committed nothing. (The transport
         bounds the time each call may take; this awaits nothing else, so a transport that
         never waits makes it run to the end at once, as the tests drive it.)"""
-        limit = transport.record_limit
+        self.record_limit = limit = transport.record_limit
         self.produced = records = self.changelog(limit)
         # per write, the future of its value's own record (the last of its pieces)
         futures: list[asyncio.Future[Any]] = []
@@ -212,6 +220,8 @@ class Checkpoint:
                     parts.append(await transport.send(
                         rec.table.changelog, key, value, rec.partition, headers
                     ))  # fmt: skip
+                    if fault is not None:
+                        fault("part", n)
                 key, value, headers = records_of[-1]
                 futures.append(await transport.send(
                     rec.table.changelog, key, value, rec.partition, headers
@@ -281,12 +291,21 @@ class Checkpoint:
                 left = table.repairs.get(partition)
                 if left is not None:
                     left -= keys
+        for rec in records:  # their stray parts are tombstoned now
+            stray = rec.table.stray_parts.get(rec.partition)
+            if stray and rec.split_before:
+                stray.pop(rec.key, None)
 
     def failed(self) -> None:
         """After a failed commit: every key the commit produced may be in the changelog
-        without its commit; the next checkpoint writes its committed value again."""
+        without its commit; the next checkpoint writes its committed value again (and
+        tombstones the parts a long value of it may have left there)."""
         for rec in self.produced:
             rec.table.repairs.setdefault(rec.partition, set()).add(rec.key)
+            parts = 0 if rec.value is None else part_count(len(rec.value), self.record_limit)
+            if parts:
+                stray = rec.table.stray_parts.setdefault(rec.partition, {})
+                stray[rec.key] = max(stray.get(rec.key, 0), parts)
 
 
 class StateView:

@@ -434,6 +434,12 @@ class Replay:
     pending: dict[bytes, dict[int, tuple[int, bytes]]] = field(default_factory=dict)
     #: keys whose value's parts were not all in the changelog (left as they were, repaired)
     broken: list[bytes] = field(default_factory=list)
+    #: per key, how many part records a checkpoint that never committed may have left in
+    #: the changelog (skipped, or never followed by their last piece): the repair that writes
+    #: the key again tombstones them (:attr:`memdiag.streams.checkpoint.Table.stray_parts`)
+    stray: dict[bytes, int] = field(default_factory=dict)
+    #: the offset of the last record read
+    last: int | None = None
     applied = 0
     skipped = 0
 
@@ -445,8 +451,12 @@ class Replay:
         for rec in records:
             last = rec.offset
             if not committed_past(rec.covers, self.committed):
-                if rec.part is None:  # a part's value is skipped with its last piece
+                if rec.part is None:
                     self.latest_skipped[rec.key] = True
+                else:  # its key is repaired even if its last piece never came (a crash)
+                    key = rec.key.rpartition(_PART_SEPARATOR)[0]
+                    self.latest_skipped[key] = True
+                    self.stray[key] = max(self.stray.get(key, 0), rec.part + 1)
                 self.skipped += 1
                 if self.frozen_at is None:
                     self.frozen_at = rec.offset - 1
@@ -476,6 +486,7 @@ class Replay:
             self.latest_skipped[rec.key] = False
         if last is None:
             return
+        self.last = last
         offset = last if self.frozen_at is None else self.frozen_at
         held_at = [o for held in pending.values() for o, _ in held.values()]
         if held_at:  # a restart must read a value's parts again: stop before the first held
@@ -485,7 +496,22 @@ class Replay:
         self.backend.write(writes, fresh, covered)
 
     def repairs(self) -> set[bytes]:
-        """The keys whose latest changelog record was skipped."""
+        """At the end of the changelog: the keys whose latest changelog record was skipped,
+        and those with parts no last piece followed (a checkpoint that produced them and
+        never committed, applied once the commits passed it): those parts are dropped, the
+        key is repaired, and the backend's offset moves past them."""
+        for key, held in self.pending.items():
+            if held:
+                self.latest_skipped[key] = True
+                self.stray[key] = max(self.stray.get(key, 0), max(held) + 1)
+        self.pending.clear()
+        current = self.backend.offset
+        if (
+            self.frozen_at is None
+            and self.last is not None
+            and (current is None or self.last > current)
+        ):
+            self.backend.write({}, self.last, {})
         return {key for key, skipped in self.latest_skipped.items() if skipped}
 
 

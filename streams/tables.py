@@ -80,6 +80,7 @@ class CheckpointStore(Store):
         self.backends: dict[int, Backend] = {}
         #: per partition: keys whose latest changelog record recovery skipped
         self.repairs: dict[int, set[bytes]] = {}
+        self.stray_parts: dict[int, dict[bytes, int]] = {}
         self._replays: dict[int, Replay] = {}
         #: where the worker starts in a source partition with nothing committed, as the local
         #: state covers it: (topic, partition) -> offset (:func:`start_positions`)
@@ -122,6 +123,7 @@ class CheckpointStore(Store):
     def _close(self, partition: int) -> None:
         backend = self.backends.pop(partition, None)
         self.repairs.pop(partition, None)
+        self.stray_parts.pop(partition, None)
         self._replays.pop(partition, None)
         self._lost.discard(partition)
         for tp in [tp for tp in self.positions if tp[1] == partition]:
@@ -294,6 +296,8 @@ class CheckpointStore(Store):
                 )  # fmt: skip
             if repairs:
                 self.repairs.setdefault(partition, set()).update(repairs)
+            if run.stray:
+                self.stray_parts.setdefault(partition, {}).update(run.stray)
         self._replays.clear()
         self._lost.clear()
 

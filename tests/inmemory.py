@@ -169,6 +169,7 @@ class WorldTable:
     sources: tuple[str, ...]
     backends: dict[int, MemoryBackend] = field(default_factory=dict)
     repairs: dict[int, set[bytes]] = field(default_factory=dict)
+    stray_parts: dict[int, dict[bytes, int]] = field(default_factory=dict)
     #: per partition, what the commit in progress covers (as the worker's store keeps it)
     committing: dict[int, dict[str, int]] = field(default_factory=dict)
 
@@ -542,7 +543,10 @@ class World:
             return
         wanted = self.kill_at[0]
         records = len(self.runner.checkpoint.produced)
-        if wanted == "changelog" and step == "changelog":
+        if wanted == "part":  # between a long value's parts and its last piece
+            if step != "part":
+                return
+        elif wanted == "changelog" and step == "changelog":
             if records < 2:  # a strict, non-empty part needs at least two records
                 self.kill_at = ("delivered", self.kill_at[1])
                 return
@@ -708,6 +712,7 @@ class World:
         if table is self.table:
             self.replayed[partition] = (len(records), len(repairs))
         table.repairs[partition] = repairs
+        table.stray_parts[partition] = dict(run.stray)  # the process's own died with it
 
     def changelog_records(self, since: int = 0) -> list[tuple[int, Record]]:
         """The changelog's records (partition, record) from each partition's ``since``."""

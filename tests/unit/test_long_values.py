@@ -25,6 +25,7 @@ from memdiag.streams.store import (
     PART_HEADER,
     ChangelogRecord,
     MemoryBackend,
+    Replay,
     changelog_record,
     part_count,
     pieces,
@@ -103,8 +104,8 @@ def test_long_values_come_back_whole_after_compaction_and_restarts(
         once = MemoryBackend()
         replay(once, records, {"events": upto})
         assert dict(once.data) == want, name
-        twice = MemoryBackend()
-        replay(twice, records[: cut % (len(records) + 1)], {"events": upto})
+        twice = MemoryBackend()  # stopped during its recovery, before the changelog's end
+        Replay(twice, {"events": upto}).apply(records[: cut % (len(records) + 1)])
         start = -1 if twice.offset is None else twice.offset
         replay(twice, [r for r in records if r.offset > start], {"events": upto})
         assert dict(twice.data) == want, (name, "restarted")
@@ -136,6 +137,69 @@ def test_a_piece_whose_parts_compaction_took_keeps_the_value_before_and_is_repai
     assert backend.get(b"k") == b"old" and repairs == {b"k"}
 
 
+def test_a_crash_between_a_values_parts_repairs_its_key() -> None:
+    """A worker killed after sending a part of a new value, before its last piece: recovery
+    skips the part and repairs the key (before, only a skipped last piece did, so the key
+    kept no repair, and once compaction took the committed part the new one superseded,
+    a later rebuild found the committed value broken and lost it)."""
+
+    def headed(covers: int) -> list[tuple[str, bytes]]:
+        return [(OFFSETS_HEADER, orjson.dumps({"events": covers}))]
+
+    def records(start: int, *writes: Any) -> list[ChangelogRecord]:
+        return [changelog_record(start + i, *w) for i, w in enumerate(writes)]
+
+    old = pieces(b"k", b"abcdefgh", headed(0), 3)  # two parts and a last piece, committed
+    crashed = pieces(b"k", b"ABCDEFGHIJK", headed(5), 3)[0]  # its first part, then the kill
+    log = records(0, *old, crashed)
+    run = Replay(MemoryBackend(), {"events": 1})
+    run.apply(log)
+    assert run.repairs() == {b"k"} and run.stray == {b"k": 1}
+    assert run.backend.get(b"k") == b"abcdefgh"
+    # the repair writes the committed value again, over every part the crash left
+    before = max(part_count(8, 3), run.stray[b"k"])
+    repaired = log + records(len(log), *pieces(b"k", b"abcdefgh", headed(6), 3, before))
+    for committed in (7, 10):  # the repair committed; the crashed part's offsets passed or not
+        backend = MemoryBackend()
+        replay(backend, compacted(repaired), {"events": committed})
+        assert backend.get(b"k") == b"abcdefgh", committed
+
+
+def test_parts_without_their_last_piece_are_dropped_and_their_key_repaired() -> None:
+    """A crashed checkpoint's parts, applied once later commits pass their offsets, with no
+    last piece after them: at the changelog's end they are dropped, the key is repaired
+    (its next write tombstones them), and the backend's offset moves past them (before, it
+    stayed pinned before the first, and every restart read the tail again)."""
+    committed = [(OFFSETS_HEADER, orjson.dumps({"events": 0}))]
+    crashed = [(OFFSETS_HEADER, orjson.dumps({"events": 5}))]
+    log = [changelog_record(i, *r) for i, r in enumerate(
+        [*pieces(b"k", b"abcdefgh", committed, 3), *pieces(b"k", b"ABCDEFGHIJ", crashed, 3)[:2]]
+    )]  # fmt: skip
+    backend = MemoryBackend()
+    run = Replay(backend, {"events": 10})
+    run.apply(log)
+    assert backend.offset == 2  # while the parts may still get their last piece
+    assert run.repairs() == {b"k"} and run.stray == {b"k": 2}
+    assert backend.offset == 4 and backend.get(b"k") == b"abcdefgh"
+
+
+def test_a_failed_checkpoints_parts_are_tombstoned_by_the_repair() -> None:
+    """A checkpoint that split a value and failed: its repair tombstones the parts the
+    committed (short) value does not overwrite; compaction then leaves none."""
+    world = World(SETTINGS, record_limit=RECORD_LIMIT, max_message_bytes=MESSAGE_BYTES)
+    world.publish(scenario(), keyed=True)
+    world.kafka.refuse_next_commit = True
+    world.run(max_rounds=40, settle=False)
+    assert world.refused == 1
+    world.run()
+    log = [changelog_record(r.offset, r.key or b"", r.value, r.headers)
+           for _, r in world.changelog_records()]  # fmt: skip
+    live = {r.key.rpartition(b"\xff")[0] for r in compacted(log)
+            if r.part is not None and r.value is not None}  # fmt: skip
+    state = {k for values in world.table_values()["state"].values() for k in values}
+    assert live <= state  # every part left with a value belongs to a key still held
+
+
 # -- the worker in memory, on a broker that refuses long records ---------------------------
 
 #: the broker's limit here: a session's head and log chunks are longer than this
@@ -147,7 +211,7 @@ def scenario() -> list[dict[str, Any]]:
     return generate(sessions=40, seed=11)
 
 
-@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("step", ["part", *STEPS])
 def test_a_worker_whose_state_outgrows_the_broker_limit_recovers_at_each_step(step: str) -> None:
     """Before the fix every checkpoint failed here (the broker refused the first long
     value), and the worker never got past its first records."""
