@@ -1,0 +1,53 @@
+"""``memdiag worker`` under tracemalloc, for ``benchmarks/memory_live.py``.
+
+    PYTHONPATH=benchmarks python -m traced_worker worker
+
+A daemon thread samples the traced memory every ``MEMDIAG_TRACE_EVERY`` seconds (2); each
+time it passes its highest so far, it writes what holds it, by source line and by file, to
+``MEMDIAG_TRACE_OUT``: the allocation sites of the peak the Python heap reached.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import threading
+import time
+import tracemalloc
+
+
+def _sampler(out: str, every: float) -> None:
+    highest = 0
+    while True:
+        time.sleep(every)
+        current, _ = tracemalloc.get_traced_memory()
+        if current <= highest:
+            continue
+        highest = current
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]
+        )
+        lines = [f"traced {current / 1e6:.1f} MB at {time.time():.0f}", "", "by line:"]
+        lines += [f"  {s.size / 1e6:8.1f} MB {s.count:>9,}  {s.traceback}"
+                  for s in snapshot.statistics("lineno")[:30]]  # fmt: skip
+        lines += ["", "by file:"]
+        lines += [f"  {s.size / 1e6:8.1f} MB {s.count:>9,}  {s.traceback}"
+                  for s in snapshot.statistics("filename")[:20]]  # fmt: skip
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, out)
+
+
+def main() -> None:
+    tracemalloc.start(1)
+    out = os.environ["MEMDIAG_TRACE_OUT"]
+    every = float(os.environ.get("MEMDIAG_TRACE_EVERY", "2"))
+    threading.Thread(target=_sampler, args=(out, every), daemon=True).start()
+    sys.argv = ["memdiag", *sys.argv[1:]]
+    runpy.run_module("memdiag.cli", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
