@@ -185,9 +185,10 @@ class Checkpoint:
             for partition in sorted(partitions):
                 writes = self.writes.setdefault((name, partition), {})
                 backend = table.backends.get(partition)
+                committed: dict[bytes, bytes | None] = {}  # the repairs' values, read once
                 for key in sorted(repairs.get(partition, ())):
                     if key not in writes and backend is not None:
-                        writes[key] = backend.get(key)
+                        writes[key] = committed[key] = backend.get(key)
                 covers = {
                     topic: offset - 1
                     for (topic, p), offset in self.offsets.items()
@@ -196,7 +197,10 @@ class Checkpoint:
                 headers = [(OFFSETS_HEADER, orjson.dumps(covers))] if covers else None
                 stray = table.stray_parts.get(partition) or {}
                 for key, value in writes.items():
-                    old = None if backend is None else backend.get(key)
+                    if key in committed:
+                        old = committed[key]
+                    else:
+                        old = None if backend is None else backend.get(key)
                     before = 0 if old is None else part_count(len(old), limit)
                     before = max(before, stray.get(key, 0))
                     out.append(ChangelogWrite(table, partition, key, value, headers, before))
@@ -213,9 +217,7 @@ class Checkpoint:
         parts: list[asyncio.Future[Any]] = []
         try:
             for n, rec in enumerate(records, 1):
-                records_of = [(rec.key, rec.value, rec.headers)]
-                if (rec.value is not None and len(rec.value) > limit) or rec.split_before:
-                    records_of = pieces(rec.key, rec.value, rec.headers, limit, rec.split_before)
+                records_of = pieces(rec.key, rec.value, rec.headers, limit, rec.split_before)
                 for key, value, headers in records_of[:-1]:
                     parts.append(await transport.send(
                         rec.table.changelog, key, value, rec.partition, headers
@@ -292,9 +294,8 @@ class Checkpoint:
                 if left is not None:
                     left -= keys
         for rec in records:  # their stray parts are tombstoned now
-            stray = rec.table.stray_parts.get(rec.partition)
-            if stray and rec.split_before:
-                stray.pop(rec.key, None)
+            if rec.split_before:
+                rec.table.stray_parts.get(rec.partition, {}).pop(rec.key, None)
 
     def failed(self) -> None:
         """After a failed commit: every key the commit produced may be in the changelog

@@ -325,11 +325,7 @@ def pieces(
 
 def covers_of(headers: Iterable[tuple[str, bytes]] | None) -> Mapping[str, int] | None:
     """The source offsets a changelog record's headers name (None: it names none)."""
-    for name, value in headers or ():
-        if name == OFFSETS_HEADER:
-            covers: dict[str, int] = orjson.loads(value)
-            return covers
-    return None
+    return changelog_record(0, b"", None, headers).covers
 
 
 def committed_past(covers: Mapping[str, int] | None, committed: Mapping[str, int]) -> bool:
