@@ -70,14 +70,17 @@ def main() -> int:
     total = tracemalloc.get_traced_memory()[0]
     s, o, t, r = world.processor.states, world.owner, world.trace_stage, world.recall_stage
     parts: list[tuple[str, int, int]] = []
+    #: what the decoded-state budget (streams/lru.py) counts each cache at
+    budgeted: dict[str, int] = {}
 
     def part(name: str, entries: int, empty: Callable[[], None]) -> None:
         parts.append((name, entries, held(empty)))
 
-    part("decoded sessions", len(s._cache), s._cache.clear)
-    part("decoded ledgers", len(o._cache), o._cache.clear)
-    part("decoded graph ledgers", len(o._graph_cache), o._graph_cache.clear)
-    part("strengths", len(o._strengths), o._strengths.clear)
+    for name, cache in (("decoded sessions", s._cache), ("decoded ledgers", o._cache),
+                        ("decoded graph ledgers", o._graph_cache),
+                        ("strengths", o._strengths)):  # fmt: skip
+        budgeted[name] = sum(cache._weights.values())
+        part(name, len(cache), cache.clear)
     part("traces", len(t._cache), t._cache.clear)
     agents = getattr(r, "_agents", {})
     part("recall agents", len(agents), agents.clear)
@@ -99,10 +102,13 @@ def main() -> int:
     part("table values (RocksDB in the worker)", values,
          lambda: [b.data.clear() for b in world.table.backends.values()])  # fmt: skip
     base = parts[0][2] or 1
-    print(f"\n{'held by':<40}{'entries':>10}{'MB':>10}{'B/entry':>10}{'ratio':>8}")
+    print(f"\n{'held by':<40}{'entries':>10}{'MB':>10}{'B/entry':>10}{'ratio':>8}"
+          f"{'budgeted':>10}")  # fmt: skip
     for name, entries, size in parts:
         per = size / entries if entries else 0
-        print(f"{name:<40}{entries:>10,}{size / 1e6:>10.1f}{per:>10,.0f}{size / base:>8.2f}")
+        counted = f"{budgeted[name] / 1e6:>10.1f}" if name in budgeted else ""
+        print(f"{name:<40}{entries:>10,}{size / 1e6:>10.1f}{per:>10,.0f}{size / base:>8.2f}"
+              f"{counted}")  # fmt: skip
     rest = total - sum(size for _, _, size in parts)
     print(f"{'the rest (interpreter, modules, ...)':<40}{'':>10}{rest / 1e6:>10.1f}")
     print(f"{'traced in all':<40}{'':>10}{total / 1e6:>10.1f}")

@@ -4,7 +4,8 @@
 
 A daemon thread samples the traced memory every ``MEMDIAG_TRACE_EVERY`` seconds (2); each
 time it passes its highest so far, it writes what holds it, by source line and by file, to
-``MEMDIAG_TRACE_OUT``: the allocation sites of the peak the Python heap reached.
+``MEMDIAG_TRACE_OUT``: the allocation sites of the peak the Python heap reached, with the
+process's RSS and what RocksDB says it holds at that moment.
 """
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ import sys
 import threading
 import time
 import tracemalloc
+
+
+def _outside() -> str:
+    """What the process holds beside the Python heap: its RSS, and RocksDB's own count."""
+    from memdiag.streams.store import rocks_memory
+
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    rocks = rocks_memory()
+    return (f"RSS {rss / 1e3:.1f} MB, RocksDB block cache {rocks['block_cache'] / 1e6:.1f} MB, "
+            f"write buffers {rocks['write_buffers'] / 1e6:.1f} MB")  # fmt: skip
 
 
 def _sampler(out: str, every: float) -> None:
@@ -28,7 +40,8 @@ def _sampler(out: str, every: float) -> None:
         snapshot = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]
         )
-        lines = [f"traced {current / 1e6:.1f} MB at {time.time():.0f}", "", "by line:"]
+        lines = [f"traced {current / 1e6:.1f} MB at {time.time():.0f}; {_outside()}", "",
+                 "by line:"]  # fmt: skip
         lines += [f"  {s.size / 1e6:8.1f} MB {s.count:>9,}  {s.traceback}"
                   for s in snapshot.statistics("lineno")[:30]]  # fmt: skip
         lines += ["", "by file:"]

@@ -276,8 +276,14 @@ class Settings:
     state_cache_mb: int = setting(
         "MEMDIAG_STATE_CACHE_MB",
         32,
-        "the RocksDB block cache, one for all of a worker's partitions (the databases' write "
-        "buffers add up to 8 MB each on top).",
+        "the RocksDB block cache, one for all of a worker's partitions.",
+    )
+    state_write_buffers_mb: int = setting(
+        "MEMDIAG_STATE_WRITE_BUFFERS_MB",
+        16,
+        "RocksDB's write buffers (memtables), one bound for all of a worker's databases: past "
+        "about 90% of it, the database being written flushes. Without it each database (one "
+        "per partition of each table) could hold 8 MB.",
     )
     session_cache: int = setting(
         "MEMDIAG_SESSION_CACHE",
@@ -471,6 +477,7 @@ class Settings:
                 f"latest; got {self.duckdb_storage_version!r}"
             )
         for name, value in (("MEMDIAG_STATE_CACHE_MB", self.state_cache_mb),
+                            ("MEMDIAG_STATE_WRITE_BUFFERS_MB", self.state_write_buffers_mb),
                             ("MEMDIAG_SESSION_CACHE", self.session_cache),
                             ("MEMDIAG_DECODED_CACHE_MB", self.decoded_cache_mb)):  # fmt: skip
             if value < 1:

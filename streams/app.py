@@ -33,6 +33,9 @@ from memdiag.streams.tables import SCHEME, StoreOptions
 #: tables of memdiag 0.1 (``state``, ``rollups``) are not read (docs/architecture.md).
 STATE_TABLE = "state-v2"
 ROLLUPS_TABLE = "rollups-v2"
+#: records the worker's consumer hands over per poll, for all its partitions: two of the
+#: runner's batches (memdiag.streams.runner.Runner.MAX_BATCH)
+MAX_POLL_RECORDS = 2_000
 
 
 @dataclass
@@ -106,6 +109,10 @@ def faust_app(settings: Settings) -> faust.App:
         stream_wait_empty=False,  # nothing of the stage topics is acked through Faust
         # per partition and fetch; a quarter more events/s on batched messages than 1 MiB
         consumer_max_fetch_size=4 * 1024 * 1024,
+        # records decoded per poll (aiokafka keeps the rest of a fetch as its raw bytes):
+        # unbounded, every fetched partition's records were decoded at once, 70,000 records
+        # and 22 MB at a catch-up of 20,000 sessions (benchmarks/memory_live.py)
+        broker_max_poll_records=MAX_POLL_RECORDS,
         stream_recovery_delay=0.0,
         broker_credentials=credentials(settings),
     )
@@ -165,6 +172,7 @@ def create_app(settings: Settings) -> Wiring:
             path=state_path(settings) if settings.state_store == "rocksdb" else None,
             committed=committed,
             cache_bytes=settings.state_cache_mb << 20,
+            write_buffer_bytes=settings.state_write_buffers_mb << 20,
         )
         return app.Table(
             name,

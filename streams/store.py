@@ -40,7 +40,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -173,13 +172,40 @@ class MemoryBackend:
         pass
 
 
-@lru_cache(maxsize=4)
+#: the process's RocksDB block caches and write buffer managers, by size in bytes
+_CACHES: dict[int, Any] = {}
+_WRITE_BUFFERS: dict[int, Any] = {}
+
+
 def _shared_cache(size: int) -> Any:
     """A RocksDB block cache of ``size`` bytes, shared by every database opened with it: the
     worker's memory is bounded by one cache, however many partitions it owns."""
-    from rocksdict import Cache
+    if size not in _CACHES:
+        from rocksdict import Cache
 
-    return Cache(size)
+        _CACHES[size] = Cache(size)
+    return _CACHES[size]
+
+
+def _shared_write_buffers(size: int) -> Any:
+    """RocksDB's write buffer manager of ``size`` bytes, shared by every database opened
+    with it: past about 90% of it, the database being written flushes its memtable. Alone,
+    each database may hold two 4 MB memtables, and a worker owns one database per partition
+    of each table (eight at the defaults): 64 MB between them."""
+    if size not in _WRITE_BUFFERS:
+        from rocksdict import WriteBufferManager
+
+        _WRITE_BUFFERS[size] = WriteBufferManager(size, False)  # a flush, never a stalled write
+    return _WRITE_BUFFERS[size]
+
+
+def rocks_memory() -> dict[str, int]:
+    """The bytes RocksDB holds in this process, as its block caches and write buffer
+    managers count them (``benchmarks/traced_worker.py``)."""
+    return {
+        "block_cache": sum(c.get_usage() for c in _CACHES.values()),
+        "write_buffers": sum(w.get_usage() for w in _WRITE_BUFFERS.values()),
+    }
 
 
 class RocksBackend:
@@ -187,7 +213,7 @@ class RocksBackend:
     memory stays bounded by its caches, and a restart on the same machine replays only the
     changelog past the offset it keeps."""
 
-    def __init__(self, path: Path, cache_bytes: int = 16 << 20):
+    def __init__(self, path: Path, cache_bytes: int = 16 << 20, write_buffer_bytes: int = 16 << 20):
         from rocksdict import BlockBasedOptions, Options, Rdict
 
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,6 +224,8 @@ class RocksBackend:
         options.set_block_based_table_factory(table)
         options.set_write_buffer_size(4 << 20)
         options.set_max_write_buffer_number(2)
+        # one bound for all the process's memtables
+        options.set_write_buffer_manager(_shared_write_buffers(write_buffer_bytes))
         self.path = path
         self._db = Rdict(str(path), options)
         raw = self._db.get(_OFFSET_KEY)

@@ -65,6 +65,8 @@ class StoreOptions:
     committed: CommittedFn
     #: the RocksDB block cache, one for the worker's databases
     cache_bytes: int = 32 << 20
+    #: the bound of all the worker's RocksDB memtables together
+    write_buffer_bytes: int = 16 << 20
 
 
 class CheckpointStore(Store):
@@ -115,7 +117,8 @@ class CheckpointStore(Store):
             if self.settings.kind == "memory":
                 backend = MemoryBackend()
             else:
-                backend = RocksBackend(self._path(partition), self.settings.cache_bytes)
+                backend = RocksBackend(self._path(partition), self.settings.cache_bytes,
+                                       self.settings.write_buffer_bytes)  # fmt: skip
             backend.covers_hint = lambda: self._committing.get(partition)
             self.backends[partition] = backend
         return backend

@@ -6,7 +6,12 @@ worker owns partition p of both and of the state's changelog.
 
 Per batch, each event is decoded and validated once, then applied to its
 :class:`memdiag.streams.session.session.Session`. Each touched session is written once, after
-the whole batch, so a burst of events for one session costs one state write.
+the whole batch, so a burst of events for one session costs one state write. A batch that
+touches more than :attr:`SessionStage.WRITE_BACK_AT` sessions writes them back as it goes, in
+groups of that many: the touched sessions are held outside the decoded-state budget
+(``MEMDIAG_DECODED_CACHE_MB``) until they are written, and a thousand events of a thousand
+interleaved sessions held 30-40 MB beside it (``benchmarks/memory_live.py``). Writing a
+session twice in a batch gives the same state as writing it once: the store keeps the last.
 
 Partitioning. A session's state lives on the partition Kafka's default partitioner gives
 its ``session_id``. An event that arrives on another partition (published without a key, or
@@ -52,6 +57,10 @@ from memdiag.streams.session.states import SessionStates
 
 class SessionStage:
     """The session stage's logic; one per worker process."""
+
+    #: touched sessions a batch holds at most before it writes them back (see the module
+    #: docstring); written, they are in the budgeted cache like every other
+    WRITE_BACK_AT = 128
 
     def __init__(
         self,
@@ -107,6 +116,23 @@ class SessionStage:
             raise
         return out
 
+    def _touch(
+        self, session_id: str, partition: int, store: StateStore, touched: dict[str, Session]
+    ) -> Session | None:
+        """The session an event applies to, held in ``touched`` until the batch writes it
+        (None: forgotten). Past :attr:`WRITE_BACK_AT` held, they are written back first."""
+        session = touched.get(session_id)
+        if session is not None:
+            return session
+        if len(touched) >= self.WRITE_BACK_AT:
+            for held in touched.values():
+                self.states.write(held, store)
+            touched.clear()
+        session = self.states.load(session_id, partition, store)
+        if session is not None:
+            touched[session_id] = session
+        return session
+
     def _events(
         self, msg: InMessage, store: StateStore, touched: dict[str, Session], out: Output
     ) -> None:
@@ -121,7 +147,7 @@ class SessionStage:
             if self._partition_of(session_id) != msg.partition:
                 rerouted.setdefault(session_id, []).append(acc.reroutable())
                 continue
-            session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
+            session = self._touch(session_id, msg.partition, store, touched)
             if session is None:  # forgotten: the event is too late to be applied
                 out.count(LATE_EVENTS, reason=LATE_SESSION_FORGOTTEN)
                 late = Rejected(acc.index, LATE_EVENT, _LATE_DETAIL.format(session_id=session_id),
@@ -131,7 +157,6 @@ class SessionStage:
                 identity = ("event", event.event_id)
                 add_dead_letter(out, msg, late, self.settings, identity=identity)
                 continue
-            touched[session_id] = session
             session.ingest(event, published_ms, out)
             session.last_seen_ms = max(
                 session.last_seen_ms, self.states.clocks.now.get(msg.partition, 0)
@@ -149,7 +174,7 @@ class SessionStage:
         published_ms = msg.timestamp_ms or 0
         for rec in _records(msg):
             session_id = rec["session_id"]
-            session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
+            session = self._touch(session_id, msg.partition, store, touched)
             identity = rec.get("event_id") or rec["id"]
             if session is None:  # forgotten: too late to be applied
                 out.count(LATE_EVENTS, reason=LATE_SESSION_FORGOTTEN)
@@ -157,7 +182,6 @@ class SessionStage:
                                 orjson.dumps(rec))  # fmt: skip
                 add_dead_letter(out, msg, late, self.settings, identity=("event", identity))
                 continue
-            touched[session_id] = session
             if rec["kind"] in ("span_retrieval", "span_turn"):
                 scope = (rec.get("agent_id"), rec.get("org_id"), rec.get("project_id"))
                 session.ingest_span(rec, scope, out)
@@ -179,10 +203,9 @@ class SessionStage:
             # A verdict can come before the session's outcome: after a failed checkpoint the
             # session's events are taken again, and the verdicts its first pass caused may be
             # read first. It is kept; the outcome it names completes the session when it comes.
-            session = touched.get(session_id) or self.states.load(session_id, msg.partition, store)
+            session = self._touch(session_id, msg.partition, store, touched)
             if session is None:
                 continue  # the session was forgotten: nothing left to correct
-            touched[session_id] = session
             session.last_seen_ms = max(
                 session.last_seen_ms, self.states.clocks.now.get(msg.partition, 0)
             )

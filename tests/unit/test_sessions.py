@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 from memdiag.streams.session.session import CHUNK
 from memdiag.streams.session.states import HEAD, TOMBSTONE
+from memdiag.streams.stages.sessions import SessionStage
 from tests.compare import (
     differences,
     feedback_by_minute,
@@ -529,3 +531,28 @@ def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
     w.run()
     assert differences(expected, from_records(w.tables)) == []
     assert {d["reason"] for d in w.tables.dead_letters} == {BAD_TS}
+
+
+@pytest.mark.parametrize("crash_rate", [0.0, 0.2])
+def test_a_batch_of_many_sessions_writes_them_back_as_it_goes_and_gives_the_reference(
+    monkeypatch: pytest.MonkeyPatch, crash_rate: float
+) -> None:
+    """A batch holds at most WRITE_BACK_AT touched sessions (the rest wait in the budgeted
+    cache or the store), and writing a session back twice in one batch changes nothing."""
+    monkeypatch.setattr(SessionStage, "WRITE_BACK_AT", 3)
+    held: list[int] = []
+    touch = SessionStage._touch
+
+    def counting(self: SessionStage, *args: Any) -> Any:
+        session = touch(self, *args)
+        held.append(len(args[-1]))
+        return session
+
+    monkeypatch.setattr(SessionStage, "_touch", counting)
+    events = generate(sessions=40, seed=11)
+    expected = from_reference(reference(events))
+    w = World(SETTINGS, seed=5, crash_rate=crash_rate)
+    w.publish(events, keyed=True, batch=1)
+    w.run(max_batch=200)
+    assert differences(expected, from_records(w.tables)) == []
+    assert max(held) == 3  # the bound was reached, and held
