@@ -107,8 +107,10 @@ def faust_app(settings: Settings) -> faust.App:
         producer_max_request_size=8 * 1024 * 1024,
         producer_acks=-1,
         stream_wait_empty=False,  # nothing of the stage topics is acked through Faust
-        # per partition and fetch; a quarter more events/s on batched messages than 1 MiB
-        consumer_max_fetch_size=4 * 1024 * 1024,
+        # per partition and fetch: aiokafka holds a fetched partition's bytes until its last
+        # record is taken, up to this much a partition (4 MiB held 28 MB at a catch-up,
+        # benchmarks/memory_live.py; 1 MiB cost a quarter of the batched rate)
+        consumer_max_fetch_size=2 * 1024 * 1024,
         # records decoded per poll (aiokafka keeps the rest of a fetch as its raw bytes):
         # unbounded, every fetched partition's records were decoded at once, 70,000 records
         # and 22 MB at a catch-up of 20,000 sessions (benchmarks/memory_live.py)

@@ -233,15 +233,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _question(p: argparse.ArgumentParser, q: Question, json_help: str | None = None) -> None:
     """A question's command: its arguments (declared once, in memdiag.views.questions), --db
-    and --json, answered by the one runner."""
-    from memdiag.cli.answer import answer
-
+    and --json, answered by the one runner (imported when a question is asked: it loads
+    DuckDB, which the worker's process never needs)."""
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_to(p)
     _db_and_json(p, json_help or "print the answer as JSON")
-    p.set_defaults(func=lambda args: answer(q, args))
+    p.set_defaults(func=lambda args: _answer(q, args))
     if q.name != "gate":  # the gate's errors are verdicts (its own shape)
         p.error = _json_usage(p)  # type: ignore[method-assign]
+
+
+def _answer(q: Question, args: argparse.Namespace) -> int:
+    from memdiag.cli.answer import answer
+
+    return answer(q, args)
 
 
 def _db_and_json(p: argparse.ArgumentParser, json_help: str) -> None:

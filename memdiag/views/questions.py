@@ -15,14 +15,39 @@ answer.
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import duckdb
+if TYPE_CHECKING:
+    import duckdb
 
-from memdiag.analytics import queries
-from memdiag.analytics.lookup import ensure_known
+    from memdiag.analytics import queries
+else:
+
+    class _OnFirstUse:
+        """A module imported when one of its names is first read. The command line builds
+        its parsers from this module for every command, ``memdiag worker`` too, and DuckDB
+        alone is 25 MB of a process's resident memory: the worker never opens it."""
+
+        def __init__(self, name: str):
+            self._name = name
+            self._module: ModuleType | None = None
+
+        def __getattr__(self, attr: str) -> Any:
+            if self._module is None:
+                self._module = importlib.import_module(self._name)
+            return getattr(self._module, attr)
+
+    queries = _OnFirstUse("memdiag.analytics.queries")
+
+
+def ensure_known(con: duckdb.DuckDBPyConnection, kind: str, value: str | None) -> None:
+    from memdiag.analytics.lookup import ensure_known as check
+
+    check(con, kind, value)
 
 # -- how arguments are read (from a command line or a URL): text -> value, ValueError says why
 

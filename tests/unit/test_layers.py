@@ -103,3 +103,19 @@ def test_no_module_imports_the_folders_as_top_level_packages() -> None:
                 if name.split(".")[0] in {"streams", "schemas", "analytics"}:
                     wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
     assert not wrong, wrong
+
+
+def test_the_worker_never_loads_duckdb() -> None:
+    """DuckDB is 25 MB of a process's resident memory: the worker's process (the command
+    line's parsers, then every module of memdiag.streams) must not import it."""
+    code = (
+        "import pkgutil, sys, importlib\n"
+        "import memdiag.cli, memdiag.streams\n"
+        "memdiag.cli.build_parser()\n"
+        "for m in pkgutil.walk_packages(memdiag.streams.__path__, 'memdiag.streams.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] == 'duckdb'))\n"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, cwd=ROOT)  # fmt: skip
+    assert found.stdout.strip() == "[]", found.stdout
