@@ -49,6 +49,7 @@ def ensure_known(con: duckdb.DuckDBPyConnection, kind: str, value: str | None) -
 
     check(con, kind, value)
 
+
 # -- how arguments are read (from a command line or a URL): text -> value, ValueError says why
 
 
