@@ -283,7 +283,7 @@ class Settings:
         16,
         "RocksDB's write buffers (memtables), one bound for all of a worker's databases: past "
         "about 90% of it, the database being written flushes. Without it each database (one "
-        "per partition of each table) could hold 8 MB.",
+        "per partition of each table) could hold 4 MB.",
     )
     session_cache: int = setting(
         "MEMDIAG_SESSION_CACHE",

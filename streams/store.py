@@ -190,8 +190,8 @@ def _shared_cache(size: int) -> Any:
 def _shared_write_buffers(size: int) -> Any:
     """RocksDB's write buffer manager of ``size`` bytes, shared by every database opened
     with it: past about 90% of it, the database being written flushes its memtable. Alone,
-    each database may hold two 4 MB memtables, and a worker owns one database per partition
-    of each table (eight at the defaults): 64 MB between them."""
+    each database may hold two 2 MB memtables, and a worker owns one database per partition
+    of each table (eight at the defaults): 32 MB between them."""
     if size not in _WRITE_BUFFERS:
         from rocksdict import WriteBufferManager
 
@@ -222,7 +222,9 @@ class RocksBackend:
         table = BlockBasedOptions()
         table.set_block_cache(_shared_cache(cache_bytes))  # one for the process's databases
         options.set_block_based_table_factory(table)
-        options.set_write_buffer_size(4 << 20)
+        # 2 MB a memtable: a database gone quiet keeps its memtable unflushed, and eight of
+        # them at 4 MB would fill the shared bound, each write then flushing a tiny file
+        options.set_write_buffer_size(2 << 20)
         options.set_max_write_buffer_number(2)
         # one bound for all the process's memtables
         options.set_write_buffer_manager(_shared_write_buffers(write_buffer_bytes))

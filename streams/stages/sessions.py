@@ -11,7 +11,10 @@ touches more than :attr:`SessionStage.WRITE_BACK_AT` sessions writes them back a
 groups of that many: the touched sessions are held outside the decoded-state budget
 (``MEMDIAG_DECODED_CACHE_MB``) until they are written, and a thousand events of a thousand
 interleaved sessions held 30-40 MB beside it (``benchmarks/memory_live.py``). Writing a
-session twice in a batch gives the same state as writing it once: the store keeps the last.
+session twice in a batch gives the same state as writing it once (the store keeps the last),
+and the same rows: a session written back, evicted and read again within the batch may send
+its unchanged session diagnostic once more, which the sink's upsert keeps once (as it does
+for a session evicted between two batches).
 
 Partitioning. A session's state lives on the partition Kafka's default partitioner gives
 its ``session_id``. An event that arrives on another partition (published without a key, or

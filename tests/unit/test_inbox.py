@@ -22,11 +22,11 @@ runs = st.lists(
 )
 
 
-@given(runs, st.integers(1, 8), st.integers(1, 120))
+@given(runs, st.integers(1, 8), st.integers(1, 120), st.integers(1, 40))
 def test_batches_are_bounded_and_keep_every_partitions_order(
-    fetched: list[tuple[int, list[int]]], most: int, most_bytes: int
+    fetched: list[tuple[int, list[int]]], most: int, most_bytes: int, limit: int
 ) -> None:
-    inbox = Inbox(limit=10_000)
+    inbox = Inbox(limit=limit)
     inbox.room.set()  # as the runner starts it
     sent: dict[int, list[Rec]] = {}
     offset = 0
@@ -37,6 +37,7 @@ def test_batches_are_bounded_and_keep_every_partitions_order(
             offset += 1
         sent.setdefault(tp, []).extend(recs)
         inbox.put(1, tp, recs)
+        assert inbox.room.is_set() == (inbox.size < limit)
     got: dict[int, list[Rec]] = {}
     while inbox.runs:
         before = inbox.size
@@ -44,8 +45,12 @@ def test_batches_are_bounded_and_keep_every_partitions_order(
         records = [r for _, _, rs in batch for r in rs]
         assert 1 <= len(records) <= most
         # the bytes bound is passed by the last record taken at most
+        taken_bytes = sum(len(r.value or b"") for r in records)
         assert sum(len(r.value or b"") for r in records[:-1]) < most_bytes
+        # and a batch is as large as the bounds allow
+        assert len(records) == most or taken_bytes >= most_bytes or not inbox.runs
         assert inbox.size == before - len(records)
+        assert inbox.room.is_set() == (inbox.size < limit)
         for _, tp, rs in batch:
             assert rs, "no empty run is handed out"
             got.setdefault(tp, []).extend(rs)
