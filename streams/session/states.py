@@ -69,6 +69,11 @@ class SessionStates:
         # the worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB).
         self._cache: Cache[Session] = shared_budget(cache_bytes).cache("sessions", cache_size)
 
+    @property
+    def cached(self) -> Cache[Session]:
+        """The decoded sessions kept between batches (``session_id in cached``)."""
+        return self._cache
+
     def clear(self) -> None:
         """After a rebalance: the expiry index is rebuilt from the store, sessions decoded."""
         self.clocks.clear()

@@ -533,22 +533,23 @@ def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
     assert {d["reason"] for d in w.tables.dead_letters} == {BAD_TS}
 
 
-@pytest.mark.parametrize(("crash_rate", "cache_mb"), [(0.0, 32), (0.2, 32), (0.0, 1)])
+@pytest.mark.parametrize(("crash_rate", "cache_mb"), [(0.0, 1), (0.2, 1), (0.0, 32)])
 def test_a_batch_of_many_sessions_writes_them_back_as_it_goes_and_gives_the_reference(
     monkeypatch: pytest.MonkeyPatch, crash_rate: float, cache_mb: int
 ) -> None:
-    """A batch holds at most WRITE_BACK_AT touched sessions (the rest wait in the budgeted
-    cache or the store), and writing a session back twice in one batch changes nothing: also
-    with crashes, and with a decoded budget so small that a session written back is evicted
-    and read again from the checkpoint's writes within the same batch."""
-    monkeypatch.setattr(SessionStage, "WRITE_BACK_AT", 3)
+    """A batch holds at most WRITE_BACK_AT sessions it decoded from the store (the rest are
+    in the budgeted cache), and writing a session back twice in one batch changes nothing:
+    also with crashes. With a 1 MB decoded budget, a session written back is evicted and read
+    again from the checkpoint's writes within the same batch; with 32 MB, nearly every
+    session is cached and nothing needs writing back."""
+    monkeypatch.setattr(SessionStage, "WRITE_BACK_AT", 3)  # sessions decoded from the store
     held: list[int] = []
     touch, process, write = SessionStage._touch, SessionStage.process, SessionStates.write
     written: list[list[str]] = []
 
     def counting(self: SessionStage, *args: Any) -> Any:
         session = touch(self, *args)
-        held.append(len(args[-1]))
+        held.append(self._decoded)
         return session
 
     def batch(self: SessionStage, *args: Any) -> Any:
@@ -568,6 +569,8 @@ def test_a_batch_of_many_sessions_writes_them_back_as_it_goes_and_gives_the_refe
     w.publish(events, keyed=True, batch=1)
     w.run(max_batch=200)
     assert differences(expected, from_records(w.tables)) == []
-    assert max(held) == 3  # the bound was reached, and held
-    # some session was written back, then touched again and written again, in one batch
-    assert any(len(ids) > len(set(ids)) for ids in written)
+    assert max(held) <= 3
+    if cache_mb == 1:
+        assert max(held) == 3  # the bound was reached, and held
+        # some session was written back, then touched again and written again, in a batch
+        assert any(len(ids) > len(set(ids)) for ids in written)
