@@ -177,9 +177,10 @@ class Runner:
     MAX_BATCH = 1000
     #: ... and about this many bytes of input: a batch's outputs grow with what its records
     #: carry (a message of 500 events, a late session's steps), not with their count
-    #: (8 MiB: 1 MiB halved the span stages' rate, a trace's spans then written once a batch
-    #: of a few records; at 8 MiB a batch of single events is bounded by its count)
-    MAX_BATCH_BYTES = 8 << 20
+    #: (16 MiB: 1 MiB halved the span stages' rate and 8 MiB cost them a third, a trace's
+    #: spans then written once a batch of a few records of 200 spans; a batch of single
+    #: events is bounded by its count)
+    MAX_BATCH_BYTES = 16 << 20
     #: A partition with a hole is sought back at most this often (seconds): records fetched
     #: before the seek still arrive for a moment, and each of them shows the same hole.
     RESEEK_SECONDS = 0.2

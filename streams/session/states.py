@@ -62,17 +62,14 @@ class SessionStates:
         self._config = config
         #: most decoded sessions kept in memory (the store holds them all)
         self.cache_size = cache_size
+        #: sessions decoded from the store so far (the cache did not hold them)
+        self.decoded = 0
         self._keep_ms = keep_ms
         self.clocks = Clocks(min(SWEEP_EVERY_MS, max(1, keep_ms // 4)))
         # session_id -> the session as last written: current until the runner resets the
         # stage (a checkpoint rolled back, partitions moved), which clears it. Its bytes are
         # the worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB).
         self._cache: Cache[Session] = shared_budget(cache_bytes).cache("sessions", cache_size)
-
-    @property
-    def cached(self) -> Cache[Session]:
-        """The decoded sessions kept between batches (``session_id in cached``)."""
-        return self._cache
 
     def clear(self) -> None:
         """After a rebalance: the expiry index is rebuilt from the store, sessions decoded."""
@@ -93,6 +90,7 @@ class SessionStates:
             if not create or store.get(TOMBSTONE + session_id, partition) is not None:
                 return None
             return Session(session_id, partition, self._config)
+        self.decoded += 1
         head = _HEAD.decode(raw)
         records: list[LogRecord] = []
         chunk_bytes = 0

@@ -62,12 +62,13 @@ from memdiag.streams.session.states import SessionStates
 class SessionStage:
     """The session stage's logic; one per worker process."""
 
-    #: sessions a batch decodes from the store (not in the cache) at most before it writes
-    #: back what it touched (see the module docstring); written, they are in the budgeted
-    #: cache like every other. A session found in the cache costs nothing more held: writing
-    #: those back too cost a third more CPU per event on single-event traffic (make bench)
-    WRITE_BACK_AT = 128
-    _decoded = 0
+    #: sessions a batch decodes from the store (the cache did not hold them) at most before
+    #: it writes back what it touched (see the module docstring); written, they are in the
+    #: budgeted cache like every other. A cached or new session costs nothing more held, and
+    #: a session written back and touched again is written again: at 128, where the cache
+    #: holds too few of the live sessions, that was a third more CPU per event
+    WRITE_BACK_AT = 512
+    _decoded_at = 0
 
     def __init__(
         self,
@@ -101,7 +102,7 @@ class SessionStage:
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
         touched: dict[str, Session] = {}
-        self._decoded = 0
+        self._decoded_at = self.states.decoded
         wall = self._wall_ms()
         states = self.states
         try:
@@ -132,14 +133,11 @@ class SessionStage:
         session = touched.get(session_id)
         if session is not None:
             return session
-        if session_id not in self.states.cached:
-            # decoded from the store: held outside the budget until written
-            if self._decoded >= self.WRITE_BACK_AT:
-                for held in touched.values():
-                    self.states.write(held, store)
-                touched.clear()
-                self._decoded = 0
-            self._decoded += 1
+        if self.states.decoded - self._decoded_at >= self.WRITE_BACK_AT:
+            for held in touched.values():
+                self.states.write(held, store)
+            touched.clear()
+            self._decoded_at = self.states.decoded
         session = self.states.load(session_id, partition, store)
         if session is not None:
             touched[session_id] = session
