@@ -8,14 +8,13 @@ Per batch, each event is decoded and validated once, then applied to its
 :class:`memdiag.streams.session.session.Session`. Each touched session is written once, after
 the whole batch, so a burst of events for one session costs one state write. A batch that
 decodes more than :attr:`SessionStage.WRITE_BACK_AT` sessions from the store (the decoded
-cache did not hold them) writes what it touched back as it goes: the touched sessions are
-held outside the decoded-state budget
-(``MEMDIAG_DECODED_CACHE_MB``) until they are written, and a thousand events of a thousand
-interleaved sessions held 30-40 MB beside it (``benchmarks/memory_live.py``). Writing a
-session twice in a batch gives the same state as writing it once (the store keeps the last),
-and the same rows: a session written back, evicted and read again within the batch may send
-its unchanged session diagnostic once more, which the sink's upsert keeps once (as it does
-for a session evicted between two batches).
+cache did not hold them) writes what it touched back as it goes: touched sessions are held
+outside the decoded-state budget (``MEMDIAG_DECODED_CACHE_MB``) until they are written, and
+a thousand events of a thousand interleaved sessions held 30-40 MB beside it
+(``benchmarks/memory_live.py``). Writing a session twice in a batch gives the same state as
+writing it once (the store keeps the last), and the same rows: a session written back,
+evicted and read again within the batch may send its unchanged session diagnostic once more,
+which the sink's upsert keeps once (as it does for a session evicted between two batches).
 
 Partitioning. A session's state lives on the partition Kafka's default partitioner gives
 its ``session_id``. An event that arrives on another partition (published without a key, or
