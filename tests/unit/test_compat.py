@@ -64,7 +64,7 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
     from faust.transport.drivers import aiokafka as driver
 
     from memdiag.settings import Settings
-    from memdiag.streams.app import faust_app
+    from memdiag.streams.app import MAX_POLL_RECORDS, faust_app
 
     cls = driver.AIOKafkaConsumerThread
     monkeypatch.setattr(cls, "_create_worker_consumer", cls._create_worker_consumer)
@@ -84,15 +84,18 @@ def test_the_worker_consumer_waits_at_the_broker_as_configured(
             consumer._fetch_max_wait_ms,
             consumer._max_partition_fetch_bytes,
             plain._fetch_max_wait_ms,
+            consumer._max_poll_records,
         )
 
     try:
-        wait_ms, fetch_bytes, plain_ms = thread.thread_loop.run_until_complete(create())
+        wait_ms, fetch_bytes, plain_ms, poll = thread.thread_loop.run_until_complete(create())
     finally:
         thread.thread_loop.close()
         app.loop.close()
     assert (wait_ms, plain_ms) == (123, 7)
-    assert fetch_bytes == app.conf.consumer_max_fetch_size == 4 * 1024 * 1024
+    # the fetch and the poll the worker's memory is measured with (benchmarks/scale.py)
+    assert fetch_bytes == app.conf.consumer_max_fetch_size == 2 * 1024 * 1024
+    assert poll == app.conf.broker_max_poll_records == MAX_POLL_RECORDS == 2_000
 
 
 class FakeConsumer:
