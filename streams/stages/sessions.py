@@ -128,7 +128,8 @@ class SessionStage:
         self, session_id: str, partition: int, store: StateStore, touched: dict[str, Session]
     ) -> Session | None:
         """The session an event applies to, held in ``touched`` until the batch writes it
-        (None: forgotten). Past :attr:`WRITE_BACK_AT` held, they are written back first."""
+        (None: forgotten). Once the batch has decoded :attr:`WRITE_BACK_AT` sessions from
+        the store, what it touched is written back first."""
         session = touched.get(session_id)
         if session is not None:
             return session
