@@ -115,14 +115,18 @@ class SessionStage:
                     self._span_events(msg, store, touched, out)
                 else:
                     self._events(msg, store, touched, out)
-            for session in touched.values():
-                states.write(session, store)
+            self._write_back(touched, store)
             for partition in {m.partition for m in msgs}:
                 states.sweep(partition, store, out)
         except BaseException:
             states.forget_decoded()  # a session may have changed and not been written
             raise
         return out
+
+    def _write_back(self, touched: dict[str, Session], store: StateStore) -> None:
+        for session in touched.values():
+            self.states.write(session, store)
+        touched.clear()
 
     def _touch(
         self, session_id: str, partition: int, store: StateStore, touched: dict[str, Session]
@@ -134,9 +138,7 @@ class SessionStage:
         if session is not None:
             return session
         if self.states.decoded - self._decoded_at >= self.WRITE_BACK_AT:
-            for held in touched.values():
-                self.states.write(held, store)
-            touched.clear()
+            self._write_back(touched, store)
             self._decoded_at = self.states.decoded
         session = self.states.load(session_id, partition, store)
         if session is not None:
