@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, Union
 
@@ -57,8 +56,7 @@ _RFC3339 = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
+class Rejected(msgspec.Struct, frozen=True, gc=False):
     """One event (or whole message) the edge refused, with why."""
 
     index: int  # position in the batch; 0 for a single event or a whole-message failure
@@ -67,8 +65,7 @@ class Rejected:
     payload: bytes  # the offending event's bytes (the whole message when it is unreadable)
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(msgspec.Struct, frozen=True, gc=False):
     index: int
     event: AnyEvent
     #: the event's bytes as published (kept for re-routing, extra fields included)
@@ -83,8 +80,7 @@ class Accepted:
         return orjson.Fragment(bytes(self.raw))
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
+class Decoded(msgspec.Struct, frozen=True, gc=False):
     accepted: list[Accepted]
     rejected: list[Rejected]
     batch: bool

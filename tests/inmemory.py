@@ -23,6 +23,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import orjson
@@ -62,7 +63,9 @@ ROLLUPS = "rollups"
 STEPS = ("changelog", "delivered", "committed")
 
 
+@lru_cache(maxsize=65_536)
 def partition_for(key: str, partitions: int) -> int:
+    """Kafka's default partitioner (remembered, as the worker's ``partition_of`` is)."""
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 MINUTE_US = 60 * 1_000_000
 
 #: A counter increment's identity: its name and its attributes, a sorted tuple of pairs.
@@ -23,8 +25,7 @@ def counter_key(name: str, **attributes: str) -> CounterKey:
     return (name, tuple(sorted(attributes.items())))
 
 
-@dataclass(frozen=True, slots=True)
-class InMessage:
+class InMessage(msgspec.Struct, frozen=True, gc=False):
     """What the worker needs to know of one Kafka message."""
 
     topic: str

@@ -14,7 +14,7 @@ inject the same observations into many sessions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from memdiag.contract.words import (  # noqa: F401 - the rule's words, re-exported here
     IGNORED,
@@ -28,8 +28,7 @@ from memdiag.contract.words import (  # noqa: F401 - the rule's words, re-export
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Feedback:
+class Feedback(msgspec.Struct, frozen=True, gc=False):
     signal: str
     match_ratio: float
     keyword_count: int

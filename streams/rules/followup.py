@@ -26,7 +26,8 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 
 def normalise_query(query: str) -> str:
@@ -44,8 +45,7 @@ def is_evaluated(source: str, result_ids: Sequence[str]) -> bool:
     return source == "agent" and len(result_ids) > 0
 
 
-@dataclass(frozen=True, slots=True)
-class Remembered:
+class Remembered(msgspec.Struct, frozen=True, gc=False):
     """What a session remembers of one evaluated search."""
 
     ts_us: int
@@ -58,8 +58,7 @@ class Remembered:
         return (self.ts_us, self.event_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True, gc=False):
     event_id: str
     is_followup: bool
     prev_event_id: str | None

@@ -29,12 +29,13 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from memdiag.contract import ACCEPTED
 from memdiag.streams.rules.diagnosis import ema_step, is_misleading
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True, gc=False):
     """A session's outcome, as one observation's ledger keeps it."""
 
     ts_us: int
@@ -53,8 +54,7 @@ class Entry:
         return (self.ts_us, self.outcome_event_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(msgspec.Struct, frozen=True, gc=False):
     """One EMA step of the observation's weight, caused by one session."""
 
     session_id: str

@@ -36,14 +36,15 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 #: a memory's strength before any verdict
 START = 1.0
 
 Order = tuple[int, str, str, str]  # (ts, tie event id, session id, turn id)
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True, gc=False):
     """One judged turn of the observation, as its owner keeps it."""
 
     ts_us: int  # the turn's time: the later of its injection's and its response's ts
@@ -61,8 +62,7 @@ class Verdict:
         return (self.session_id, self.turn_id)
 
 
-@dataclass(frozen=True, slots=True)
-class StrengthStep:
+class StrengthStep(msgspec.Struct, frozen=True, gc=False):
     """One EMA step of the observation's strength, from one judged turn."""
 
     session_id: str

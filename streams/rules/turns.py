@@ -25,7 +25,7 @@ State keeps keywords and the response's long words (normalised), never the raw t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from memdiag.streams.rules.feedback import Feedback, judge_keywords
 
@@ -33,8 +33,7 @@ INJECTION = "injection"
 RESPONSE = "response"
 
 
-@dataclass(frozen=True, slots=True)
-class Half:
+class Half(msgspec.Struct, frozen=True, gc=False):
     """One half of a turn, as the join keeps it."""
 
     ts_us: int
@@ -47,8 +46,7 @@ class Half:
         return (self.ts_us, self.event_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Judged:
+class Judged(msgspec.Struct, frozen=True, gc=False):
     """The current verdict on one observation of one turn."""
 
     feedback: Feedback
