@@ -65,19 +65,38 @@ class Rejected(msgspec.Struct, frozen=True, gc=False):
     payload: bytes  # the offending event's bytes (the whole message when it is unreadable)
 
 
+class Elements:
+    """A batch message's elements, each as its bytes: split once, when an element's bytes
+    are first needed (an event to re-route or to dead-letter), not for every batch."""
+
+    __slots__ = ("_raw", "_split")
+
+    def __init__(self, raw: bytes):
+        self._raw = raw
+        self._split: list[msgspec.Raw] | None = None
+
+    def __getitem__(self, index: int) -> msgspec.Raw:
+        if self._split is None:
+            self._split = _ELEMENTS.decode(self._raw)
+        return self._split[index]
+
+
 class Accepted(msgspec.Struct, frozen=True, gc=False):
     index: int
     event: AnyEvent
     #: the event's bytes as published (kept for re-routing, extra fields included)
-    raw: bytes | msgspec.Raw
+    raw: bytes | msgspec.Raw | None
+    #: where ``raw`` is when it is None: the elements of the batch the event came in
+    elements: Elements | None = None
 
     @property
     def payload(self) -> bytes:
-        return bytes(self.raw)
+        raw = self.raw if self.raw is not None else self.elements[self.index]  # type: ignore[index]
+        return bytes(raw)
 
     def reroutable(self) -> orjson.Fragment:
         """The event to put back on its topic, as it was sent (its bytes, not re-encoded)."""
-        return orjson.Fragment(bytes(self.raw))
+        return orjson.Fragment(self.payload)
 
 
 class Decoded(msgspec.Struct, frozen=True, gc=False):
@@ -110,6 +129,12 @@ def models_decoder(kinds: Sequence[str]) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(Union[models])  # noqa: UP007 - a union built at run time
 
 
+def batch_decoder(kinds: Sequence[str]) -> msgspec.json.Decoder[Any]:
+    """:func:`models_decoder` for a whole batch in one pass (it fails if any element does)."""
+    models = (*(MODELS[k] for k in kinds), _Never)
+    return msgspec.json.Decoder(list[Union[models]])  # type: ignore[valid-type]  # noqa: UP007
+
+
 @cache
 def _compile_all() -> dict[str, Validator]:
     """Each kind's validator, compiled once per process (pure functions: shared)."""
@@ -136,6 +161,7 @@ class Decoder:
     ):
         self._kinds = tuple(allowed_kinds)
         self._fast = models_decoder(allowed_kinds)
+        self._fast_batch = batch_decoder(allowed_kinds)
         self._validators: dict[str, Validator] | None = None  # compiled when first needed
         self._other_kinds = {k for k in EVENT_KINDS if k not in allowed_kinds}
         self._topic_label = topic_label
@@ -159,6 +185,8 @@ class Decoder:
             self._one(0, raw, accepted, rejected)
             return Decoded(accepted, rejected, False)
         if first == b"[":
+            if len(raw) <= self._max_event_bytes and self._whole(raw, accepted, rejected):
+                return Decoded(accepted, rejected, True)
             try:
                 elements = _ELEMENTS.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -173,6 +201,27 @@ class Decoder:
             f"event is {size} bytes, over MEMDIAG_MAX_EVENT_BYTES={self._max_event_bytes}; "
             "shorten its texts or raise the limit"
         )
+
+    def _whole(self, raw: bytes, accepted: list[Accepted], rejected: list[Rejected]) -> bool:
+        """A batch whose elements all fit the models, in one pass (no element can be over
+        the size limit: the whole is not). False: some element does not fit; the caller
+        takes them one by one to say which and why."""
+        try:
+            events = self._fast_batch.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return False
+        elements = Elements(raw)
+        for i, event in enumerate(events):
+            if isinstance(event, _Never):
+                accepted.clear()
+                rejected.clear()
+                return False
+            problem = self._after_schema(event)
+            if problem is None:
+                accepted.append(Accepted(i, event, None, elements))
+            else:
+                rejected.append(Rejected(i, problem[0], problem[1], bytes(elements[i])))
+        return True
 
     def _one(
         self,

@@ -156,6 +156,40 @@ def test_mutated_good_event_is_accepted_or_explained(overrides, data) -> None:
     assert len(result.accepted) + len(result.rejected) == 1
 
 
+element = (
+    st.dictionaries(st.sampled_from(sorted(GOOD)), json_values).map(lambda o: {**GOOD, **o})
+    | st.just(GOOD)
+    | st.just(OUTCOME)
+    | st.just({**GOOD, "ts": "2026-02-30T00:00:00Z"})  # the model takes it, the date is bad
+    | st.just({**GOOD, "kind": "memory_written"})  # a kind of another topic
+    | json_values
+)
+
+
+@given(st.lists(element, max_size=6), st.integers(min_value=200, max_value=4096))
+def test_a_batch_decodes_as_its_elements_do_one_by_one(batch, limit: int) -> None:
+    """Whether the batch takes the one-pass way (every element fits the models) or the
+    element-by-element one, each element gets what it gets alone: accepted with its own
+    bytes, or rejected with the same reason and detail."""
+    decoder = Decoder(SESSION_KINDS, "memdiag.events", limit)
+    result = decoder.decode(orjson.dumps(batch))
+    accepted = {a.index: a for a in result.accepted}
+    rejected = {r.index: r for r in result.rejected}
+    assert len(accepted) + len(rejected) == len(batch)
+    for i, doc in enumerate(batch):
+        alone = decoder.decode(orjson.dumps(doc) if isinstance(doc, dict) else orjson.dumps([doc]))
+        sent = orjson.loads(orjson.dumps(doc))  # as published (orjson writes inf as null)
+        if i in accepted:
+            assert [a.event for a in alone.accepted] == [accepted[i].event]
+            assert orjson.loads(accepted[i].payload) == sent
+            assert orjson.loads(orjson.dumps(accepted[i].reroutable())) == sent
+        else:
+            assert [(r.reason, r.detail) for r in alone.rejected] == [
+                (rejected[i].reason, rejected[i].detail)
+            ]
+            assert orjson.loads(rejected[i].payload) == sent
+
+
 @pytest.mark.parametrize(
     ("text", "us"),
     [
