@@ -312,6 +312,25 @@ def test_search_and_followup_counts() -> None:
     assert d["injected_observation_ids"] == [] and d["misleading_observation_ids"] == []
 
 
+def test_a_record_timestamp_past_year_9999_is_written_as_the_last_time_there_is() -> None:
+    """A Kafka record's timestamp is whatever its producer set: microseconds written as
+    milliseconds put it in year 50,000. The search is applied and its row and the dead
+    letter beside it carry 9999-12-31T23:59:59.999999Z; the worker does not stop."""
+    w = Worker()
+    search = {"kind": "search", "session_id": "s", "event_id": "a", "ts": "2026-11-21T10:00:00Z",
+              "query": "x", "result_ids": ["1"], "source": "agent"}  # fmt: skip
+    far = 1_800_000_000_000_000  # ms: year ~57,000
+    w.append(w.events, "s", search, timestamp_ms=far)
+    w.append(w.events, "s", {**search, "event_id": "b", "ts": "yesterday"}, timestamp_ms=far)
+    w.append(w.events, "s", {**search, "event_id": "c", "ts": "2026-11-21T10:00:01Z"},
+             timestamp_ms=-far)  # fmt: skip
+    w.run()
+    assert w.tables.searches["a"]["published_at"] == "9999-12-31T23:59:59.999999Z"
+    assert w.tables.searches["c"]["published_at"] == "0001-01-01T00:00:00.000000Z"
+    [dead] = w.tables.dead_letters
+    assert (dead["reason"], dead["ts"]) == ("bad_ts", "9999-12-31T23:59:59.999999Z")
+
+
 def test_a_failed_session_without_any_search_is_visible() -> None:
     w = Worker()
     w.publish(session("s", "rejected", ["o1"]))
