@@ -87,6 +87,10 @@ def test_groups_hygiene_and_buried_evidence_through_the_broker(
                                     run_group_id="nightly-base", tokens=900, **common))  # fmt: skip
             events.append(judgement(f"cand-r{rep}", qid, q % 10 != 0, ["g"], ["g", *buried[:7]],
                                     run_group_id="nightly-cand", **common))  # fmt: skip
+            # the candidate again, on other fixtures
+            events.append(judgement(f"refix-r{rep}", qid, q % 10 != 0, ["g"], ["g", *buried[:7]],
+                                    run_group_id="nightly-refix",
+                                    **{**common, "fixture_checksum": "fixtures-2"}))  # fmt: skip
     for e in events:
         e["event_id"] = f"{e['run_id']}-{e['question_id']}"
     control = [
@@ -126,6 +130,12 @@ def test_groups_hygiene_and_buried_evidence_through_the_broker(
     v = json.loads(capsys.readouterr().out)
     assert v["sample"]["questions"] == 32  # 40 - 4 dev - 4 unreviewed
     assert v["sample"]["left_out"]["unreviewed_questions"] == 4
+    refix = ["--baseline-group", "nightly-base", "--candidate-group", "nightly-refix"]
+    assert main(["gate", *db, *refix, "--policy", str(policy), "--json"]) == 2
+    assert "different fixture_checksum" in json.loads(capsys.readouterr().out)["reason"]
+    assert main(["doctor", *db, *refix, "--json"]) == 1
+    found = {f["check"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert "fixture_differs" in found
     policy.write_text(policy.read_text() + "[metrics.tokens]\nmax_regression = 100\n")
     assert main(["gate", *db, *sides, "--policy", str(policy), "--json"]) == 2
     assert "carry it on one side only" in json.loads(capsys.readouterr().out)["reason"]

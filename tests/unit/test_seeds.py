@@ -153,6 +153,39 @@ def test_scores_and_compare_show_where_the_reader_misses(sink: DuckDBSink) -> No
     assert by_len["6-10"]["candidate"]["correct_rate"] == 1.0
 
 
+def test_the_buckets_are_shown_in_the_terminal_and_on_the_page(sink: DuckDBSink, capsys) -> None:
+    """compare's tables and the report's, from the same numbers as the JSON."""
+    import re
+
+    from memdiag.views import html
+
+    long = [f"x{i}" for i in range(7)] + ["g"] + [f"y{i}" for i in range(4)]
+    sink.write([r for q in range(10) for r in (
+        record("base", f"q{q}", q % 2 == 0, context=long),
+        record("cand", f"q{q}", True, context=["g", *long[:7]]),
+    )])  # fmt: skip
+    assert main(["compare", "--db", str(sink.path), "--baseline", "base", "--candidate", "cand",
+                 "--resamples", "0"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "buried evidence by best gold rank" in out and "buried evidence by context length" in out
+    cells = lambda bucket: re.search(rf"│ {re.escape(bucket)} +│(.*)│\n", out)[1].split("│")  # noqa: E731
+    assert [c.strip() for c in cells("4-10")] == ["50% of 10", "—", "—", "5 → 0"]
+    assert [c.strip() for c in cells("1")] == ["—", "100% of 10", "—", "0 → 0"]
+    with read(sink) as con:
+        c = sc.compare(con, "base", "cand", resamples=0)
+        s = sc.scores(con, "base", resamples=0)
+    page = html.positional_compared(c["positional"])
+    assert "Buried evidence by best gold rank" in page and "50% of 10" in page
+    runs = [{"run_id": "base", "condition": cond["condition"], "positional": cond["positional"]}
+            for cond in s["conditions"]]  # fmt: skip
+    page = html.positional_runs(runs)
+    assert "Correct rate by context length (ids)" in page and "50% of 10" in page
+    empty = {**runs[0]["positional"]}
+    for name in ("by_gold_rank", "by_context_length"):
+        empty[name] = [{**b, "answers": 0} for b in empty[name]]
+    assert html.positional_runs([{**runs[0], "positional": empty}]) == ""  # nothing to show
+
+
 # -- run groups ---------------------------------------------------------------------------
 
 
@@ -371,6 +404,21 @@ def test_doctor_finds_what_the_seed_asks(sink: DuckDBSink) -> None:
     assert alone["no_memory_has_context"].message.startswith("3 of 40 answers of the 'no-memory'")
     assert alone["mixed_fixture"].level == "refuse"
     assert "unreviewed_labels" not in alone  # nobody sent label_status: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("condition", "control"),
+    [("no-memory", True), ("no_memory", True), ("No-Memory", True), ("NO_MEMORY", True),
+     ("memory", False), ("no-memory-v2", False)],
+)  # fmt: skip
+def test_a_no_memory_control_is_known_by_either_spelling_in_any_case(
+    sink: DuckDBSink, condition: str, control: bool
+) -> None:
+    sink.write([record("m", f"q{q:02d}", False, condition=condition,
+                       context=("g",) if q < 2 else ()) for q in range(10)])  # fmt: skip
+    with read(sink) as con:
+        found = {f.check for f in doctor(con, ("m", None))}
+    assert ("no_memory_has_context" in found) is control
 
 
 # -- whole words against substrings (AgentOS parity) --------------------------------------
