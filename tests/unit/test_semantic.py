@@ -1,0 +1,171 @@
+"""The semantic rule's similarity (memdiag.semantic, issue #39): loaded offline from the
+files inside wordllama's wheel, checked by their sha256, exact on every machine, and what
+it scores on memdiag's labelled pairs (tests/data/used_pairs.jsonl)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import socket
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memdiag import semantic as sm
+
+PAIRS = Path(__file__).parents[1] / "data" / "used_pairs.jsonl"
+SIGNING = "Rotate the signing key before the token expires."
+LONG = (
+    "I looked at the failing job first. The cache was stale, so I cleared it. Then I rolled "
+    "the auth token's signing secret ahead of its expiry. Finally the deploy went through."
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> sm.Model:
+    return sm.model()
+
+
+def pairs() -> list[dict]:
+    return [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
+
+
+def _files(root: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime for p in root.rglob("*") if p.is_file()}
+
+
+def test_it_loads_with_the_network_off_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
+    """No socket can connect, HOME and the working directory are empty folders: the model
+    loads from the installed package alone, checks both checksums, never imports the
+    package (it would configure logging), and leaves every folder as it was."""
+
+    def refuse(*args, **kwargs):
+        raise OSError("the network is off in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    monkeypatch.chdir(cwd)
+    package = sm._locate()
+    before = _files(package)
+    m = sm.Model()  # a new load, not the process's cached one
+    sim = sm.similarity(m.vectors(SIGNING), m.vectors(LONG))
+    assert 0.5 < sim < 0.6
+    assert not any(home.iterdir()) and not any(cwd.iterdir())
+    assert _files(package) == before
+    assert "wordllama" not in sys.modules
+    data = (package / sm.WEIGHTS).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == sm.WEIGHTS_SHA256
+
+
+def test_files_that_are_not_the_tested_ones_are_refused(tmp_path: Path) -> None:
+    root = tmp_path / "wordllama"
+    shutil.copytree(sm._locate(), root, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    sm.Model(root)  # the copy is good
+    weights = root / sm.WEIGHTS
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    with pytest.raises(sm.ModelMissing, match=r"not the file memdiag was tested with.*0\.4\.0"):
+        sm.Model(root)
+    (root / sm.TOKENIZER).unlink()
+    with pytest.raises(sm.ModelMissing, match="cannot read the similarity model's file"):
+        sm.Model(root)
+
+
+def test_a_missing_package_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setattr(sm.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(sm.ModelMissing, match=r"pip install 'memdiag\[semantic\]'"):
+        sm.Model()
+
+
+def test_the_same_text_gives_the_same_bytes_on_every_machine(model: sm.Model) -> None:
+    """Pinned: the rows of two texts, and similarities to 1e-6. Exact sums (float16 weights
+    are multiples of 2^-24), one correctly rounded division and rint a row, integer dot
+    products: nothing here depends on the CPU, the BLAS or threads."""
+    rows = model.vectors(SIGNING) + model.vectors(LONG)
+    assert len(rows) == 6 * sm.DIMS  # one row, then the whole and four sentences
+    assert hashlib.sha256(rows).hexdigest() == (
+        "513907a46122f81c3fa477cd28fe7e76c1bf4eee1c2acabd53393c096c20a83d"
+    )
+    assert sm.similarity(model.vectors(SIGNING), model.vectors(LONG)) == 0.553392
+    assert sm.similarity(model.vectors("Deploys need the canary flag."),
+                         model.vectors("The canary flag is needed for deploys!")) == 0.891582  # fmt: skip
+
+
+def test_words_are_tokenised_as_the_whole_text_is(model: sm.Model) -> None:
+    """Token ids are remembered per word; a text's ids are the ones the tokenizer gives the
+    whole text (the sum, so the embedding, cannot tell them apart)."""
+    for pair in pairs():
+        for text in (pair["memory"], pair["response"]):
+            whole = model._tokenizer.encode(text, add_special_tokens=False).ids
+            assert Counter(i for s in model.tokens(text) for i in s) == Counter(whole)
+
+
+def test_sentences_and_the_cap_on_rows(model: sm.Model) -> None:
+    assert [len(s) > 0 for s in model.tokens("One. Two!\nThree? four")] == [True] * 4
+    assert len(model.tokens("no end mark here")) == 1
+    assert model.vectors("") == b"" and model.vectors("  \n ") == b""
+    many = " ".join(f"Sentence number {i} is here." for i in range(40))
+    assert len(model.tokens(many)) == sm.MAX_ROWS - 1
+    assert len(model.vectors(many)) == sm.MAX_ROWS * sm.DIMS
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=80), st.text(max_size=80))
+def test_similarity_is_symmetric_bounded_and_one_on_itself(a: str, b: str) -> None:
+    m = sm.model()
+    va, vb = m.vectors(a), m.vectors(b)
+    s = sm.similarity(va, vb)
+    assert s == sm.similarity(vb, va) and 0.0 <= s <= 1.0
+    if va:
+        assert sm.similarity(va, va) == 1.0
+    else:
+        assert s == 0.0
+
+
+def test_paraphrases_score_above_their_unrelated_partners(model: sm.Model) -> None:
+    """Each paraphrase pair against the same memory with the unrelated pair's response of
+    the same position: the model ranks 15 of the 16 right. The one it misses, p017, shares
+    no word with its memory ("JWT signing key" / "a fresh secret for minting auth tokens")."""
+    rows = pairs()
+    para = [p for p in rows if p["kind"] == "paraphrase"]
+    unrelated = [p for p in rows if p["kind"] == "unrelated"]
+    wrong = []
+    for p, u in zip(para, unrelated, strict=True):
+        memory = model.vectors(p["memory"])
+        used = sm.similarity(memory, model.vectors(p["response"]))
+        other = sm.similarity(memory, model.vectors(u["response"]))
+        if used <= other:
+            wrong.append(p["id"])
+    assert wrong == ["p017"]
+
+
+def _reference(a: bytes, b: bytes) -> float:
+    """The similarity in Python integers: the largest cosine of two rows, clipped, rounded."""
+    rows = lambda v: [list(memoryview(v)[i : i + sm.DIMS].cast("b"))  # noqa: E731
+                      for i in range(0, len(v), sm.DIMS)]  # fmt: skip
+    best = 0.0
+    for x in rows(a):
+        for y in rows(b):
+            dot = sum(p * q for p, q in zip(x, y, strict=True))
+            best = max(best, dot / math.sqrt(sum(p * p for p in x) * sum(q * q for q in y)))
+    return round(min(best, 1.0), 6)
+
+
+def test_the_similarity_equals_one_computed_in_python_integers(model: sm.Model) -> None:
+    for pair in pairs()[::4]:
+        a, b = model.vectors(pair["memory"]), model.vectors(pair["response"])
+        assert sm.similarity(a, b) == _reference(a, b)
