@@ -88,6 +88,8 @@ _FEEDBACK = pa.schema(
         ("agent_id", pa.string()),
         ("org_id", pa.string()),
         ("project_id", pa.string()),
+        ("similarity", pa.float64()),
+        ("detector", pa.string()),
     ]
 )
 _IDS = pa.list_(pa.string())

@@ -40,6 +40,8 @@ import json
 import re
 import struct
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +199,37 @@ def model() -> Model:
             if _MODEL is None:
                 _MODEL = Model()
     return _MODEL
+
+
+#: Texts whose rows :func:`embedder` remembers, by content hash: memory systems inject the
+#: same memories into many sessions. At most about 4 KB each (16 rows): 40 MB at worst,
+#: about 2.5 MB for memories of one or two sentences.
+EMBED_CACHE = 10_000
+
+
+def embedder(entries: int = EMBED_CACHE) -> Callable[[str], bytes]:
+    """The process's model as a function text -> rows, remembering the last ``entries``
+    texts by their content hash (the model is loaded, and checked, here: a worker that
+    cannot load it stops at start with what to install)."""
+    m = model()
+    cache: OrderedDict[bytes, bytes] = OrderedDict()
+    lock = threading.Lock()
+
+    def embed(text: str) -> bytes:
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with lock:
+            rows = cache.get(key)
+            if rows is not None:
+                cache.move_to_end(key)
+                return rows
+        rows = m.vectors(text)
+        with lock:
+            cache[key] = rows
+            if len(cache) > entries:
+                cache.popitem(last=False)
+        return rows
+
+    return embed
 
 
 def describe() -> dict[str, Any]:

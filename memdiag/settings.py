@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from memdiag.contract.words import DETECTORS
+
 
 class ConfigError(ValueError):
     """A setting is invalid; the message names the variable and what to do."""
@@ -109,6 +111,7 @@ def setting(env: str, default: Any, doc: str, *, secret: bool = False) -> Any:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -218,6 +221,21 @@ class Settings:
     )
     store_text: bool = setting(
         "MEMDIAG_STORE_TEXT", False, "``1`` keeps raw query and response texts in DuckDB."
+    )
+    detector: str = setting(
+        "MEMDIAG_DETECTOR",
+        "keyword",
+        "the used/ignored rule: ``keyword`` (the contract's words rule), or ``semantic``: also "
+        "``used`` when the similarity of memory and response reaches "
+        "MEMDIAG_SIMILARITY_THRESHOLD (needs ``pip install 'memdiag[semantic]'``; "
+        'docs/rules.md, "A similarity rule").',
+    )
+    similarity_threshold: float = setting(
+        "MEMDIAG_SIMILARITY_THRESHOLD",
+        0.19,
+        "under MEMDIAG_DETECTOR=semantic, the similarity (0 to 1) at which a memory counts as "
+        "``used`` whatever its words: the best F1 on memdiag's labelled pairs "
+        "(``memdiag calibrate --labels``).",
     )
     events_partitions: int = setting(
         "MEMDIAG_EVENTS_PARTITIONS", 4, "partitions of ``events`` (and of the worker's changelog)."
@@ -482,6 +500,13 @@ class Settings:
                             ("MEMDIAG_DECODED_CACHE_MB", self.decoded_cache_mb)):  # fmt: skip
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
+        if self.detector not in DETECTORS:
+            raise ConfigError(f"MEMDIAG_DETECTOR={self.detector!r}: use {' or '.join(DETECTORS)}")
+        if not 0.0 <= self.similarity_threshold <= 1.0:
+            raise ConfigError(
+                f"MEMDIAG_SIMILARITY_THRESHOLD={self.similarity_threshold:g}: a similarity "
+                "is between 0 and 1"
+            )
         if self.state_store not in ("rocksdb", "memory"):
             raise ConfigError(f"MEMDIAG_STATE_STORE={self.state_store!r}: use rocksdb or memory")
         if not self.changelog_compaction_lag_hours >= 0:

@@ -40,7 +40,15 @@ def from_reference(ref: dict[str, Any]) -> Snapshot:
             for eid, r in ref["searches"].items()
         },
         "retrieval_feedback": {
-            k: (r["signal"], _r(r["match_ratio"]), r["keyword_count"], r["matched_count"], r["ts"])
+            k: (
+                r["signal"],
+                _r(r["match_ratio"]),
+                r["keyword_count"],
+                r["matched_count"],
+                r["ts"],
+                r["similarity"],
+                r["detector"],
+            )  # fmt: skip
             for k, r in ref["retrieval_feedback"].items()
         },
         "session_diagnostics": {
@@ -197,6 +205,8 @@ def from_records(tables: Any) -> Snapshot:
                 r["keyword_count"],
                 r["matched_count"],
                 parse_ts(r["ts"]),
+                r["similarity"],
+                r["detector"],
             )
             for k, r in tables.feedback.items()
         },
@@ -263,10 +273,10 @@ def from_duckdb(query: Any) -> Snapshot:
             )
         },
         "retrieval_feedback": {
-            (r[0], r[1], r[2]): (r[3], _r(r[4]), r[5], r[6], r[7])
+            (r[0], r[1], r[2]): (r[3], _r(r[4]), r[5], r[6], r[7], r[8], r[9])
             for r in query(
                 "SELECT session_id, turn_id, observation_id, signal, match_ratio, keyword_count, "
-                "matched_count, epoch_us(ts) FROM retrieval_feedback"
+                "matched_count, epoch_us(ts), similarity, detector FROM retrieval_feedback"
             )
         },
         "session_diagnostics": {
@@ -421,7 +431,7 @@ def net_feedback(by_minute: Any) -> dict[tuple[str, int], int]:
 def feedback_by_minute(snapshot: Snapshot) -> dict[tuple[str, int], int]:
     """The ``retrieval_feedback`` rows of a snapshot by (signal, minute of their ``ts``)."""
     out: dict[tuple[str, int], int] = {}
-    for signal, _, _, _, ts_us in snapshot["retrieval_feedback"].values():
+    for signal, _, _, _, ts_us, *_ in snapshot["retrieval_feedback"].values():
         key = (signal, ts_us - ts_us % MINUTE_US)
         out[key] = out.get(key, 0) + 1
     return out

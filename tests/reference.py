@@ -15,6 +15,7 @@ of the two halves; sessions with equal outcome ``ts`` are ordered by ``session_i
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
@@ -70,9 +71,15 @@ def category(outcome: dict[str, Any]) -> str:
 
 
 def reference(
-    events: list[dict[str, Any]], window_s: float = WINDOW_S, retention_s: float = RETENTION_S
+    events: list[dict[str, Any]],
+    window_s: float = WINDOW_S,
+    retention_s: float = RETENTION_S,
+    similar: Callable[[str, str], float] | None = None,
+    threshold: float = 1.0,
 ) -> dict[str, Any]:
-    """The tables, as ``{table: {key: row}}``, for valid session events (any order)."""
+    """The tables, as ``{table: {key: row}}``, for valid session events (any order).
+    ``similar(memory, response)``: MEMDIAG_DETECTOR=semantic's similarity of two texts
+    (the model is the oracle here; the join and the rule are this module's own)."""
     unique: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, e in enumerate(events):
         if e["kind"] in MEMORY_KINDS:
@@ -162,11 +169,15 @@ def reference(
                 matched = len(kws & r_words)
                 ratio = matched / len(kws) if kws else 0.0
                 used = bool(kws) and ratio > 0.30
+                sim = None if similar is None else similar(content, text)
+                used = used or (sim is not None and sim >= threshold)
                 feedback[(sid, turn_id, obs_id)] = {
                     "signal": "used" if used else "ignored",
                     "match_ratio": ratio,
                     "keyword_count": len(kws),
                     "matched_count": matched,
+                    "similarity": sim,
+                    "detector": "keyword" if sim is None else "semantic",
                     "ts": max(r_ts, i_ts),
                     # the turn's place among the observation's verdicts: the later half
                     "tie": max((r_ts, r_eid), (i_ts, i_eid))[1].decode(),

@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS retrieval_feedback (
     ingested_at    TIMESTAMPTZ,
     PRIMARY KEY (session_id, turn_id, observation_id)
 );
+-- MEMDIAG_DETECTOR=semantic (contract section 3): the similarity of memory and response, and
+-- the rule that made the verdict (rows from before these columns were keyword verdicts).
+ALTER TABLE retrieval_feedback ADD COLUMN IF NOT EXISTS similarity DOUBLE;  -- NULL: keyword
+ALTER TABLE retrieval_feedback ADD COLUMN IF NOT EXISTS detector VARCHAR DEFAULT 'keyword';
 
 -- One row per session: the diagnostic of its (last) outcome. Id lists are VARCHAR[];
 -- an edge key is 'source_id|target_id|relationship'.

@@ -9,6 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from memdiag.cli.common import (
     FileProgress,
     err,
@@ -19,6 +21,7 @@ from memdiag.cli.common import (
     settings_of,
 )
 from memdiag.cli.render import print_run_report, print_status
+from memdiag.contract.words import SEMANTIC
 
 
 def _run_pipeline(args: argparse.Namespace) -> Any:
@@ -134,7 +137,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from memdiag.streams.worker import main
 
-    main(settings_of(args))
+    settings = settings_of(args)
+    if settings.detector == SEMANTIC:  # the model loads (and is checked) before anything runs
+        from memdiag import semantic
+
+        try:
+            semantic.model()
+        except semantic.ModelMissing as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            return 2
+    main(settings)
     return 0
 
 

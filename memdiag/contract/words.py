@@ -13,6 +13,10 @@ from functools import lru_cache
 
 USED = "used"
 IGNORED = "ignored"
+#: which rule made a verdict (retrieval_feedback.detector): the words alone, or the words or
+#: the similarity (MEMDIAG_DETECTOR=semantic, when both halves were embedded)
+KEYWORD, SEMANTIC = "keyword", "semantic"
+DETECTORS = (KEYWORD, SEMANTIC)
 #: used iff matched / keywords > USED_NUM / USED_DEN
 USED_NUM, USED_DEN = 3, 10
 MIN_KEYWORD_LEN = 5  # "longer than 4 characters"

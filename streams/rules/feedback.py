@@ -18,7 +18,9 @@ import msgspec
 
 from memdiag.contract.words import (  # noqa: F401 - the rule's words, re-exported here
     IGNORED,
+    KEYWORD,
     MIN_KEYWORD_LEN,
+    SEMANTIC,
     USED,
     USED_DEN,
     USED_NUM,
@@ -33,6 +35,9 @@ class Feedback(msgspec.Struct, frozen=True, gc=False):
     match_ratio: float
     keyword_count: int
     matched_count: int
+    #: the similarity of memory and response (MEMDIAG_DETECTOR=semantic); None: not measured
+    similarity: float | None = None
+    detector: str = KEYWORD
 
 
 def judge_observation(content: str, response: frozenset[str]) -> Feedback:
@@ -47,3 +52,26 @@ def judge_keywords(kws: frozenset[str], response: frozenset[str]) -> Feedback:
     matched = len(kws & response)
     used = matched * USED_DEN > len(kws) * USED_NUM
     return Feedback(USED if used else IGNORED, matched / len(kws), len(kws), matched)
+
+
+def judge(
+    kws: frozenset[str],
+    response: frozenset[str],
+    memory_vectors: bytes | None,
+    response_vectors: bytes | None,
+    threshold: float,
+) -> Feedback:
+    """The verdict under either detector: the keyword rule's, and when both halves were
+    embedded (MEMDIAG_DETECTOR=semantic), ``used`` also when their similarity reaches
+    ``threshold`` (contract section 3). Pure: the vectors are stored, so a late half or a
+    replay judges again without the model."""
+    feedback = judge_keywords(kws, response)
+    if memory_vectors is None or response_vectors is None:
+        return feedback
+    from memdiag.semantic import similarity
+
+    sim = similarity(memory_vectors, response_vectors)
+    used = feedback.signal == USED or sim >= threshold
+    return msgspec.structs.replace(
+        feedback, signal=USED if used else IGNORED, similarity=sim, detector=SEMANTIC
+    )

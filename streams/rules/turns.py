@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import msgspec
 
-from memdiag.streams.rules.feedback import Feedback, judge_keywords
+from memdiag.streams.rules.feedback import Feedback, judge
 
 INJECTION = "injection"
 RESPONSE = "response"
@@ -40,6 +40,8 @@ class Half(msgspec.Struct, frozen=True, gc=False):
     event_id: str  # the tie-break for equal timestamps
     scope: int  # index in the session's scope table
     words: frozenset[str]  # an injection's observation keywords, or the response's long words
+    #: its text's rows (memdiag.semantic) under MEMDIAG_DETECTOR=semantic; None: not embedded
+    vectors: bytes | None = None
 
     @property
     def order(self) -> tuple[int, str]:
@@ -65,9 +67,11 @@ Change = tuple[str, Judged | None, Judged]
 class Turn:
     """One turn's halves and current verdicts."""
 
-    __slots__ = ("response", "contents", "judged", "first_ts", "counted", "unjudged")
+    __slots__ = ("response", "contents", "judged", "first_ts", "counted", "unjudged", "threshold")
 
-    def __init__(self) -> None:
+    def __init__(self, threshold: float = 1.0) -> None:
+        #: MEMDIAG_SIMILARITY_THRESHOLD: read only when both halves carry vectors
+        self.threshold = threshold
         self.response: Half | None = None
         #: observation id -> its content (the first injection carrying it, in event time)
         self.contents: dict[str, Half] = {}
@@ -83,13 +87,14 @@ class Turn:
         ts_us: int,
         event_id: str,
         scope: int,
-        observations: list[tuple[str, frozenset[str]]],
+        observations: list[tuple[str, frozenset[str], bytes | None]],
     ) -> list[Change]:
-        """Add an injection's (id, keywords) pairs; the verdicts that changed."""
+        """Add an injection's (id, keywords, vectors or None) triples; the verdicts that
+        changed."""
         self._saw(ts_us)
         changed: list[Change] = []
-        for obs_id, kws in observations:
-            half = Half(ts_us, event_id, scope, kws)
+        for obs_id, kws, vectors in observations:
+            half = Half(ts_us, event_id, scope, kws, vectors)
             known = self.contents.get(obs_id)
             if known is not None and known.order <= half.order:
                 continue
@@ -99,12 +104,17 @@ class Turn:
         return changed
 
     def add_response(
-        self, ts_us: int, event_id: str, scope: int, words: frozenset[str]
+        self,
+        ts_us: int,
+        event_id: str,
+        scope: int,
+        words: frozenset[str],
+        vectors: bytes | None = None,
     ) -> list[Change]:
-        """Add a response (its words of at least 5 characters); the verdicts that changed
-        (any of them may, when this becomes the turn's response)."""
+        """Add a response (its words of at least 5 characters, its vectors or None); the
+        verdicts that changed (any of them may, when this becomes the turn's response)."""
         self._saw(ts_us)
-        half = Half(ts_us, event_id, scope, words)
+        half = Half(ts_us, event_id, scope, words, vectors)
         if self.response is not None and self.response.order <= half.order:
             return []
         self.response = half
@@ -120,7 +130,9 @@ class Turn:
             return
         later = max(response.order, content.order)
         judged = Judged(
-            judge_keywords(content.words, response.words),
+            judge(
+                content.words, response.words, content.vectors, response.vectors, self.threshold
+            ),  # fmt: skip
             later[0],
             response.scope,
             content.scope,

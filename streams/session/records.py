@@ -11,6 +11,7 @@ project) in the session's scopes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -50,6 +51,9 @@ class InjectionRec(Record, frozen=True, array_like=True, tag="i"):
     #: (source, target, relationship)
     edges: tuple[tuple[str, str, str], ...]
     scope: int
+    #: each observation's content's rows (memdiag.semantic), in the order of
+    #: ``observations``, under MEMDIAG_DETECTOR=semantic; None: not embedded
+    vectors: tuple[bytes, ...] | None = None
 
 
 class ResponseRec(Record, frozen=True, array_like=True, tag="r"):
@@ -57,6 +61,8 @@ class ResponseRec(Record, frozen=True, array_like=True, tag="r"):
     #: the response's distinct normalised words long enough to be a keyword, sorted
     words: tuple[str, ...]
     scope: int
+    #: the text's rows (memdiag.semantic) under MEMDIAG_DETECTOR=semantic; None: not embedded
+    vectors: bytes | None = None
 
 
 class OutcomeRec(Record, frozen=True, array_like=True, tag="o"):
@@ -112,9 +118,15 @@ def words_of(text: str) -> tuple[str, ...]:
 
 
 def record_of(
-    event: SessionEvent, scope: int, published_ms: int, store_text: bool, revision: int = 0
+    event: SessionEvent,
+    scope: int,
+    published_ms: int,
+    store_text: bool,
+    revision: int = 0,
+    embed: Callable[[str], bytes] | None = None,
 ) -> LogRecord:
-    """The log record of a validated event."""
+    """The log record of a validated event; ``embed`` (MEMDIAG_DETECTOR=semantic) gives a
+    text's rows, kept with an injection's observations and a response."""
     if isinstance(event, Search):
         ids = event.result_ids
         return SearchRec(
@@ -136,9 +148,17 @@ def record_of(
             event.graph_entity_ids,
             tuple((e.source_id, e.target_id, e.relationship) for e in event.graph_edge_keys),
             scope,
+            None if embed is None else tuple(embed(o.content) for o in event.observations),
         )
     if isinstance(event, Response):
-        return ResponseRec(event.event_id, event.ts_us, event.turn_id, words_of(event.text), scope)
+        return ResponseRec(
+            event.event_id,
+            event.ts_us,
+            event.turn_id,
+            words_of(event.text),
+            scope,
+            None if embed is None else embed(event.text),
+        )
     if not isinstance(event, SessionOutcome):
         raise TypeError(f"not a session event: {event!r}")
     return OutcomeRec(

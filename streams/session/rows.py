@@ -73,6 +73,8 @@ def feedback_row(
         "agent_id": agent_id,
         "org_id": org_id,
         "project_id": project_id,
+        "similarity": fb.similarity,
+        "detector": fb.detector,
     }
 
 

@@ -39,6 +39,7 @@ committed offsets and the records after them come again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -102,6 +103,10 @@ class Config:
     retention_us: int
     turn_ttl_us: int
     store_text: bool = False
+    #: MEMDIAG_DETECTOR=semantic: a text's rows (memdiag.semantic), kept in the log with
+    #: each injected observation and each response; None: the keyword rule alone
+    embed: Callable[[str], bytes] | None = None
+    similarity_threshold: float = 1.0
 
 
 @dataclass(slots=True)
@@ -175,7 +180,8 @@ class Session(SpanTurns):
             if not (isinstance(known, OutcomeRec) and revision > known.revision):
                 return  # a duplicate
         scope = self.scope(event.agent_id, event.org_id, event.project_id)
-        rec = record_of(event, scope, published_ms, self.config.store_text, revision)
+        rec = record_of(event, scope, published_ms, self.config.store_text, revision,
+                        self.config.embed)  # fmt: skip
         self.records.append(rec)
         self._apply(rec, len(self.records) - 1, out)
 
@@ -270,8 +276,12 @@ class Session(SpanTurns):
     def _injection(self, rec: InjectionRec, out: Output | None) -> None:
         ts, eid = rec.ts, rec.event_id
         turn = self._turn(rec.turn_id)
+        vectors = rec.vectors or (None,) * len(rec.observations)
         changes = turn.add_injection(
-            ts, eid, rec.scope, [(o, frozenset(k)) for o, k in rec.observations]
+            ts,
+            eid,
+            rec.scope,
+            [(o, frozenset(k), v) for (o, k), v in zip(rec.observations, vectors, strict=True)],
         )
         new_obs = []
         for pos, (obs_id, _) in enumerate(rec.observations):
@@ -296,7 +306,9 @@ class Session(SpanTurns):
 
     def _response(self, rec: ResponseRec, out: Output | None) -> None:
         turn = self._turn(rec.turn_id)
-        changes = turn.add_response(rec.ts, rec.event_id, rec.scope, frozenset(rec.words))
+        changes = turn.add_response(
+            rec.ts, rec.event_id, rec.scope, frozenset(rec.words), rec.vectors
+        )
         self._turn_changed(rec.turn_id, turn, changes, out)
         self._send_diagnostic(out)
 
@@ -331,7 +343,7 @@ class Session(SpanTurns):
     def _turn(self, turn_id: str) -> Turn:
         turn = self.turns.get(turn_id)
         if turn is None:
-            turn = self.turns[turn_id] = Turn()
+            turn = self.turns[turn_id] = Turn(self.config.similarity_threshold)
         return turn
 
     def _turn_changed(

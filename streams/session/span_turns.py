@@ -145,7 +145,10 @@ class SpanTurns:
         if not before.keys() <= {obs_id for obs_id, _ in injected}:
             return False
         key, ts = rec.event_id, rec.ts
-        added = [(o, frozenset(k)) for o, k in injected if o not in before]
+        # turns from spans are judged by the keyword rule: their texts are not embedded
+        added: list[tuple[str, frozenset[str], bytes | None]] = [
+            (o, frozenset(k), None) for o, k in injected if o not in before
+        ]
         turn = self.turns[key]
         changes = turn.add_injection(ts, key, rec.scope, added)
         new_obs = []

@@ -49,10 +49,12 @@ from memdiag.contract import (
     LATE_SESSION_FORGOTTEN,
 )
 from memdiag.contract.envelope import InMessage, Output, StateStore
+from memdiag.contract.words import SEMANTIC
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder, Rejected
 from memdiag.schemas.models import SessionEvent, SessionOutcome, from_dict
+from memdiag.semantic import embedder
 from memdiag.settings import Settings
 from memdiag.streams.session.session import Config, Session
 from memdiag.streams.session.states import SessionStates
@@ -87,6 +89,8 @@ class SessionStage:
             settings.retention_us,
             settings.turn_ttl_us,
             settings.store_text,
+            embedder() if settings.detector == SEMANTIC else None,
+            settings.similarity_threshold,
         )
         self._wall_ms = wall_ms or _wall_ms
         self.states = SessionStates(self._config, settings.keep_ms, settings.session_cache,

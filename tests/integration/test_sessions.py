@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiokafka.partitioner import murmur2
 
-from tests.integration.conftest import Pipeline
+from tests.integration.conftest import Pipeline, pipeline_settings
 
 pytestmark = pytest.mark.integration
 
@@ -102,9 +105,46 @@ def test_the_turn_join_holds_in_both_orders(pipeline: Pipeline) -> None:
         "SELECT count(*), min(keyword_count), max(match_ratio) FROM retrieval_feedback "
         f"WHERE session_id = '{before}'"  # noqa: S608
     ) == [(2, 5, 1.0)]  # obs_9 has 5 keywords, obs_7 all 8 matched
+    assert pipeline.query(
+        "SELECT DISTINCT detector, similarity FROM retrieval_feedback"
+    ) == [("keyword", None)]  # the default rule: no similarity
     assert pipeline.query("SELECT * FROM observation_feedback_stats ORDER BY observation_id") == [
         ("obs_7", 3, 0),
         ("obs_9", 0, 3),
+    ]
+
+
+@pytest.fixture
+def semantic_pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+    settings = dataclasses.replace(pipeline_settings(broker_url, tmp_path), detector="semantic")
+    p = Pipeline(settings, tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_the_semantic_rule_finds_a_paraphrase_through_the_broker(
+    semantic_pipeline: Pipeline,
+) -> None:
+    """MEMDIAG_DETECTOR=semantic end to end: a paraphrased memory the words miss is used,
+    with its similarity and its rule in DuckDB; the response comes first, so the worker
+    judges from the vectors it kept in the session's state."""
+    p = semantic_pipeline
+    p.start()
+    key = {"id": "obs_k", "content": "Rotate the signing key before the token expires."}
+    said = "The auth token's signing secret must be rolled ahead of expiry."
+    p.publish([(b"ses-sem", response("ses-sem", "t1", said))])
+    p.drain()
+    p.publish([(b"ses-sem", injection("ses-sem", "t1", [key, OBS_9]))])
+    p.drain()
+    rows = p.query(
+        "SELECT observation_id, signal, match_ratio, similarity, detector "
+        "FROM retrieval_feedback ORDER BY observation_id"
+    )
+    assert rows == [
+        ("obs_9", "used", 0.2, 0.34444, "semantic"),  # the topic, not the use (docs/rules.md)
+        ("obs_k", "used", 0.2, 0.56858, "semantic"),  # 1 of 5 keywords: the words say ignored
     ]
 
 
