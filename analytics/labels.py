@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import orjson
@@ -100,8 +101,13 @@ def evaluate(
          "similarity": similarity(p["memory"], p["response"])}
         for p in pairs
     ]  # fmt: skip
-    tune = [r for r in rows if r["split"] == TUNE] or rows
+    tune = [r for r in rows if r["split"] == TUNE]
     test = [r for r in rows if r["split"] == TEST]
+    if not tune:
+        raise LabelsError(
+            "every pair is a test pair: mark some 'split': 'tune' (or leave split out) to "
+            "choose the threshold on pairs the test does not score"
+        )
 
     def semantic(rs: list[dict[str, Any]], t: float) -> dict[str, Any]:
         return confusion((r["keyword"] or r["similarity"] >= t for r in rs),
@@ -122,7 +128,7 @@ def evaluate(
         k["similarities"].append(r["similarity"])
     for k in kinds.values():
         sims = sorted(k.pop("similarities"))
-        k["similarity"] = {"min": sims[0], "median": sims[len(sims) // 2], "max": sims[-1]}
+        k["similarity"] = {"min": sims[0], "median": median(sims), "max": sims[-1]}
     return {
         "pairs": len(rows),
         "tune_pairs": len(tune),

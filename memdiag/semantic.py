@@ -26,10 +26,18 @@ sentence, in the issue's example).
 The similarity of two texts (:func:`similarity`) is the largest cosine between a row of
 one and a row of the other, clipped to [0, 1] and rounded to 6 places.
 
-Exact everywhere. Every float16 weight is a multiple of 2^-24 no larger than 8.02, so its
-float64 sums are exact in any order (below 2^29); the byte rows follow by one correctly
-rounded division and ``rint``; a cosine of two byte rows is an integer dot product over one
-correctly rounded square root. No step depends on the machine, the BLAS or the thread count.
+The same on every machine. Every float16 weight is a multiple of 2^-24 no larger than 8.02,
+so its float64 sums are exact in any order (below 2^29); a byte row follows by one
+multiplication, one division and ``rint``, each correctly rounded (IEEE 754); a cosine of
+two byte rows is an exact integer dot product over one correctly rounded square root and a
+division. No step depends on the machine, the BLAS or the thread count; the load checks it
+on a fixed text (:data:`PROBE_SHA256`), which also pins what the ``tokenizers`` library
+makes of the tokenizer's file.
+
+Bounded work. Only the first :data:`MAX_CHARS` characters of a text are embedded, and a
+word longer than :data:`MAX_WORD` characters is read as pieces of that length: an event
+of a megabyte costs what 32 KB cost, and tokenising one very long word (which grows faster
+than its length) never stalls the worker.
 """
 
 from __future__ import annotations
@@ -56,6 +64,12 @@ DIMS = 256
 MAX_ROWS = 16
 #: Words whose token ids are remembered (a word's ids never change): about 4 MB at most.
 WORD_CACHE = 50_000
+#: The characters of a text that are embedded (its start), and the longest word read whole.
+MAX_CHARS = 32_768
+MAX_WORD = 64
+#: A fixed text's rows, checked at every load.
+PROBE = "Rotate the signing key before the token expires. Then deploy: canary first!"
+PROBE_SHA256 = "9d7806545f080b15f4fdd024916c4e8f0230faddec711d880d54fd7f49b4d7c9"
 
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 
@@ -110,13 +124,19 @@ class Model:
         root = _locate() if root is None else root
         tokenizer = _checked(root / TOKENIZER, TOKENIZER_SHA256)
         weights = _checked(root / WEIGHTS, WEIGHTS_SHA256)
-        self._tokenizer = Tokenizer.from_str(tokenizer.decode("utf-8"))
-        self._tokenizer.no_padding()
-        self._tokenizer.no_truncation()
-        (size,) = struct.unpack("<Q", weights[:8])
-        header = json.loads(weights[8 : 8 + size])["embedding.weight"]
-        begin, end = header["data_offsets"]
-        rows, dims = header["shape"]
+        try:
+            self._tokenizer = Tokenizer.from_str(tokenizer.decode("utf-8"))
+            self._tokenizer.no_padding()
+            self._tokenizer.no_truncation()
+            (size,) = struct.unpack("<Q", weights[:8])
+            header = json.loads(weights[8 : 8 + size])["embedding.weight"]
+            begin, end = header["data_offsets"]
+            rows, dims = header["shape"]
+        except Exception as exc:  # noqa: BLE001 - the files pass their checksums: a library
+            raise ModelMissing(  # that reads them otherwise than the tested one
+                f"cannot read the similarity model with this tokenizers library ({exc!r}): "
+                f"pip install 'memdiag[semantic]' for the versions memdiag was tested with"
+            ) from None
         if header["dtype"] != "F16" or dims != DIMS or end - begin != rows * dims * 2:
             raise ModelMissing(f"unexpected weights in {root / WEIGHTS}: {header}")
         start = 8 + size + begin
@@ -124,6 +144,14 @@ class Model:
         self._table = table.reshape(rows, dims)
         self._words: dict[str, tuple[int, ...]] = {}
         self._lock = threading.Lock()
+        probe = hashlib.sha256(self.vectors(PROBE)).hexdigest()
+        if probe != PROBE_SHA256:
+            raise ModelMissing(
+                f"the similarity model embeds a fixed text otherwise than memdiag was tested "
+                f"with (sha256 {probe[:12]}..., expected {PROBE_SHA256[:12]}...): its "
+                "similarities would differ from other machines'. Install the tested "
+                "versions: pip install 'memdiag[semantic]'"
+            )
 
     def _ids(self, word: str) -> tuple[int, ...]:
         ids = self._words.get(word)
@@ -138,10 +166,14 @@ class Model:
     def tokens(self, text: str) -> list[list[int]]:
         """The token ids of each sentence of ``text`` (see the module docstring)."""
         sentences: list[list[int]] = []
-        for line in text.splitlines():
+        for line in text[:MAX_CHARS].splitlines():
             current: list[int] = []
             for word in line.split():
-                current.extend(self._ids(word))
+                if len(word) <= MAX_WORD:
+                    current.extend(self._ids(word))
+                else:
+                    for i in range(0, len(word), MAX_WORD):
+                        current.extend(self._ids(word[i : i + MAX_WORD]))
                 if _SENTENCE_END.search(word) and current:
                     sentences.append(current)
                     current = []
@@ -207,15 +239,19 @@ def model() -> Model:
 EMBED_CACHE = 10_000
 
 
-def embedder(entries: int = EMBED_CACHE) -> Callable[[str], bytes]:
-    """The process's model as a function text -> rows, remembering the last ``entries``
-    texts by their content hash (the model is loaded, and checked, here: a worker that
-    cannot load it stops at start with what to install)."""
+def embedder(entries: int = EMBED_CACHE) -> Callable[[str, bool], bytes]:
+    """The process's model as a function (text, remember) -> rows. With ``remember`` (a
+    memory's content: memory systems inject the same ones into many sessions) the last
+    ``entries`` such texts are kept by their content hash; a response, which does not come
+    again, is embedded and forgotten. The model is loaded, and checked, here: a worker that
+    cannot load it stops at start with what to install."""
     m = model()
     cache: OrderedDict[bytes, bytes] = OrderedDict()
     lock = threading.Lock()
 
-    def embed(text: str) -> bytes:
+    def embed(text: str, remember: bool = True) -> bytes:
+        if not remember:
+            return m.vectors(text)
         key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         with lock:
             rows = cache.get(key)

@@ -228,7 +228,7 @@ class Settings:
         "the used/ignored rule: ``keyword`` (the contract's words rule), or ``semantic``: also "
         "``used`` when the similarity of memory and response reaches "
         "MEMDIAG_SIMILARITY_THRESHOLD (needs ``pip install 'memdiag[semantic]'``; "
-        'docs/rules.md, "A similarity rule").',
+        'docs/rules.md, "The semantic rule").',
     )
     similarity_threshold: float = setting(
         "MEMDIAG_SIMILARITY_THRESHOLD",

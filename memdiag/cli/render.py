@@ -1186,7 +1186,8 @@ def print_labels(r: dict[str, Any]) -> None:
                   f"{sim['min']:.2f} / {sim['median']:.2f} / {sim['max']:.2f}")  # fmt: skip
     show(t)
     best = [s for s in lab["sweep"] if s["f1"] is not None]
-    shown = [s for s in best if round(s["threshold"] * 100) % 5 == 0]
+    chosen_t = lab["threshold"]
+    shown = [s for s in best if round(s["threshold"] * 100) % 5 == 0 or s["threshold"] == chosen_t]
     t = table("tune pairs by threshold (the best F1 of 0.00-1.00, higher on a tie)",
               ["threshold", "precision", "recall", "F1"],
               ["threshold", "precision", "recall", "F1"])  # fmt: skip

@@ -406,6 +406,9 @@ def _calibrate(
     from memdiag.analytics.readings import substring_flips
 
     if labels is not None:
+        if events is not None:
+            raise Usage("--labels scores labelled pairs, without the database: give --events "
+                        "on its own run")  # fmt: skip
         return _labels(labels)
     sessions = load(con, org, project, since)
     check = stream_check(con, stream_window, org, project, since)
@@ -433,20 +436,18 @@ def _labels(path: str) -> dict[str, Any]:
     from memdiag import semantic
     from memdiag.analytics.labels import LabelsError, evaluate, load
 
-    try:
-        pairs = load(Path(path))
-        model = semantic.model()
-    except (LabelsError, semantic.ModelMissing) as exc:
-        raise Usage(str(exc)) from None
     vectors: dict[str, bytes] = {}
 
     def vec(text: str) -> bytes:
         v = vectors.get(text)
         if v is None:
-            v = vectors[text] = model.vectors(text)
+            v = vectors[text] = semantic.model().vectors(text)
         return v
 
-    result = evaluate(pairs, lambda m, r: semantic.similarity(vec(m), vec(r)))
+    try:
+        result = evaluate(load(Path(path)), lambda m, r: semantic.similarity(vec(m), vec(r)))
+    except (LabelsError, semantic.ModelMissing) as exc:
+        raise Usage(str(exc)) from None
     return {"labels": result, "file": path, "model": semantic.describe()}
 
 

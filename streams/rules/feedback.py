@@ -59,14 +59,16 @@ def judge(
     response: frozenset[str],
     memory_vectors: bytes | None,
     response_vectors: bytes | None,
-    threshold: float,
+    threshold: float | None,
 ) -> Feedback:
-    """The verdict under either detector: the keyword rule's, and when both halves were
-    embedded (MEMDIAG_DETECTOR=semantic), ``used`` also when their similarity reaches
-    ``threshold`` (contract section 3). Pure: the vectors are stored, so a late half or a
-    replay judges again without the model."""
+    """The verdict under either detector: the keyword rule's, and under
+    MEMDIAG_DETECTOR=semantic (``threshold`` set) when both halves were embedded, ``used``
+    also when their similarity reaches ``threshold`` (contract section 3). Pure: the vectors
+    are stored, so a late half or a replay judges again without the model. Under keyword
+    (``threshold`` None) stored vectors are never read: a log written under semantic gives
+    keyword verdicts, and a worker without numpy never needs it."""
     feedback = judge_keywords(kws, response)
-    if memory_vectors is None or response_vectors is None:
+    if threshold is None or memory_vectors is None or response_vectors is None:
         return feedback
     from memdiag.semantic import similarity
 

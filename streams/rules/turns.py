@@ -69,8 +69,9 @@ class Turn:
 
     __slots__ = ("response", "contents", "judged", "first_ts", "counted", "unjudged", "threshold")
 
-    def __init__(self, threshold: float = 1.0) -> None:
-        #: MEMDIAG_SIMILARITY_THRESHOLD: read only when both halves carry vectors
+    def __init__(self, threshold: float | None = None) -> None:
+        #: MEMDIAG_SIMILARITY_THRESHOLD under MEMDIAG_DETECTOR=semantic (read only when both
+        #: halves carry vectors); None: the keyword rule alone
         self.threshold = threshold
         self.response: Half | None = None
         #: observation id -> its content (the first injection carrying it, in event time)

@@ -123,7 +123,7 @@ def record_of(
     published_ms: int,
     store_text: bool,
     revision: int = 0,
-    embed: Callable[[str], bytes] | None = None,
+    embed: Callable[[str, bool], bytes] | None = None,
 ) -> LogRecord:
     """The log record of a validated event; ``embed`` (MEMDIAG_DETECTOR=semantic) gives a
     text's rows, kept with an injection's observations and a response."""
@@ -148,7 +148,7 @@ def record_of(
             event.graph_entity_ids,
             tuple((e.source_id, e.target_id, e.relationship) for e in event.graph_edge_keys),
             scope,
-            None if embed is None else tuple(embed(o.content) for o in event.observations),
+            None if embed is None else tuple(embed(o.content, True) for o in event.observations),
         )
     if isinstance(event, Response):
         return ResponseRec(
@@ -157,7 +157,7 @@ def record_of(
             event.turn_id,
             words_of(event.text),
             scope,
-            None if embed is None else embed(event.text),
+            None if embed is None else embed(event.text, False),
         )
     if not isinstance(event, SessionOutcome):
         raise TypeError(f"not a session event: {event!r}")

@@ -104,9 +104,11 @@ class Config:
     turn_ttl_us: int
     store_text: bool = False
     #: MEMDIAG_DETECTOR=semantic: a text's rows (memdiag.semantic), kept in the log with
-    #: each injected observation and each response; None: the keyword rule alone
-    embed: Callable[[str], bytes] | None = None
-    similarity_threshold: float = 1.0
+    #: each injected observation and each response (``remember``: an observation's content,
+    #: which comes again; a response does not); None: the keyword rule alone
+    embed: Callable[[str, bool], bytes] | None = None
+    #: MEMDIAG_SIMILARITY_THRESHOLD under semantic; None under keyword
+    similarity_threshold: float | None = None
 
 
 @dataclass(slots=True)

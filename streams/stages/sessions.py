@@ -90,7 +90,7 @@ class SessionStage:
             settings.turn_ttl_us,
             settings.store_text,
             embedder() if settings.detector == SEMANTIC else None,
-            settings.similarity_threshold,
+            settings.similarity_threshold if settings.detector == SEMANTIC else None,
         )
         self._wall_ms = wall_ms or _wall_ms
         self.states = SessionStates(self._config, settings.keep_ms, settings.session_cache,

@@ -102,3 +102,11 @@ def test_calibrate_labels_on_memdiags_own_pairs(capsys, tmp_path: Path) -> None:
     assert "suggested MEMDIAG_SIMILARITY_THRESHOLD=0.19" in out and "semantic (>= 0.19)" in out
     assert main(["calibrate", "--labels", str(tmp_path / "none.jsonl")]) == 2
     assert "cannot read the labels file" in capsys.readouterr().err
+
+
+def test_test_pairs_alone_cannot_choose_a_threshold(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, [{"memory": "m", "response": "r", "used": True, "split": "test"}])
+    with pytest.raises(lb.LabelsError, match="every pair is a test pair"):
+        lb.evaluate(lb.load(path), lambda m, r: 0.5)
+    assert main(["calibrate", "--labels", str(PAIRS), "--events", str(path)]) == 2
+    assert "--labels scores labelled pairs" in capsys.readouterr().err

@@ -169,3 +169,50 @@ def test_the_similarity_equals_one_computed_in_python_integers(model: sm.Model) 
     for pair in pairs()[::4]:
         a, b = model.vectors(pair["memory"]), model.vectors(pair["response"])
         assert sm.similarity(a, b) == _reference(a, b)
+
+
+def test_a_long_text_costs_what_its_start_costs(model: sm.Model) -> None:
+    """Only the first MAX_CHARS characters are embedded, and a word longer than MAX_WORD is
+    read in pieces: a megabyte event is bounded work, the same on every machine."""
+    start = " ".join(f"word{i}." for i in range(5000))[: sm.MAX_CHARS]
+    assert model.vectors(start + " more" * 200_000) == model.vectors(start)
+    word = "x" * 1_000_000
+    piece = list(model._ids("x" * sm.MAX_WORD))
+    assert model.tokens(word) == [piece * (sm.MAX_CHARS // sm.MAX_WORD)]
+    assert len(model.vectors(word)) == sm.DIMS
+
+
+def test_a_tokenizer_that_reads_the_file_otherwise_is_refused(monkeypatch) -> None:
+    """The files pass their checksums, but a fixed text's vectors differ (another version of
+    the tokenizers library, say): refused at load, with what to install."""
+    monkeypatch.setattr(sm, "PROBE_SHA256", "0" * 64)
+    with pytest.raises(sm.ModelMissing, match="embeds a fixed text otherwise"):
+        sm.Model()
+
+
+def test_the_embedder_remembers_memories_not_responses(model: sm.Model) -> None:
+    embed = sm.embedder(entries=2)
+    assert embed(SIGNING) == model.vectors(SIGNING) == embed(SIGNING)
+    assert embed(LONG, False) == model.vectors(LONG)
+
+
+def test_the_worker_stops_at_start_when_the_model_is_missing(monkeypatch, capsys) -> None:
+    from memdiag.cli import main
+
+    def missing() -> sm.Model:
+        raise sm.ModelMissing("MEMDIAG_DETECTOR=semantic needs the similarity model")
+
+    monkeypatch.setattr(sm, "model", missing)
+    monkeypatch.setenv("MEMDIAG_DETECTOR", "semantic")
+    assert main(["worker"]) == 2
+    assert "needs the similarity model" in capsys.readouterr().err
+
+
+def test_a_log_written_before_the_vectors_decodes() -> None:
+    """Session state written by the version before: no trailing vectors field."""
+    from memdiag.streams.session.records import InjectionRec, ResponseRec, decode
+
+    old = b'[["i","e1",10,"t1",[["o1",["token"]]],[],[],0],["r","e2",20,"t1",["token"],0]]'
+    injection, response = decode(old)
+    assert isinstance(injection, InjectionRec) and injection.vectors is None
+    assert isinstance(response, ResponseRec) and response.vectors is None

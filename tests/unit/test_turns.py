@@ -175,3 +175,14 @@ def test_a_half_without_vectors_is_judged_by_the_keyword_rule() -> None:
     t.add_response(20, "e1", 0, words(SAID), None)
     fb = t.judged["obs_k"].feedback
     assert (fb.signal, fb.detector, fb.similarity) == ("ignored", "keyword", None)  # 1 of 5
+
+
+def test_under_the_keyword_rule_stored_vectors_are_never_read() -> None:
+    """A log written under semantic, read by a worker that runs the keyword rule (threshold
+    None): keyword verdicts, no similarity (and no numpy needed)."""
+    embed = sm.embedder()
+    t = Turn(None)
+    t.add_injection(10, "e0", 0, kws([PARAPHRASE], embed))
+    t.add_response(20, "e1", 0, words(SAID), embed(SAID, False))
+    fb = t.judged["obs_k"].feedback
+    assert (fb.signal, fb.detector, fb.similarity) == ("ignored", "keyword", None)
