@@ -204,19 +204,40 @@ class Model:
 def similarity(a: bytes, b: bytes) -> float:
     """The largest cosine between a row of ``a`` and a row of ``b`` (each from
     :meth:`Model.vectors`), clipped to [0, 1], rounded to 6 places; 0.0 when either is
-    empty. Integer dot products (exact), then one correctly rounded square root and
-    division a pair: the same on every machine."""
+    empty. Each cosine is an exact integer dot product (float64 holds every partial sum of
+    256 products of bytes exactly) over the correctly rounded square root of the exact
+    product of the two exact squared norms: the same on every machine."""
     if not a or not b:
         return 0.0
     import numpy as np
 
-    rows_a = np.frombuffer(a, dtype=np.int8).reshape(-1, DIMS).astype(np.int64)
-    rows_b = np.frombuffer(b, dtype=np.int8).reshape(-1, DIMS).astype(np.int64)
-    dots = rows_a @ rows_b.T
-    norms = np.outer((rows_a * rows_a).sum(axis=1), (rows_b * rows_b).sum(axis=1))
-    cosines = dots.astype(np.float64) / np.sqrt(norms.astype(np.float64))
-    best = float(cosines.max())
-    return round(min(max(best, 0.0), 1.0), 6)
+    rows_a, norms_a = _parsed(a)
+    rows_b, norms_b = _parsed(b)
+    cosines = (rows_a @ rows_b.T) / np.sqrt(np.multiply.outer(norms_a, norms_b))
+    return round(min(max(float(cosines.max()), 0.0), 1.0), 6)
+
+
+#: Parsed rows remembered by their bytes (a memory's come again in turn after turn, and a
+#: response's are read once per memory of its turn), up to about 8 MB of float64 rows.
+_PARSED: dict[bytes, Any] = {}
+_PARSED_BYTES = [0]
+PARSED_CACHE_BYTES = 8 << 20
+
+
+def _parsed(v: bytes) -> Any:
+    """A text's rows as float64 (exact: they are bytes) and their squared norms (exact)."""
+    got = _PARSED.get(v)
+    if got is None:
+        import numpy as np
+
+        rows = np.frombuffer(v, dtype=np.int8).reshape(-1, DIMS).astype(np.float64)
+        got = (rows, np.einsum("ij,ij->i", rows, rows))
+        if _PARSED_BYTES[0] + rows.nbytes > PARSED_CACHE_BYTES:
+            _PARSED.clear()
+            _PARSED_BYTES[0] = 0
+        _PARSED[v] = got
+        _PARSED_BYTES[0] += rows.nbytes
+    return got
 
 
 _MODEL: Model | None = None
