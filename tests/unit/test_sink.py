@@ -181,3 +181,24 @@ def test_a_wrongly_typed_value_is_isolated_too(sink: DuckDBSink) -> None:
     assert sink.flush_isolating(reject) == 2
     assert rows(sink, "SELECT event_id FROM searches") == [("a",)]
     assert len(reasons) == 1 and "many" in reasons[0]
+
+
+def test_a_file_from_before_the_detector_gains_it_on_open(tmp_path: Path) -> None:
+    """retrieval_feedback's similarity and detector (#39): a file written before them gains
+    them when a sink opens it; its rows were keyword verdicts, and say so."""
+    row = {"kind": "retrieval_feedback", "session_id": "s", "turn_id": "t", "signal": "used",
+           "match_ratio": 0.5, "keyword_count": 2, "matched_count": 1,
+           "ts": "2026-11-21T10:00:00Z", "agent_id": None, "org_id": None, "project_id": None}  # fmt: skip
+    old = DuckDBSink(tmp_path / "old.duckdb")
+    old.init()
+    old.write([{**row, "observation_id": "o1"}])
+    with duckdb.connect(str(tmp_path / "old.duckdb")) as con:
+        for column in ("similarity", "detector"):
+            con.execute(f"ALTER TABLE retrieval_feedback DROP COLUMN {column}")
+    new = DuckDBSink(tmp_path / "old.duckdb")
+    new.init()
+    new.write([{**row, "observation_id": "o2", "similarity": 0.42, "detector": "semantic"}])
+    with duckdb.connect(str(tmp_path / "old.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT observation_id, similarity, detector FROM retrieval_feedback "
+                           "ORDER BY observation_id").fetchall()  # fmt: skip
+    assert rows == [("o1", None, "keyword"), ("o2", 0.42, "semantic")]
