@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from memdiag.contract.words import USED_DEN, USED_NUM, keywords, response_words
+from memdiag.contract.words import is_used, keywords, response_words
 
 TUNE, TEST = "tune", "test"
 STEPS = 100  # thresholds 0.00, 0.01, ..., 1.00
@@ -69,8 +69,7 @@ def load(path: Path) -> list[dict[str, Any]]:
 def keyword_used(memory: str, response: str) -> bool:
     """The contract's keyword rule (section 3)."""
     kws = keywords(memory)
-    matched = len(kws & response_words(response))
-    return bool(kws) and matched * USED_DEN > len(kws) * USED_NUM
+    return is_used(len(kws & response_words(response)), len(kws))
 
 
 def scores(tp: int, fp: int, fn: int, tn: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from memdiag.contract.words import USED_DEN, USED_NUM, keywords, response_words
+from memdiag.contract.words import is_used, keywords, response_words
 
 #: flipped verdicts shown as examples
 EXAMPLES = 5
@@ -44,10 +44,6 @@ class Reading:
     only_word: tuple[str, ...]  # keywords found as words, not as substrings
 
 
-def _used(matched: int, total: int) -> bool:
-    return total > 0 and matched * USED_DEN > total * USED_NUM
-
-
 def read_both(content: str, response: str) -> Reading:
     """Both readings of one (memory, response): memdiag's and AgentOS's."""
     kws = keywords(content)
@@ -56,8 +52,8 @@ def read_both(content: str, response: str) -> Reading:
     as_word = {k for k in kws if k in words}
     as_sub = {k for k in kws if k in raw}
     return Reading(
-        _used(len(as_word), len(kws)),
-        _used(len(as_sub), len(kws)),
+        is_used(len(as_word), len(kws)),
+        is_used(len(as_sub), len(kws)),
         tuple(sorted(as_sub - as_word)),
         tuple(sorted(as_word - as_sub)),
     )

@@ -19,6 +19,14 @@ KEYWORD, SEMANTIC = "keyword", "semantic"
 DETECTORS = (KEYWORD, SEMANTIC)
 #: used iff matched / keywords > USED_NUM / USED_DEN
 USED_NUM, USED_DEN = 3, 10
+
+
+def is_used(matched: int, keyword_count: int) -> bool:
+    """The keyword rule on counts: more than 30% of the keywords matched (in integers, so
+    exactly 30% is not); no keywords is never used."""
+    return keyword_count > 0 and matched * USED_DEN > keyword_count * USED_NUM
+
+
 MIN_KEYWORD_LEN = 5  # "longer than 4 characters"
 
 

@@ -24,6 +24,7 @@ from memdiag.contract.words import (  # noqa: F401 - the rule's words, re-export
     USED,
     USED_DEN,
     USED_NUM,
+    is_used,
     keywords,
     normalise_words,
     response_words,
@@ -50,7 +51,7 @@ def judge_keywords(kws: frozenset[str], response: frozenset[str]) -> Feedback:
     if not kws:
         return Feedback(IGNORED, 0.0, 0, 0)
     matched = len(kws & response)
-    used = matched * USED_DEN > len(kws) * USED_NUM
+    used = is_used(matched, len(kws))
     return Feedback(USED if used else IGNORED, matched / len(kws), len(kws), matched)
 
 
