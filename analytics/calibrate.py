@@ -447,3 +447,61 @@ def proxies(
             f"{lift:.2f}, says memdiag calibrate",
         }
     return out
+
+
+# -- the semantic rule's verdicts (MEMDIAG_DETECTOR=semantic) ------------------------------
+
+#: The quantiles a similarity distribution is summarised by (linear interpolation, as
+#: DuckDB's quantile_cont and numpy's default percentile).
+QUANTILES = (("p10", 0.1), ("p25", 0.25), ("median", 0.5), ("p75", 0.75), ("p90", 0.9))
+
+
+def spread(
+    n: int, low: float | None, quantiles: list[float] | None, high: float | None
+) -> dict[str, Any]:
+    """A distribution's summary: how many, min, the :data:`QUANTILES`, max (6 places)."""
+    out: dict[str, Any] = {"n": n, "min": None if low is None else round(low, 6)}
+    for i, (name, _) in enumerate(QUANTILES):
+        out[name] = None if quantiles is None else round(quantiles[i], 6)
+    out["max"] = None if high is None else round(high, 6)
+    return out
+
+
+def _rule(r: dict[str, Any]) -> str:
+    """The rule that made a group of verdicts (``memdiag.analytics.explain.verdict_rule``)."""
+    if r["keyword_used"]:
+        return "keyword"
+    return "similarity" if r["signal"] == "used" else "neither"
+
+
+def semantic_verdicts(
+    con: duckdb.DuckDBPyConnection,
+    org: str | None = None,
+    project: str | None = None,
+    since: datetime | None = None,
+) -> dict[str, Any] | None:
+    """What the semantic rule did to the stored verdicts (those with ``detector =
+    'semantic'``; None without any): how many it turned from the keyword rule's ``ignored``
+    to ``used`` (a used verdict the stored counts do not give), and the similarity's
+    distribution for each signal and each rule that made a verdict."""
+    found = rows(con, "calibration_semantic", org_id=org, project_id=project, since=since)
+    if not found:
+        return None
+
+    def of(r: dict[str, Any]) -> dict[str, Any]:
+        return spread(r["scored"], r["min"], r["quantiles"], r["max"])
+
+    totals = {r["signal"]: r for r in found if r["total"]}
+    rules = {_rule(r): r for r in found if not r["total"]}
+    verdicts = sum(r["verdicts"] for r in totals.values())
+    flipped = rules["similarity"]["verdicts"] if "similarity" in rules else 0
+    return {
+        "verdicts": verdicts,
+        "used": totals["used"]["verdicts"] if "used" in totals else 0,
+        "ignored": totals["ignored"]["verdicts"] if "ignored" in totals else 0,
+        "used_by_keyword": rules["keyword"]["verdicts"] if "keyword" in rules else 0,
+        "ignored_to_used": flipped,
+        "flipped_share": flipped / verdicts,
+        "similarity": {signal: of(r) for signal, r in totals.items()},
+        "similarity_by_rule": {rule: of(r) for rule, r in rules.items()},
+    }

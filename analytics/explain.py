@@ -23,6 +23,7 @@ from memdiag.analytics.lookup import NotFound, lookup
 from memdiag.analytics.queries import rows
 from memdiag.contract import FAILED_OUTCOMES
 from memdiag.contract.categories import classify
+from memdiag.contract.words import SEMANTIC, is_used
 
 
 class UnknownSession(NotFound):
@@ -56,6 +57,37 @@ def search_verdict(s: dict[str, Any], earlier_judged: bool = False) -> str:
     if s["disjoint_new_query"]:
         return f"not a followup of {after}: past the followup window"
     return f"not a followup of {after}: the same query again, or a result in common"
+
+
+def verdict_rule(v: dict[str, Any]) -> str:
+    """Which rule made a stored used/ignored verdict, from its columns: ``keyword`` (the
+    keyword rule said used; or, under the keyword detector, ignored), ``similarity`` (used
+    although the keyword rule said ignored: the similarity reached the threshold) or
+    ``neither`` (ignored under the semantic detector: both rules said ignored). The keyword
+    rule is recomputed from the stored counts (contract section 3), so no threshold is
+    needed to tell."""
+    if v["signal"] == "used":
+        return "keyword" if is_used(v["matched_count"], v["keyword_count"]) else "similarity"
+    return "neither" if v.get("detector") == SEMANTIC else "keyword"
+
+
+#: How :func:`verdict_text` names each rule.
+RULE_WORDS = {
+    "keyword": "by the keyword rule",
+    "similarity": "by the similarity",
+    "neither": "by neither rule",
+}
+
+
+def verdict_text(v: dict[str, Any]) -> str:
+    """A verdict's evidence, plain text: ``0.18 (2 of 11 keywords matched)``, and under the
+    semantic detector ``· similarity 0.42 · by the similarity`` after it."""
+    text = f"{v['match_ratio']:.2f} ({v['matched_count']} of {v['keyword_count']} keywords matched)"
+    if v.get("detector") != SEMANTIC:
+        return text
+    sim = "none" if v.get("similarity") is None else f"{v['similarity']:.3f}"
+    rule = v.get("rule") or verdict_rule(v)
+    return f"{text} · similarity {sim} · {RULE_WORDS[rule]}"
 
 
 def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
@@ -94,10 +126,13 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
                     "match_ratio",
                     "matched_count",
                     "keyword_count",
+                    "similarity",
+                    "detector",
                     "previous_strength",
                     "strength",
                 )
             }
+            | {"rule": verdict_rule(f)}
         )
         turn["ts"] = max(turn["ts"], f["ts"])
     for turn in turns.values():

@@ -8,6 +8,7 @@ command line prints it as a table or as JSON and tests check it directly. The SQ
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,6 +73,9 @@ ADDED_COLUMNS = (
     ("recall_by_memory_count", "task_recall_rate", "DOUBLE", "NULL"),
     ("judgements", "label_status", "VARCHAR", "NULL"),
     ("judgements", "split", "VARCHAR", "NULL"),
+    # every verdict before the semantic rule was the keyword rule's (contract section 3)
+    ("retrieval_feedback", "similarity", "DOUBLE", "NULL"),
+    ("retrieval_feedback", "detector", "VARCHAR", "'keyword'"),
 )
 
 
@@ -81,7 +85,23 @@ ADDED_MACRO_COLUMNS = (
     ("recall_trend", (("task_probed", "BIGINT", "0"), ("task_hits", "BIGINT", "0"),
                       ("task_recall_rate", "DOUBLE", "NULL"))),
 )  # fmt: skip
+#: ``FROM table``, and the alias that follows it if any (``FROM retrieval_feedback f``): the
+#: replacement keeps it, and a longer name that starts with the table's is not the table.
+_FROM = {
+    table: re.compile(
+        rf"\bFROM {table}\b(?:\s+(?:AS\s+)?(?!(?:WHERE|JOIN|LEFT|RIGHT|INNER|FULL|CROSS|"
+        r"NATURAL|POSITIONAL|ASOF|ANTI|SEMI|ON|USING|GROUP|ORDER|HAVING|WINDOW|QUALIFY|LIMIT|"
+        r"OFFSET|UNION|EXCEPT|INTERSECT)\b)([A-Za-z_]\w*))?",
+        re.IGNORECASE,
+    )
+    for table, _, _, _ in ADDED_COLUMNS
+}
 _MACRO_CALL = {name: re.compile(rf"FROM ({name}\([^)]*\))") for name, _ in ADDED_MACRO_COLUMNS}
+
+
+def _aliased(inner: str, table: str) -> Callable[[re.Match[str]], str]:
+    """``FROM table [alias]`` read as ``FROM (inner) AS alias`` (the table's name without one)."""
+    return lambda m: f"FROM ({inner}) AS {m.group(1) or table}"
 
 
 def upgraded(con: duckdb.DuckDBPyConnection, text: str) -> str:
@@ -101,17 +121,15 @@ def upgraded(con: duckdb.DuckDBPyConnection, text: str) -> str:
             inner = f"SELECT *, {added} FROM {call.group(1)}"  # noqa: S608 - constants
             text = text.replace(call.group(0), f"FROM ({inner}) AS {name}")
     for table, column, kind, value in ADDED_COLUMNS:
-        if column in text and f"FROM {table}" in text:
+        if column in text and _FROM[table].search(text):
             found = con.execute(
                 "SELECT count(*) FROM duckdb_columns() WHERE table_name = $t "
                 "AND column_name = $c AND database_name = current_database()",
                 {"t": table, "c": column},
             ).fetchone()
             if not found or not found[0]:
-                text = text.replace(
-                    f"FROM {table}",
-                    f"FROM (SELECT *, CAST({value} AS {kind}) AS {column} FROM {table}) AS {table}",  # noqa: S608 - names from ADDED_COLUMNS, a constant
-                )
+                inner = f"SELECT *, CAST({value} AS {kind}) AS {column} FROM {table}"  # noqa: S608 - names from ADDED_COLUMNS, a constant
+                text = _FROM[table].sub(_aliased(inner, table), text)
     return text
 
 

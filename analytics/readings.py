@@ -22,7 +22,7 @@ with the content of its first injection in event time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,5 +170,79 @@ def substring_flips(path: str | Path) -> dict[str, Any]:
         "used_to_ignored": down,
         "flipped_share": (up + down) / judged if judged else None,
         "examples": examples,
+        "skipped": skipped,
+    }
+
+
+#: Thresholds :func:`semantic_reading` also counts the flips at (the configured one is added).
+THRESHOLDS = (0.1, 0.15, 0.19, 0.25, 0.3, 0.4, 0.5)
+#: characters of a memory an example shows
+EXCERPT = 120
+
+
+def semantic_reading(
+    path: str | Path, threshold: float, similar: Callable[[str, str], float]
+) -> dict[str, Any]:
+    """What the semantic rule (``MEMDIAG_DETECTOR=semantic``) would make of an events file's
+    turns: each (memory, response) keeps its keyword verdict and gains ``similar(memory,
+    response)``; the signal is ``used`` when the keyword rule says so or the similarity
+    reaches ``threshold`` (contract section 3). Counts the verdicts it turns from ignored to
+    used, at ``threshold`` and at :data:`THRESHOLDS`, and the similarity's distribution over
+    the pairs the keyword rule calls used and over those it calls ignored; the examples are
+    the flips with the lowest similarity, the ones to read before trusting the threshold."""
+    import numpy as np
+
+    from memdiag.analytics.calibrate import QUANTILES, spread
+
+    p = Path(path)
+    kept: list[tuple[bool, float]] = []
+    flips: list[tuple[float, dict[str, Any]]] = []
+    try:
+        with p.open("rb") as f:
+            pairs, skipped = turns(f)
+            for session, turn, observations, response in pairs:
+                text = response.get("text")
+                if not isinstance(text, str):
+                    continue
+                words = response_words(text)
+                for observation_id, content in observations.items():
+                    kws = keywords(content)
+                    by_words = is_used(sum(k in words for k in kws), len(kws))
+                    sim = similar(content, text)
+                    kept.append((by_words, sim))
+                    if not by_words and sim >= threshold:
+                        flips.append((sim, {
+                            "session_id": session, "turn_id": turn,
+                            "observation_id": observation_id, "similarity": sim,
+                            "memory": content[:EXCERPT] + ("…" if len(content) > EXCERPT else ""),
+                        }))  # fmt: skip
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot read the events file {str(p)!r}: {exc.strerror}") from None
+
+    def summary(values: list[float]) -> dict[str, Any]:
+        if not values:
+            return spread(0, None, None, None)
+        qs = np.percentile(np.array(values), [q * 100 for _, q in QUANTILES]).tolist()
+        return spread(len(values), min(values), qs, max(values))
+
+    ignored = [s for used, s in kept if not used]
+    flipped = sum(s >= threshold for s in ignored)
+    return {
+        "source": str(p),
+        "threshold": threshold,
+        "judged": len(kept),
+        "used_keyword": len(kept) - len(ignored),
+        "used_semantic": len(kept) - len(ignored) + flipped,
+        "ignored_to_used": flipped,
+        "flipped_share": flipped / len(kept) if kept else None,
+        "similarity": {
+            "keyword_used": summary([s for used, s in kept if used]),
+            "keyword_ignored": summary(ignored),
+        },
+        "at_thresholds": [
+            {"threshold": t, "ignored_to_used": sum(s >= t for s in ignored)}
+            for t in sorted({*THRESHOLDS, threshold})
+        ],
+        "examples": [e for _, e in sorted(flips, key=lambda x: x[0])[:EXAMPLES]],
         "skipped": skipped,
     }

@@ -1,7 +1,7 @@
 -- One session's evaluated turns: each injected memory's verdict, turns in event time, and
--- the strength step each verdict gave its memory.
+-- the strength step each verdict gave its memory, and the similarity under the semantic rule.
 SELECT f.turn_id, f.observation_id, f.signal, f.match_ratio, f.keyword_count,
-       f.matched_count, f.ts, f.agent_id, f.org_id, f.project_id,
+       f.matched_count, f.similarity, f.detector, f.ts, f.agent_id, f.org_id, f.project_id,
        h.previous_strength, h.strength
 FROM retrieval_feedback f
 LEFT JOIN observation_strength_history h

@@ -74,6 +74,7 @@ def answer(q: Question, args: argparse.Namespace) -> int:
         context = {
             "db": settings.duckdb_path,
             "stream_window": settings.followup_window_seconds,
+            "similarity_threshold": settings.similarity_threshold,
             "connect": lambda: open_db(args),
         }
         if q.needs_db is None or q.needs_db(values):

@@ -582,6 +582,10 @@ def print_observation_stats(r: dict[str, Any], args: argparse.Namespace) -> None
 
 
 def print_observation_history(rows: Any, args: argparse.Namespace) -> None:
+    from memdiag.analytics.explain import verdict_rule
+    from memdiag.contract.words import SEMANTIC
+
+    semantic = any(r.get("detector") == SEMANTIC for r in rows)
     t = table(
         f"{escape(args.observation_id)}: {len(rows):,} verdicts, the most recent first",
         [
@@ -592,9 +596,10 @@ def print_observation_history(rows: Any, args: argparse.Namespace) -> None:
             "ratio",
             "matched",
             "keywords",
+            *(["similarity", "rule"] if semantic else []),
             "outcome",
         ],
-        ["ratio", "matched", "keywords"],
+        ["ratio", "matched", "keywords", "similarity"],
     )
     for r in rows:
         outcome = (
@@ -610,6 +615,14 @@ def print_observation_history(rows: Any, args: argparse.Namespace) -> None:
             f"{r['match_ratio']:.2f}",
             str(r["matched_count"]),
             str(r["keyword_count"]),
+            *(
+                [
+                    "—" if r["similarity"] is None else f"{r['similarity']:.3f}",
+                    verdict_rule(r),
+                ]
+                if semantic
+                else []
+            ),
             escape(outcome),
         )
     show(t)
@@ -877,6 +890,7 @@ def print_explanation(ex: dict[str, Any], args: argparse.Namespace) -> None:
         search_summary,
         timeline,
         turn_summary,
+        verdict_text,
     )
     from memdiag.contract.pages import session_path
 
@@ -933,8 +947,8 @@ def print_explanation(ex: dict[str, Any], args: argparse.Namespace) -> None:
                 t.add_row(
                     "",
                     f"  {escape(m['observation_id'])}",
-                    f"[{colour}]{m['signal']}[/{colour}] {m['match_ratio']:.2f} "
-                    f"({m['matched_count']} of {m['keyword_count']} keywords)" + _strength_step(m),
+                    f"[{colour}]{m['signal']}[/{colour}] {escape(verdict_text(m))}"
+                    + _strength_step(m),
                 )
         else:
             oc = item["outcome"]
@@ -1326,8 +1340,81 @@ def print_calibration(r: dict[str, Any], args: argparse.Namespace) -> None:
             f"stream's verdict on all {check['checked']:,} judged searches[/dim]"
         )
     out.print("[dim]caveats: " + escape("; ".join(r["caveats"])) + ".[/dim]")
+    if r.get("semantic"):
+        print_semantic_verdicts(r["semantic"])
     if r.get("substring_reading"):
         print_substring_reading(r["substring_reading"])
+    if r.get("semantic_reading"):
+        print_semantic_reading(r["semantic_reading"])
+
+
+def _spread_row(name: str, s: dict[str, Any]) -> list[str]:
+    """A similarity distribution as a table row: its name, how many, min, quantiles, max."""
+    return [name, f"{s['n']:,}"] + [
+        "—" if s[k] is None else f"{s[k]:.3f}"
+        for k in ("min", "p10", "p25", "median", "p75", "p90", "max")
+    ]
+
+
+SPREAD_COLUMNS = ["", "n", "min", "p10", "p25", "median", "p75", "p90", "max"]
+
+
+def print_semantic_verdicts(s: dict[str, Any]) -> None:
+    """``calibrate``: what the semantic rule did to the stored verdicts."""
+    n = s["verdicts"]
+    out.print(
+        f"\n[bold]the semantic rule[/bold] — {n:,} verdicts judged with MEMDIAG_DETECTOR=semantic: "
+        f"{s['used']:,} used ({s['used_by_keyword']:,} by the keyword rule, "
+        f"{s['ignored_to_used']:,} by the similarity alone: ignored → used, "
+        f"{s['flipped_share']:.1%} of all), {s['ignored']:,} ignored"
+    )
+    t = table("similarity of each signal, and of each rule", SPREAD_COLUMNS, SPREAD_COLUMNS[1:])
+    for name, d in s["similarity"].items():
+        t.add_row(*_spread_row(name, d))
+    for name, d in s["similarity_by_rule"].items():
+        t.add_row(*_spread_row(f"  {name}", d))
+    show(t)
+
+
+def print_semantic_reading(s: dict[str, Any]) -> None:
+    """``calibrate --events``: the file's turns under the semantic rule."""
+    if "unavailable" in s:
+        out.print(f"\n[bold]the semantic rule[/bold] — not read: {escape(s['unavailable'])}")
+        return
+    n = s["judged"]
+    out.print(
+        f"\n[bold]the semantic rule[/bold] — {n:,} injected memories of {escape(s['source'])}, "
+        f"similarity threshold {s['threshold']:g} ({s['model']['package']} "
+        f"{s['model']['version']})"
+    )
+    if not n:
+        out.print("[dim]no turn of the file has both its injection and its response[/dim]")
+        return
+    out.print(
+        f"used: {s['used_keyword']:,} by the keyword rule, {s['used_semantic']:,} by keyword OR "
+        f"similarity: {s['ignored_to_used']:,} verdicts ({s['flipped_share']:.1%}) turn "
+        "ignored → used"
+    )
+    t = table("similarity, by the keyword rule's verdict", SPREAD_COLUMNS, SPREAD_COLUMNS[1:])
+    t.add_row(*_spread_row("used by keywords", s["similarity"]["keyword_used"]))
+    t.add_row(*_spread_row("ignored by keywords", s["similarity"]["keyword_ignored"]))
+    show(t)
+    out.print(
+        "ignored → used at other thresholds: "
+        + ", ".join(
+            f"{a['threshold']:g}: {a['ignored_to_used']:,}"
+            + (" (this one)" if a["threshold"] == s["threshold"] else "")
+            for a in s["at_thresholds"]
+        )
+    )
+    if s["examples"]:
+        out.print("the flips nearest the threshold (read them before trusting it):")
+    for e in s["examples"]:
+        out.print(
+            f"  {escape(str(e['session_id']))} {escape(str(e['turn_id']))} "
+            f"{escape(str(e['observation_id']))}: similarity {e['similarity']:.3f} "
+            f"[dim]{escape(repr(e['memory']))}[/dim]"
+        )
 
 
 def print_substring_reading(s: dict[str, Any]) -> None:

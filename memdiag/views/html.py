@@ -25,6 +25,7 @@ from memdiag.contract import (
     USED_CAVEAT,
 )
 from memdiag.contract import pages as paths
+from memdiag.contract.words import SEMANTIC
 from memdiag.views import charts
 
 
@@ -446,7 +447,13 @@ def explain(ex: dict[str, Any], links: Links) -> str:
     """One session's story as a timeline: its searches, its turns with each memory used or
     ignored, the outcome and the rule that decided it, the pipeline break it ended in, and
     the weight step it gave each memory."""
-    from memdiag.analytics.explain import pipeline_down, search_summary, timeline, turn_summary
+    from memdiag.analytics.explain import (
+        pipeline_down,
+        search_summary,
+        timeline,
+        turn_summary,
+        verdict_text,
+    )
 
     o = ex["outcome"]
     agent = ex["agent_id"]
@@ -512,8 +519,7 @@ def explain(ex: dict[str, Any], links: Links) -> str:
                     f'{e(m["observation_id"])}"><td></td>'
                     f"<td>{a(links.memory(m['observation_id'], None), m['observation_id'])}</td>"
                     f'<td><span class="{e(m["signal"])}">{e(m["signal"])}</span> '
-                    f"{m['match_ratio']:.2f} ({m['matched_count']} of {m['keyword_count']} "
-                    f"keywords matched){strength}</td></tr>"
+                    f"{e(verdict_text(m))}{strength}</td></tr>"
                 )
         else:
             oc = item["outcome"]
@@ -583,6 +589,10 @@ def explain(ex: dict[str, Any], links: Links) -> str:
 
 
 # -- a memory -------------------------------------------------------------------------------
+
+
+def _similarity(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def memory(m: dict[str, Any], links: Links) -> str:
@@ -690,7 +700,10 @@ def memory(m: dict[str, Any], links: Links) -> str:
                     "its weight history in DuckDB: <code>observation_weight_history</code>",
                 )
             )
+        from memdiag.analytics.explain import verdict_rule
+
         history = m["history"]
+        semantic = any(h.get("detector") == SEMANTIC for h in history)
         if history:
             parts.append(
                 "<h3>Its verdicts (the newest first)</h3>"
@@ -702,6 +715,7 @@ def memory(m: dict[str, Any], links: Links) -> str:
                         "verdict",
                         "ratio",
                         "matched of keywords",
+                        *(["similarity", "rule"] if semantic else []),
                         "session outcome",
                     ],
                     [
@@ -712,6 +726,14 @@ def memory(m: dict[str, Any], links: Links) -> str:
                             td(None, f'<span class="{e(h["signal"])}">{e(h["signal"])}</span>'),
                             td(h["match_ratio"], f"{h['match_ratio']:.2f}"),
                             td(h["matched_count"], f"{h['matched_count']} of {h['keyword_count']}"),
+                            *(
+                                [
+                                    td(h["similarity"], _similarity(h["similarity"])),
+                                    td(verdict_rule(h)),
+                                ]
+                                if semantic
+                                else []
+                            ),
                             td(
                                 (h["outcome"] or "open")
                                 + (f" · {h['failure_category']}" if h["failure_category"] else "")
@@ -720,7 +742,7 @@ def memory(m: dict[str, Any], links: Links) -> str:
                         for h in history
                     ],
                     keys=[f"{h['session_id']}:{h['turn_id']}" for h in history],
-                    numeric=(4, 5),
+                    numeric=(4, 5, 6) if semantic else (4, 5),
                 )
                 + shown(
                     len(history),

@@ -401,8 +401,9 @@ def _calibrate(
     events: str | None,
     labels: str | None,
     stream_window: float,
+    similarity_threshold: float,
 ) -> dict[str, Any]:
-    from memdiag.analytics.calibrate import calibrate, load, stream_check
+    from memdiag.analytics.calibrate import calibrate, load, semantic_verdicts, stream_check
     from memdiag.analytics.readings import substring_flips
 
     if labels is not None:
@@ -423,12 +424,34 @@ def _calibrate(
         raise NoSessions(f"no session with an outcome to calibrate{filtered}{why}")
     result = calibrate(sessions, windows, stream_window, resamples, seed, by=by)
     result["stream_check"] = {"window_seconds": stream_window, **check}
+    result["semantic"] = semantic_verdicts(con, org, project, since)
     if events is not None:
         try:
             result["substring_reading"] = substring_flips(events)
+            result["semantic_reading"] = _semantic_reading(events, similarity_threshold)
         except FileNotFoundError as exc:
             raise Usage(str(exc)) from None
     return result
+
+
+def _semantic_reading(events: str, threshold: float) -> dict[str, Any]:
+    """``calibrate --events``: the file's turns under the semantic rule at ``threshold``;
+    what to install instead when the model is not (the rest of the answer stands)."""
+    from memdiag import semantic
+    from memdiag.analytics.readings import semantic_reading
+
+    try:
+        embed = semantic.embedder()
+    except semantic.ModelMissing as exc:
+        return {"unavailable": str(exc)}
+    last: list[Any] = [None, b""]  # the response of the turn being read, and its rows
+
+    def similar(memory: str, response: str) -> float:
+        if last[0] != response:
+            last[:] = [response, embed(response, False)]
+        return semantic.similarity(embed(memory, True), last[1])
+
+    return {**semantic_reading(events, threshold, similar), "model": semantic.describe()}
 
 
 def _labels(path: str) -> dict[str, Any]:
@@ -839,7 +862,11 @@ CALIBRATE = Question(
     "the share of resamples in which each window predicts best. Correlation only: see\n"
     "the README's 'Calibrating the proxies' for how to read it.\n"
     "With --events FILE.jsonl, the used/ignored verdicts of the file's turns are read both\n"
-    "ways: memdiag's whole words and AgentOS's substrings, with how many flip and examples.\n"
+    "ways: memdiag's whole words and AgentOS's substrings, with how many flip and examples;\n"
+    "and with the semantic rule at MEMDIAG_SIMILARITY_THRESHOLD (needs memdiag[semantic]):\n"
+    "how many it turns from ignored to used, and the similarity of each keyword verdict.\n"
+    "When the file holds semantic verdicts (MEMDIAG_DETECTOR=semantic), how many the\n"
+    "similarity alone made used, and the similarity of each signal and rule.\n"
     "With --labels FILE.jsonl (no database), the keyword rule and the semantic rule\n"
     "(MEMDIAG_DETECTOR=semantic) against labelled (memory, response, used) pairs: precision,\n"
     "recall and F1 of 'used' over similarity thresholds, the threshold the 'tune' pairs\n"
@@ -875,7 +902,8 @@ CALIBRATE = Question(
         Arg(
             "events",
             "also read the texts of this events file (the JSONL the runtime published) and "
-            "count the used/ignored verdicts that AgentOS's substring matching would flip",
+            "count the used/ignored verdicts that AgentOS's substring matching, and the "
+            "semantic rule, would flip",
             flag="--events",
             metavar="FILE.jsonl",
         ),
@@ -889,7 +917,7 @@ CALIBRATE = Question(
         ),
     ),
     _calibrate,
-    extras=("stream_window",),
+    extras=("stream_window", "similarity_threshold"),
     needs_report=True,
     needs_db=lambda v: v.get("labels") is None,
 )

@@ -7,6 +7,9 @@ several outcomes, redeliveries; and the recall pipelines of six agents, on ``mem
 fed in eight ways. Every way must give the tables of the
 independent in-order reference (``tests.reference``), on the contract's columns; so all eight
 give the same tables. Events from the future are the one exception: they are dead letters.
+Two of the ways (unkeyed, and a backlog) run the semantic used/ignored rule against the
+reference under it; ``tests/unit/test_sessions.py`` runs both rules in any arrival order,
+batched and with crashes, in process.
 
 This suite is also the proof that memdiag scales out by adding workers: two workers share
 the partitions, one leaves halfway, and two are killed and restarted under load.
@@ -14,6 +17,7 @@ the partitions, one leaves halfway, and two are killed and restarted under load.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -21,14 +25,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from memdiag import semantic as sm
 from memdiag.client import Publisher
 from memdiag.schemas.decode import parse_ts
+from memdiag.settings import Settings
 from tests.compare import (
     Snapshot,
     differences,
@@ -37,7 +44,7 @@ from tests.compare import (
     from_reference,
     net_feedback,
 )
-from tests.integration.conftest import Pipeline
+from tests.integration.conftest import Pipeline, pipeline_settings
 from tests.reference import reference
 from tests.scenario import future_events, generate
 
@@ -68,6 +75,28 @@ def scenario() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def expected(scenario: list[dict[str, Any]]) -> Snapshot:
     return from_reference(reference(scenario))
+
+
+@pytest.fixture(scope="module")
+def semantic_expected(scenario: list[dict[str, Any]]) -> Snapshot:
+    """The reference under MEMDIAG_DETECTOR=semantic (the model's similarity, its default
+    threshold)."""
+    embed = sm.embedder()
+    threshold = Settings().similarity_threshold
+    return from_reference(
+        reference(scenario, similar=lambda m, r: sm.similarity(embed(m), embed(r)),
+                  threshold=threshold)
+    )  # fmt: skip
+
+
+@pytest.fixture
+def semantic_pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+    settings = dataclasses.replace(pipeline_settings(broker_url, tmp_path), detector="semantic")
+    p = Pipeline(settings, tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop()
 
 
 def tables(p: Pipeline) -> Snapshot:
@@ -127,22 +156,30 @@ def test_through_the_python_publisher(
     assert dead_letters(pipeline) == []
 
 
-def test_unkeyed_round_robin_over_partitions(
-    pipeline: Pipeline, scenario: list, expected: Snapshot
+def test_unkeyed_round_robin_over_partitions_under_the_semantic_rule(
+    semantic_pipeline: Pipeline, scenario: list, semantic_expected: Snapshot
 ) -> None:
-    pipeline.start()
-    pipeline.publish_events(scenario, keyed=False)
-    pipeline.drain(timeout=180)
-    check(pipeline, expected)
+    """Two of the eight ways run MEMDIAG_DETECTOR=semantic (the others the default keyword
+    rule): a turn's halves on different partitions reach the same session and are judged
+    with the similarity, as the reference judges them in order."""
+    p = semantic_pipeline
+    p.start()
+    p.publish_events(scenario, keyed=False)
+    p.drain(timeout=180)
+    check(p, semantic_expected)
+    assert p.query("SELECT DISTINCT detector FROM retrieval_feedback") == [("semantic",)]
 
 
-def test_a_backlog_published_before_the_worker_starts(
-    pipeline: Pipeline, scenario: list, expected: Snapshot
+def test_a_backlog_published_before_the_worker_starts_under_the_semantic_rule(
+    semantic_pipeline: Pipeline, scenario: list, semantic_expected: Snapshot
 ) -> None:
-    pipeline.publish_events(scenario, keyed=True)
-    pipeline.start()
-    pipeline.drain(timeout=180)
-    check(pipeline, expected)
+    """A backlog arrives in batches of many sessions: the semantic rule judges them as the
+    reference does."""
+    p = semantic_pipeline
+    p.publish_events(scenario, keyed=True)
+    p.start()
+    p.drain(timeout=180)
+    check(p, semantic_expected)
 
 
 def test_future_dated_events_are_dead_letters_and_change_nothing(

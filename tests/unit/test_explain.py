@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,113 @@ def test_a_file_from_before_the_column_still_explains_and_reports(db: str, tmp_p
     verdicts = [s["verdict"] for s in ex["searches"]]
     assert verdicts[2] == f"not a followup of {HOSTILE}-b, 40 s later"  # the cause is unknown
     assert verdicts[1].startswith("followup of")
+
+
+# -- the semantic rule: each verdict's similarity and the rule that made it (#39) -------------
+
+PARAPHRASED = "Rotate the signing key before the token expires."
+REUSED = "Canary deployments go first, then the whole fleet."
+UNRELATED = "The office kitchen closes at six on Fridays."
+SAID = (
+    "The auth token's signing secret must be rolled ahead of expiry. "
+    "Canary deployments go first, then the whole fleet follows."
+)
+
+
+@pytest.fixture(scope="module")
+def semantic_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from tests.unit.test_sessions import SEMANTIC
+
+    path = tmp_path_factory.mktemp("explain-semantic") / "s.duckdb"
+    turn = [
+        ev("injection", "s-i", "sem", 1, turn_id="t1", observations=[
+            {"id": "o_para", "content": PARAPHRASED}, {"id": "o_reuse", "content": REUSED},
+            {"id": "o_none", "content": UNRELATED}]),
+        ev("response", "s-r", "sem", 2, turn_id="t1", text=SAID),
+        ev("session_outcome", "s-o", "sem", 3, outcome="accepted", tool_calls=[],
+           files_modified=[], errors=[]),
+    ]  # fmt: skip
+    into_duckdb(path, turn, settings=SEMANTIC)
+    return str(path)
+
+
+def test_a_semantic_verdict_says_its_similarity_and_its_rule(semantic_db: str) -> None:
+    """The paraphrase is used by the similarity alone (its words say ignored), the reused
+    memory by the keyword rule, the unrelated one by neither: in the JSON, the terminal and
+    the session page."""
+    from memdiag.analytics.explain import verdict_text
+
+    with duckdb.connect(semantic_db, read_only=True) as con:
+        ex = explain(con, "sem")
+        page = explain_page(ex, semantic_db)
+    [turn] = ex["turns"]
+    got = {m["observation_id"]: m for m in turn["memories"]}
+    assert {k: (m["signal"], m["rule"], m["detector"]) for k, m in got.items()} == {
+        "o_para": ("used", "similarity", "semantic"),
+        "o_reuse": ("used", "keyword", "semantic"),
+        "o_none": ("ignored", "neither", "semantic"),
+    }
+    assert got["o_para"]["match_ratio"] <= 0.3 < got["o_reuse"]["match_ratio"]
+    assert got["o_para"]["similarity"] >= 0.19 > got["o_none"]["similarity"]
+    para = verdict_text(got["o_para"])
+    assert para.startswith(f"{got['o_para']['match_ratio']:.2f} (")
+    assert para.endswith(f"· similarity {got['o_para']['similarity']:.3f} · by the similarity")
+    assert "by the keyword rule" in verdict_text(got["o_reuse"])
+    assert "by neither rule" in verdict_text(got["o_none"])
+    for m in got.values():
+        assert verdict_text(m) in page
+    text = memdiag("explain", "sem", "--db", semantic_db)
+    assert text.returncode == 0, text.stderr
+    for m in got.values():
+        assert verdict_text(m) in text.stdout, verdict_text(m)
+    as_json = json.loads(memdiag("explain", "sem", "--db", semantic_db, "--json").stdout)
+    [t] = as_json["turns"]
+    assert {m["observation_id"]: m["rule"] for m in t["memories"]} == {
+        k: m["rule"] for k, m in got.items()
+    }
+
+
+def test_a_memory_history_under_the_semantic_rule_has_the_similarity(semantic_db: str) -> None:
+    """observation-history and the memory's page add the similarity and the rule columns
+    when a verdict of the memory is a semantic one."""
+    from memdiag.serve import pages
+
+    history = memdiag("query", "observation-history", "o_para", "--db", semantic_db)
+    assert history.returncode == 0, history.stderr
+    [head] = [line for line in history.stdout.splitlines() if "session_id" in line]
+    assert "similarity" in head and "rule" in head
+    [row] = [line for line in history.stdout.splitlines() if " t1 " in line]
+    with duckdb.connect(semantic_db, read_only=True) as con:
+        [h] = json.loads(
+            memdiag("query", "observation-history", "o_para", "--db", semantic_db, "--json").stdout
+        )
+        sections = pages.memory(con, "o_para", {}).sections
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[-3:] == [f"{h['similarity']:.3f}", "similarity", "accepted"]
+    doc = "".join(html for _, _, html in sections)
+    assert re.search(r"<th[^>]*>similarity</th><th[^>]*>rule</th>", doc)
+    assert f'<td class="n">{h["similarity"]:.3f}</td><td>similarity</td><td>accepted</td>' in doc
+
+
+def test_a_file_from_before_the_detector_explains_its_verdicts_as_keyword_ones(
+    db: str, tmp_path: Path
+) -> None:
+    """A reader cannot add retrieval_feedback's similarity and detector to an older file:
+    it reads them as the sink's upgrade fills them (no similarity, the keyword rule), also
+    through a query that names the table with an alias."""
+    import shutil
+
+    old = tmp_path / "old.duckdb"
+    shutil.copy(db, old)
+    with duckdb.connect(str(old)) as con:
+        for column in ("similarity", "detector"):
+            con.execute(f"ALTER TABLE retrieval_feedback DROP COLUMN {column}")
+    with duckdb.connect(str(old), read_only=True) as con:
+        ex = explain(con, HOSTILE)
+    [turn] = ex["turns"]
+    assert {(m["detector"], m["similarity"], m["rule"]) for m in turn["memories"]} == {
+        ("keyword", None, "keyword")
+    }
+    history = memdiag("query", "observation-history", "stale", "--db", str(old), "--json")
+    assert history.returncode == 0, history.stderr
+    assert {r["detector"] for r in json.loads(history.stdout)} == {"keyword"}

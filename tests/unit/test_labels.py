@@ -110,3 +110,130 @@ def test_test_pairs_alone_cannot_choose_a_threshold(tmp_path: Path, capsys) -> N
         lb.evaluate(lb.load(path), lambda m, r: 0.5)
     assert main(["calibrate", "--labels", str(PAIRS), "--events", str(path)]) == 2
     assert "--labels scores labelled pairs" in capsys.readouterr().err
+
+
+# -- calibrate on the user's own data: what the semantic rule changes ----------------------
+
+
+def _turns(tmp_path: Path, pairs: list[tuple[str, str]]) -> Path:
+    """An events file of one turn per (memory, response) pair, in the order given."""
+    lines = []
+    for i, (memory, response) in enumerate(pairs):
+        base = {"ts": f"2026-11-21T10:{i // 60:02d}:{i % 60:02d}Z", "session_id": f"s{i:03d}",
+                "turn_id": "t1"}  # fmt: skip
+        lines.append({**base, "kind": "injection", "event_id": f"i{i}",
+                      "observations": [{"id": f"o{i}", "content": memory}]})  # fmt: skip
+        lines.append({**base, "kind": "response", "event_id": f"r{i}", "text": response})
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_the_semantic_reading_of_an_events_file_counts_what_it_turns(tmp_path: Path) -> None:
+    """Each pair keeps its keyword verdict; the similarity turns an ignored one into used at
+    the threshold and at each other one; the figures are an independent count's."""
+    import numpy as np
+
+    from memdiag.analytics.readings import semantic_reading
+
+    rows = [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
+    pairs = [(r["memory"], r["response"]) for r in rows]
+    score = {pair: (i * 37 % 100) / 100 for i, pair in enumerate(pairs)}  # any function
+    got = semantic_reading(_turns(tmp_path, pairs), 0.19, lambda m, r: score[(m, r)])
+    by_words = [lb.keyword_used(m, r) for m, r in pairs]
+    ignored = [score[p] for p, used in zip(pairs, by_words, strict=True) if not used]
+    assert got["judged"] == len(pairs) and got["used_keyword"] == sum(by_words)
+    assert got["ignored_to_used"] == sum(s >= 0.19 for s in ignored)
+    assert got["used_semantic"] == got["used_keyword"] + got["ignored_to_used"]
+    assert {a["threshold"]: a["ignored_to_used"] for a in got["at_thresholds"]} == {
+        t: sum(s >= t for s in ignored) for t in (0.1, 0.15, 0.19, 0.25, 0.3, 0.4, 0.5)
+    }
+    dist = got["similarity"]["keyword_ignored"]
+    assert dist["n"] == len(ignored) and dist["min"] == min(ignored)
+    assert dist["median"] == pytest.approx(float(np.median(ignored)))
+    sims = [e["similarity"] for e in got["examples"]]
+    assert sims == sorted(sims) and sims[0] == min(s for s in ignored if s >= 0.19)
+    assert got["skipped"] == {"not_json": 0, "bad_ts": 0, "unpaired_turns": 0}
+
+
+def test_calibrate_events_reads_the_file_with_the_semantic_rule(tmp_path: Path) -> None:
+    """The command, on memdiag's own labelled pairs as an events file: the paraphrases the
+    keyword rule calls ignored are the flips; without the model, the rest still answers."""
+    import subprocess
+    import sys
+
+    from tests.unit.test_sessions import into_duckdb, session
+
+    db = tmp_path / "d.duckdb"
+    into_duckdb(db, *(session(f"s{i}", "accepted", ["a"]) for i in range(3)))
+    rows = [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
+    events = _turns(tmp_path, [(r["memory"], r["response"]) for r in rows])
+
+    def run(*env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "memdiag.cli", "calibrate", "--db", str(db), "--events",
+             str(events), "--resamples", "0", "--json"],
+            capture_output=True, text=True, timeout=120,
+            env={"PATH": "/usr/bin:/bin", **dict(e.split("=", 1) for e in env)},
+        )  # fmt: skip
+
+    done = run()
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout)["semantic_reading"]
+    assert r["threshold"] == 0.19 and r["model"]["package"] == "wordllama"
+    kw = {k: sum(lb.keyword_used(x["memory"], x["response"]) for x in rows if x["kind"] == k)
+          for k in ("paraphrase",)}  # fmt: skip
+    assert kw == {"paraphrase": 0} and r["judged"] == 96
+    assert r["ignored_to_used"] >= 15  # the 16 paraphrases but p017, and topical pairs
+    higher = json.loads(run("MEMDIAG_SIMILARITY_THRESHOLD=0.5").stdout)["semantic_reading"]
+    assert higher["threshold"] == 0.5 and higher["ignored_to_used"] < r["ignored_to_used"]
+    assert json.loads(done.stdout)["semantic"] is None  # the worker ran the keyword rule
+
+
+def test_without_the_model_the_reading_says_what_to_install(monkeypatch, tmp_path: Path) -> None:
+    from memdiag import semantic
+    from memdiag.views import questions
+
+    def missing(*args: object) -> None:
+        raise semantic.ModelMissing("pip install 'memdiag[semantic]'")
+
+    monkeypatch.setattr(semantic, "embedder", missing)
+    got = questions._semantic_reading(str(_turns(tmp_path, [("a", "b")])), 0.19)
+    assert got == {"unavailable": "pip install 'memdiag[semantic]'"}
+
+
+def test_calibrate_on_semantic_verdicts_in_duckdb(tmp_path: Path) -> None:
+    """Verdicts the worker gave under MEMDIAG_DETECTOR=semantic: how many the similarity
+    alone made used, and the similarity of each signal and rule, as a recount of the rows
+    with the explain's rule (memdiag.analytics.explain.verdict_rule) and numpy gives."""
+    import duckdb
+    import numpy as np
+
+    from memdiag.analytics.calibrate import semantic_verdicts
+    from memdiag.analytics.explain import verdict_rule
+    from tests.unit.test_sessions import SEMANTIC, into_duckdb
+
+    rows = [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
+    events = [json.loads(line) for line in _turns(tmp_path, [(r["memory"], r["response"])
+                                                              for r in rows]).read_text().split("\n") if line]  # fmt: skip
+    db = tmp_path / "s.duckdb"
+    into_duckdb(db, events, settings=SEMANTIC)
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = semantic_verdicts(con)
+        stored = [
+            dict(zip(("signal", "similarity", "matched_count", "keyword_count", "detector"), r,
+                     strict=True))
+            for r in con.execute("SELECT signal, similarity, matched_count, keyword_count, "
+                                 "detector FROM retrieval_feedback").fetchall()
+        ]  # fmt: skip
+        assert semantic_verdicts(con, org="nobody") is None
+    assert got is not None and got["verdicts"] == len(stored) == 96
+    rules = [verdict_rule(v) for v in stored]
+    assert got["ignored_to_used"] == rules.count("similarity") >= 15
+    assert got["used_by_keyword"] == rules.count("keyword")
+    assert got["ignored"] == rules.count("neither")
+    for rule, d in got["similarity_by_rule"].items():
+        sims = [v["similarity"] for v, r in zip(stored, rules, strict=True) if r == rule]
+        assert d["n"] == len(sims) and d["max"] == max(sims)
+        assert d["p25"] == pytest.approx(float(np.percentile(sims, 25)), abs=1e-6)
+    assert got["similarity"]["ignored"]["max"] < 0.19 <= got["similarity"]["used"]["min"]

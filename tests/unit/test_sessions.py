@@ -69,12 +69,14 @@ class Worker(World):
         self.run()
 
 
-def into_duckdb(path: Path, *published: list[dict[str, Any]]) -> DuckDBSink:
+def into_duckdb(
+    path: Path, *published: list[dict[str, Any]], settings: Settings = SETTINGS
+) -> DuckDBSink:
     """The worker's logic on each list of events in turn (settling after each), its records
     written by the real sink into a new DuckDB file; the sink, to write more."""
     sink = DuckDBSink(path)
     sink.init()
-    w = Worker()
+    w = Worker(settings)
     for events in published:
         w.publish(events)
     sink.write([*w.records, *w.weights])
