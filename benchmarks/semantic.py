@@ -1,7 +1,7 @@
 """The semantic rule's cost: the real worker with MEMDIAG_DETECTOR=semantic against the
 keyword rule, in one run, on a mix where every turn injects five memories (issue #39).
 
-    .venv/bin/python benchmarks/semantic.py [--sessions 400] [--turns 6] [--runs 2]
+    .venv/bin/python benchmarks/semantic.py [--sessions 1200] [--turns 6] [--runs 2]
 
 One embedded broker (Tansu); per mode (single events, and arrays of a session's events as
 ``memdiag publish`` sends them) and per run, the same events are published under a fresh
@@ -111,7 +111,7 @@ def _ts(seconds: float) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--sessions", type=int, default=1200)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()

@@ -191,14 +191,24 @@ class Model:
         sentences = self.tokens(text)
         if not sentences:
             return b""
-        sums = [self._table[s].astype(np.float64).sum(axis=0) for s in sentences]
-        rows = [np.sum(sums, axis=0)] if len(sums) == 1 else [np.sum(sums, axis=0), *sums]
-        out = []
-        for v in rows:
-            top = float(np.abs(v).max())
-            if top > 0.0:
-                out.append(np.rint(v * 127.0 / top).astype(np.int8).tobytes())
-        return b"".join(out)
+        # One gather, and every row's sum in one product with a 0/1 matrix (the whole text,
+        # then each sentence): every partial sum is exact (module docstring), so neither the
+        # order of the additions nor the BLAS changes a bit.
+        ids = np.array([i for s in sentences for i in s], dtype=np.intp)
+        tokens = self._table.take(ids, axis=0).astype(np.float64)
+        if len(sentences) == 1:
+            rows = tokens.sum(axis=0, keepdims=True)
+        else:
+            pick = np.zeros((len(sentences) + 1, len(ids)))
+            pick[0] = 1.0
+            at = 0
+            for k, sentence in enumerate(sentences, 1):
+                pick[k, at : at + len(sentence)] = 1.0
+                at += len(sentence)
+            rows = pick @ tokens
+        tops = np.abs(rows).max(axis=1)
+        kept = tops > 0.0
+        return np.rint(rows[kept] * 127.0 / tops[kept][:, None]).astype(np.int8).tobytes()
 
 
 def similarity(a: bytes, b: bytes) -> float:
@@ -215,6 +225,28 @@ def similarity(a: bytes, b: bytes) -> float:
     rows_b, norms_b = _parsed(b)
     cosines = (rows_a @ rows_b.T) / np.sqrt(np.multiply.outer(norms_a, norms_b))
     return round(min(max(float(cosines.max()), 0.0), 1.0), 6)
+
+
+def similarities(memories: list[bytes], response: bytes) -> list[float]:
+    """:func:`similarity` of each of ``memories`` with ``response``, in one product: the
+    same arithmetic on each pair (each cosine is computed alone, from exact integers), so
+    each value equals :func:`similarity`'s to the bit."""
+    import numpy as np
+
+    if not response:
+        return [0.0] * len(memories)
+    rows_r, norms_r = _parsed(response)
+    present = [m for m in memories if m]
+    if not present:
+        return [0.0] * len(memories)
+    parsed = [_parsed(m) for m in present]
+    rows = np.concatenate([r for r, _ in parsed]) if len(parsed) > 1 else parsed[0][0]
+    norms = np.concatenate([n for _, n in parsed]) if len(parsed) > 1 else parsed[0][1]
+    cosines = (rows @ rows_r.T) / np.sqrt(np.multiply.outer(norms, norms_r))
+    starts = np.cumsum([0] + [len(n) for _, n in parsed[:-1]])
+    best = np.maximum.reduceat(cosines.max(axis=1), starts).tolist()
+    found = iter(best)
+    return [round(min(max(next(found), 0.0), 1.0), 6) if m else 0.0 for m in memories]
 
 
 #: Parsed rows remembered by their bytes (a memory's come again in turn after turn, and a

@@ -96,13 +96,16 @@ class Cache(Generic[V]):
             self.budget._touch((self.index, key))
         return value
 
-    def put(self, key: str, value: V, encoded_bytes: int | None = None) -> None:
+    def put(self, key: str, value: V, encoded_bytes: int | None = None, raw_bytes: int = 0) -> None:
         """Keep ``value`` as the most recently used; it weighs ``encoded_bytes`` times
-        :data:`DECODED_PER_ENCODED` (None: what it weighed before, or one encoded KB)."""
+        :data:`DECODED_PER_ENCODED` (None: what it weighed before, or one encoded KB), but
+        ``raw_bytes`` of them (bytes values, held decoded as they are stored: a session's
+        vectors) only once."""
         if encoded_bytes is None:
             weight = self._weights.get(key, 1024 * DECODED_PER_ENCODED)
         else:
-            weight = max(1, encoded_bytes) * DECODED_PER_ENCODED
+            raw = min(raw_bytes, encoded_bytes)
+            weight = max(1, encoded_bytes - raw) * DECODED_PER_ENCODED + raw
         self._values.pop(key, None)
         if self.max_entries is not None and len(self._values) >= self.max_entries:
             self.pop(next(iter(self._values)))  # the least recently put of this cache

@@ -61,19 +61,23 @@ def judge(
     memory_vectors: bytes | None,
     response_vectors: bytes | None,
     threshold: float | None,
+    sim: float | None = None,
 ) -> Feedback:
     """The verdict under either detector: the keyword rule's, and under
     MEMDIAG_DETECTOR=semantic (``threshold`` set) when both halves were embedded, ``used``
     also when their similarity reaches ``threshold`` (contract section 3). Pure: the vectors
     are stored, so a late half or a replay judges again without the model. Under keyword
     (``threshold`` None) stored vectors are never read: a log written under semantic gives
-    keyword verdicts, and a worker without numpy never needs it."""
+    keyword verdicts, and a worker without numpy never needs it. ``sim``: their similarity,
+    when the caller measured it already (``memdiag.semantic.similarities``, a turn's
+    memories in one product)."""
     feedback = judge_keywords(kws, response)
     if threshold is None or memory_vectors is None or response_vectors is None:
         return feedback
-    from memdiag.semantic import similarity
+    if sim is None:
+        from memdiag.semantic import similarity
 
-    sim = similarity(memory_vectors, response_vectors)
+        sim = similarity(memory_vectors, response_vectors)
     used = feedback.signal == USED or sim >= threshold
     return msgspec.structs.replace(
         feedback, signal=USED if used else IGNORED, similarity=sim, detector=SEMANTIC

@@ -120,11 +120,18 @@ class Turn:
             return []
         self.response = half
         changed: list[Change] = []
+        sims: dict[str, float] = {}
+        if self.threshold is not None and vectors is not None and len(self.contents) > 1:
+            from memdiag.semantic import similarities
+
+            embedded = [(o, h.vectors) for o, h in self.contents.items() if h.vectors is not None]
+            found = similarities([v for _, v in embedded], vectors)
+            sims = {o: sim for (o, _), sim in zip(embedded, found, strict=True)}
         for obs_id in self.contents:
-            self._judge(obs_id, changed)
+            self._judge(obs_id, changed, sims.get(obs_id))
         return changed
 
-    def _judge(self, obs_id: str, changed: list[Change]) -> None:
+    def _judge(self, obs_id: str, changed: list[Change], sim: float | None = None) -> None:
         response = self.response
         content = self.contents[obs_id]
         if response is None:
@@ -132,7 +139,12 @@ class Turn:
         later = max(response.order, content.order)
         judged = Judged(
             judge(
-                content.words, response.words, content.vectors, response.vectors, self.threshold
+                content.words,
+                response.words,
+                content.vectors,
+                response.vectors,
+                self.threshold,
+                sim,
             ),  # fmt: skip
             later[0],
             response.scope,

@@ -120,6 +120,17 @@ class OwnerVerdict:
     version: int
 
 
+def vector_bytes(rec: LogRecord) -> int:
+    """The stored bytes of a record's vectors (an injection's or a response's; 0: none):
+    the log is JSON, a vector's bytes base64 in quotes."""
+    vectors = getattr(rec, "vectors", None)
+    if vectors is None:
+        return 0
+    if isinstance(vectors, bytes):
+        return 4 * ((len(vectors) + 2) // 3) + 2
+    return sum(4 * ((len(v) + 2) // 3) + 2 for v in vectors)
+
+
 class Session(SpanTurns):
     """A session's log and everything derived from it."""
 
@@ -133,6 +144,9 @@ class Session(SpanTurns):
         self.sealed = 0
         self.chunk = CHUNK
         self.chunk_bytes = 0  # the stored bytes of its sealed chunks (what its cache weighs)
+        #: the stored bytes of the log's vectors (MEMDIAG_DETECTOR=semantic): held decoded
+        #: as bytes (3/4 of their base64), so its cache weighs them once, not as objects
+        self.vector_bytes = 0
         self.scopes: list[Scope] = []
         self._scope_index: dict[Scope, int] = {}
         self.last_seen_ms = 0  # processing time (Kafka timestamp) of the last event
@@ -185,6 +199,8 @@ class Session(SpanTurns):
         rec = record_of(event, scope, published_ms, self.config.store_text, revision,
                         self.config.embed)  # fmt: skip
         self.records.append(rec)
+        if self.config.embed is not None:
+            self.vector_bytes += vector_bytes(rec)
         self._apply(rec, len(self.records) - 1, out)
 
     def ingest_span(self, d: dict[str, Any], scope: Scope, out: Output) -> None:
@@ -202,6 +218,7 @@ class Session(SpanTurns):
         every record in the order it came."""
         start = len(self.records)
         self.records.extend(records)
+        self.vector_bytes += sum(map(vector_bytes, records))
         for seq in range(start, len(self.records)):
             self._know_span(self.records[seq], seq)
         self._spans_known = True

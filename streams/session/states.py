@@ -135,7 +135,8 @@ class SessionStates:
         )
         encoded = _ENCODE.encode(head)
         store.put(HEAD + session.session_id, encoded, partition)
-        self._cache.put(session.session_id, session, session.chunk_bytes + len(encoded))
+        self._cache.put(session.session_id, session, session.chunk_bytes + len(encoded),
+                        session.vector_bytes)  # fmt: skip
         self._expiry(session.partition, store)[session.session_id] = session.last_seen_ms
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:

@@ -65,3 +65,15 @@ def test_every_stage_of_a_worker_shares_one_budget() -> None:
     budget = shared_budget(3 << 20)
     assert sessions.states._cache.budget is budget is observations._cache.budget
     assert observations._strengths.budget is budget
+
+
+def test_raw_bytes_weigh_once() -> None:
+    """A session's vectors (bytes held decoded as they are stored) weigh their bytes, not
+    DECODED_PER_ENCODED times them: under MEMDIAG_DETECTOR=semantic a session's cache entry
+    was five times too heavy, and the sessions of a busy worker no longer fit."""
+    budget = Budget(10_000 * DECODED_PER_ENCODED)
+    cache = budget.cache("sessions")
+    cache.put("s", "S", 1_000, raw_bytes=600)
+    assert budget.used == 400 * DECODED_PER_ENCODED + 600
+    cache.put("s", "S", 100, raw_bytes=600)  # never more raw than encoded
+    assert budget.used == 1 * DECODED_PER_ENCODED + 100

@@ -136,6 +136,17 @@ def test_similarity_is_symmetric_bounded_and_one_on_itself(a: str, b: str) -> No
         assert s == 0.0
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=60), max_size=6), st.text(max_size=80))
+def test_a_turns_similarities_in_one_product_are_each_pairs(memories: list, response: str) -> None:
+    """memdiag.semantic.similarities (a turn's memories against its response, one product)
+    gives each pair's similarity to the bit, empty texts included."""
+    m = sm.model()
+    rows = [m.vectors(t) for t in memories]
+    r = m.vectors(response)
+    assert sm.similarities(rows, r) == [sm.similarity(v, r) for v in rows]
+
+
 def test_paraphrases_score_above_their_unrelated_partners(model: sm.Model) -> None:
     """Each paraphrase pair against the same memory with the unrelated pair's response of
     the same position: the model ranks 15 of the 16 right. The one it misses, p017, shares
@@ -216,3 +227,42 @@ def test_a_log_written_before_the_vectors_decodes() -> None:
     injection, response = decode(old)
     assert isinstance(injection, InjectionRec) and injection.vectors is None
     assert isinstance(response, ResponseRec) and response.vectors is None
+
+
+def test_a_sessions_cache_weight_counts_its_vectors_once() -> None:
+    """Under the semantic rule a session's log holds its vectors as base64 in the JSON; the
+    session counts exactly those stored bytes (``vector_bytes``) as it applies its events
+    and as it is loaded again, and its cache entry weighs them once: 300 sessions of six
+    turns of five memories fit the default budget, none decoded again (before, each weighed
+    about five times its keyword size and the cache thrashed)."""
+    import base64
+    import dataclasses
+    import sys
+
+    from memdiag.settings import Settings
+    from memdiag.streams.session.records import encode
+    from memdiag.streams.session.session import vector_bytes
+    from tests.inmemory import STATE, World
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    from semantic import make_events
+
+    w = World(dataclasses.replace(Settings(), detector="semantic"))
+    w.publish(make_events(300, 6))
+    w.run(max_batch=1000)
+    states = w.processor.states
+    assert states.decoded == 0
+    session = next(iter(states._cache._values.values()))
+    for rec in session.records:
+        vectors = getattr(rec, "vectors", None)
+        if vectors is None:
+            continue
+        stored = encode([rec])
+        each = [vectors] if isinstance(vectors, bytes) else list(vectors)
+        assert all(b'"' + base64.b64encode(v) + b'"' in stored for v in each)
+        assert vector_bytes(rec) == sum(len(base64.b64encode(v)) + 2 for v in each)
+    assert session.vector_bytes == sum(map(vector_bytes, session.records)) > 0
+    states.forget_decoded()
+    store = w.runner.checkpoint.view(STATE)
+    again = states.load(session.session_id, session.partition, store)
+    assert again is not None and again.vector_bytes == session.vector_bytes
