@@ -51,7 +51,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: The package whose wheel carries the files, and its version (the checksums are its files').
 PACKAGE, VERSION = "wordllama", "0.4.0.post1"
@@ -286,36 +286,64 @@ def model() -> Model:
     return _MODEL
 
 
-#: Texts whose rows :func:`embedder` remembers, by content hash: memory systems inject the
-#: same memories into many sessions. At most about 4 KB each (16 rows): 40 MB at worst,
-#: about 2.5 MB for memories of one or two sentences.
+#: Texts whose rows :func:`embedder` remembers, by content hash, when no cache is given:
+#: memory systems inject the same memories into many sessions. At most about 4 KB each (16
+#: rows): 40 MB at worst, about 2.5 MB for memories of one or two sentences. The worker
+#: gives its own cache instead, in its one byte budget (``MEMDIAG_DECODED_CACHE_MB``).
 EMBED_CACHE = 10_000
 
 
-def embedder(entries: int = EMBED_CACHE) -> Callable[[str, bool], bytes]:
+class RowsCache(Protocol):
+    """Where :func:`embedder` keeps a memory's rows (``memdiag.streams.lru.Cache``: the
+    worker's byte budget, each entry weighing its bytes)."""
+
+    def get(self, key: str) -> bytes | None: ...
+    def put(self, key: str, value: bytes, encoded_bytes: int, raw_bytes: int) -> None: ...
+
+
+class _Bounded:
+    """A :class:`RowsCache` of the last ``entries`` texts (no budget given)."""
+
+    def __init__(self, entries: int):
+        self.entries = entries
+        self._rows: OrderedDict[str, bytes] = OrderedDict()
+
+    def get(self, key: str) -> bytes | None:
+        rows = self._rows.get(key)
+        if rows is not None:
+            self._rows.move_to_end(key)
+        return rows
+
+    def put(self, key: str, value: bytes, encoded_bytes: int, raw_bytes: int) -> None:
+        self._rows[key] = value
+        if len(self._rows) > self.entries:
+            self._rows.popitem(last=False)
+
+
+def embedder(
+    entries: int = EMBED_CACHE, cache: RowsCache | None = None
+) -> Callable[[str, bool], bytes]:
     """The process's model as a function (text, remember) -> rows. With ``remember`` (a
-    memory's content: memory systems inject the same ones into many sessions) the last
-    ``entries`` such texts are kept by their content hash; a response, which does not come
-    again, is embedded and forgotten. The model is loaded, and checked, here: a worker that
-    cannot load it stops at start with what to install."""
+    memory's content: memory systems inject the same ones into many sessions) the text's
+    rows are kept by its content hash, in ``cache`` (weighing their bytes) or else the last
+    ``entries`` such texts; a response, which does not come again, is embedded and
+    forgotten. The model is loaded, and checked, here: a worker that cannot load it stops at
+    start with what to install."""
     m = model()
-    cache: OrderedDict[bytes, bytes] = OrderedDict()
+    kept: RowsCache = _Bounded(entries) if cache is None else cache
     lock = threading.Lock()
 
     def embed(text: str, remember: bool = True) -> bytes:
         if not remember:
             return m.vectors(text)
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
         with lock:
-            rows = cache.get(key)
-            if rows is not None:
-                cache.move_to_end(key)
-                return rows
+            rows = kept.get(key)
+        if rows is not None:
+            return rows
         rows = m.vectors(text)
         with lock:
-            cache[key] = rows
-            if len(cache) > entries:
-                cache.popitem(last=False)
+            kept.put(key, rows, len(rows) + len(key), len(rows) + len(key))
         return rows
 
     return embed

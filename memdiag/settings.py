@@ -313,8 +313,9 @@ class Settings:
         "MEMDIAG_DECODED_CACHE_MB",
         32,
         "the bytes of decoded state a worker keeps in memory between batches, for all its "
-        "stages (sessions, ledgers, strengths): one budget, the least recently used evicted "
-        "first, whatever its stage. A decoded object is about ten times its stored size. The "
+        "stages (sessions, ledgers, strengths, and under MEMDIAG_DETECTOR=semantic the "
+        "memories' vectors): one budget, the least recently used evicted first, whatever its "
+        "stage. A decoded object is about ten times its stored size (vectors: once). The "
         "worker's memory grows with it, not with the sessions it keeps.",
     )
     changelog_compaction_lag_hours: float = setting(

@@ -207,6 +207,29 @@ def test_the_embedder_remembers_memories_not_responses(model: sm.Model) -> None:
     assert embed(LONG, False) == model.vectors(LONG)
 
 
+def test_the_workers_memory_rows_are_in_its_one_byte_budget(model: sm.Model) -> None:
+    """The session stage keeps a memory's rows in the worker's budget of decoded state
+    (MEMDIAG_DECODED_CACHE_MB), weighing their bytes and key; a response's are not kept."""
+    import dataclasses
+
+    from memdiag.settings import Settings
+    from memdiag.streams.lru import DECODED_PER_ENCODED, shared_budget
+    from memdiag.streams.stages.sessions import SessionStage
+
+    settings = dataclasses.replace(Settings(), detector="semantic", decoded_cache_mb=3)
+    stage = SessionStage(settings, lambda session_id: 0)
+    embed = stage._config.embed
+    assert embed is not None
+    budget = shared_budget(3 << 20)
+    [rows_cache] = [c for c in budget._caches.values() if c.name == "memory rows"]
+    before = budget.used
+    rows = embed(SIGNING, True)
+    assert rows == model.vectors(SIGNING) and embed(SIGNING, True) is rows
+    assert embed(LONG, False) == model.vectors(LONG)
+    assert len(rows_cache) == 1
+    assert budget.used - before == DECODED_PER_ENCODED + len(rows) + 32
+
+
 def test_the_worker_stops_at_start_when_the_model_is_missing(monkeypatch, capsys) -> None:
     from memdiag.cli import main
 
