@@ -85,14 +85,15 @@ ADDED_MACRO_COLUMNS = (
     ("recall_trend", (("task_probed", "BIGINT", "0"), ("task_hits", "BIGINT", "0"),
                       ("task_recall_rate", "DOUBLE", "NULL"))),
 )  # fmt: skip
-#: ``FROM table``, and the alias that follows it if any (``FROM retrieval_feedback f``): the
-#: replacement keeps it, and a longer name that starts with the table's is not the table.
+#: ``FROM table``, and the alias that follows it on its line if any (``FROM retrieval_feedback
+#: f``): the replacement keeps it, and a longer name that starts with the table's is not the
+#: table. memdiag's SQL writes its keywords in capitals: a lowercase "from" is prose.
 _FROM = {
     table: re.compile(
-        rf"\bFROM {table}\b(?:\s+(?:AS\s+)?(?!(?:WHERE|JOIN|LEFT|RIGHT|INNER|FULL|CROSS|"
+        rf"\bFROM {table}\b(?:[ \t]+(?:AS[ \t]+)?(?!(?:WHERE|JOIN|LEFT|RIGHT|INNER|FULL|CROSS|"
         r"NATURAL|POSITIONAL|ASOF|ANTI|SEMI|ON|USING|GROUP|ORDER|HAVING|WINDOW|QUALIFY|LIMIT|"
-        r"OFFSET|UNION|EXCEPT|INTERSECT)\b)([A-Za-z_]\w*))?",
-        re.IGNORECASE,
+        r"OFFSET|UNION|EXCEPT|INTERSECT|SELECT|TABLESAMPLE|USING|PIVOT|UNPIVOT|AND|OR)\b)"
+        r"([A-Za-z_]\w*))?"
     )
     for table, _, _, _ in ADDED_COLUMNS
 }
@@ -199,11 +200,16 @@ def observation_stats(con: duckdb.DuckDBPyConnection, observation_id: str) -> di
 def observation_history(
     con: duckdb.DuckDBPyConnection, observation_id: str, limit: int = 100
 ) -> Rows:
-    """One observation's verdicts, the newest first, each with its session's outcome."""
+    """One observation's verdicts, the newest first, each with its session's outcome and the
+    rule that made it (``memdiag.analytics.explain.verdict_rule``)."""
+    from memdiag.analytics.explain import verdict_rule
     from memdiag.analytics.lookup import ensure_known
 
     ensure_known(con, "observation", observation_id)
-    return counted(con, "observation_history", observation_id=observation_id, limit=limit)
+    found = counted(con, "observation_history", observation_id=observation_id, limit=limit)
+    for r in found:
+        r["rule"] = verdict_rule(r)
+    return found
 
 
 def observation_steps(

@@ -320,6 +320,18 @@ class _Bounded:
             self._rows.popitem(last=False)
 
 
+#: What a remembered memory's rows cost beyond their bytes and key (the bytes object, the
+#: key's string, the budget's slot and dict entries: measured with tracemalloc, about 280).
+ENTRY_BYTES = 300
+
+
+def installed() -> bool:
+    """Whether memdiag[semantic] is installed (the model's package and what reads it); the
+    model may still fail its checks at load (:class:`ModelMissing`)."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in (PACKAGE, "numpy", "tokenizers"))  # fmt: skip
+
+
 def embedder(
     entries: int = EMBED_CACHE, cache: RowsCache | None = None
 ) -> Callable[[str, bool], bytes]:
@@ -331,6 +343,9 @@ def embedder(
     start with what to install."""
     m = model()
     kept: RowsCache = _Bounded(entries) if cache is None else cache
+    # The worker calls it from its one processing thread only (a shared budget's order is
+    # not locked: its other caches are written from that thread too); the lock keeps a
+    # calibration or a test that embeds from several threads consistent.
     lock = threading.Lock()
 
     def embed(text: str, remember: bool = True) -> bytes:
@@ -343,7 +358,8 @@ def embedder(
             return rows
         rows = m.vectors(text)
         with lock:
-            kept.put(key, rows, len(rows) + len(key), len(rows) + len(key))
+            size = len(rows) + len(key) + ENTRY_BYTES
+            kept.put(key, rows, size, size)
         return rows
 
     return embed

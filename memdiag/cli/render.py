@@ -1362,8 +1362,15 @@ SPREAD_COLUMNS = ["", "n", "min", "p10", "p25", "median", "p75", "p90", "max"]
 def print_semantic_verdicts(s: dict[str, Any]) -> None:
     """``calibrate``: what the semantic rule did to the stored verdicts."""
     n = s["verdicts"]
+    if not n:
+        out.print(
+            "\n[bold]the semantic rule[/bold] — no verdict judged with MEMDIAG_DETECTOR=semantic "
+            f"with these filters ({s['in_file']:,} in the file)"
+        )
+        return
     out.print(
-        f"\n[bold]the semantic rule[/bold] — {n:,} verdicts judged with MEMDIAG_DETECTOR=semantic: "
+        f"\n[bold]the semantic rule[/bold] — {n:,} verdicts judged with MEMDIAG_DETECTOR=semantic "
+        "(in every session, with an outcome or not): "
         f"{s['used']:,} used ({s['used_by_keyword']:,} by the keyword rule, "
         f"{s['ignored_to_used']:,} by the similarity alone: ignored → used, "
         f"{s['flipped_share']:.1%} of all), {s['ignored']:,} ignored"

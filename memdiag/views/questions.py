@@ -425,6 +425,10 @@ def _calibrate(
     result = calibrate(sessions, windows, stream_window, resamples, seed, by=by)
     result["stream_check"] = {"window_seconds": stream_window, **check}
     result["semantic"] = semantic_verdicts(con, org, project, since)
+    if result["semantic"] is None and (org or project or since):
+        everything = semantic_verdicts(con)
+        if everything is not None:  # say that the filters left none out of those there are
+            result["semantic"] = {"verdicts": 0, "in_file": everything["verdicts"]}
     if events is not None:
         try:
             result["substring_reading"] = substring_flips(events)
@@ -440,6 +444,9 @@ def _semantic_reading(events: str, threshold: float) -> dict[str, Any]:
     from memdiag import semantic
     from memdiag.analytics.readings import semantic_reading
 
+    if not semantic.installed():
+        return {"unavailable": "reading the file with the semantic rule needs its model: "
+                "pip install 'memdiag[semantic]'"}  # fmt: skip
     try:
         embed = semantic.embedder()
     except semantic.ModelMissing as exc:

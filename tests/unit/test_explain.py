@@ -343,6 +343,7 @@ def test_a_memory_history_under_the_semantic_rule_has_the_similarity(semantic_db
             memdiag("query", "observation-history", "o_para", "--db", semantic_db, "--json").stdout
         )
         sections = pages.memory(con, "o_para", {}).sections
+    assert h["rule"] == "similarity" and h["detector"] == "semantic"
     cells = [c.strip() for c in row.split("│")[1:-1]]
     assert cells[-3:] == [f"{h['similarity']:.3f}", "similarity", "accepted"]
     doc = "".join(html for _, _, html in sections)
@@ -371,4 +372,34 @@ def test_a_file_from_before_the_detector_explains_its_verdicts_as_keyword_ones(
     }
     history = memdiag("query", "observation-history", "stale", "--db", str(old), "--json")
     assert history.returncode == 0, history.stderr
-    assert {r["detector"] for r in json.loads(history.stdout)} == {"keyword"}
+    assert {(r["detector"], r["rule"]) for r in json.loads(history.stdout)} == {
+        ("keyword", "keyword")
+    }
+
+
+@pytest.mark.parametrize(
+    ("sql", "alias"),
+    [
+        ("SELECT {c} FROM searches WHERE TRUE", None),
+        ("SELECT {c} FROM searches s, span WHERE TRUE", "s"),
+        ("SELECT t.{c} FROM searches AS t WHERE TRUE", "t"),
+        ("SELECT {c} FROM searches\nWHERE TRUE", None),
+        ("SELECT {c} FROM searches TABLESAMPLE 10%", None),
+        ("FROM searches SELECT {c}", None),
+        ("SELECT {c} FROM searches ORDER BY 1", None),
+    ],
+)
+def test_an_older_files_column_is_read_through_the_tables_alias(sql: str, alias: str) -> None:
+    """A reader adds a column an older file lacks by reading the table through a subquery,
+    under the alias the statement gives it (or the table's name); prose, another table whose
+    name starts with it and the next line are left alone."""
+    from memdiag.analytics.queries import upgraded
+
+    with duckdb.connect() as con:
+        con.execute("CREATE TABLE searches (a INTEGER)")
+        con.execute("CREATE TABLE span (x INTEGER)")
+        got = upgraded(con, sql.format(c="disjoint_new_query"))
+        assert f") AS {alias or 'searches'}" in got and got.count("FROM (SELECT *,") == 1
+        con.execute(got)
+        prose = "-- what reads from searches\nSELECT disjoint_new_query FROM searches_x"
+        assert upgraded(con, prose) == prose

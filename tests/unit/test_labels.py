@@ -191,15 +191,64 @@ def test_calibrate_events_reads_the_file_with_the_semantic_rule(tmp_path: Path) 
 
 
 def test_without_the_model_the_reading_says_what_to_install(monkeypatch, tmp_path: Path) -> None:
+    """Not installed: what to install (not a word of MEMDIAG_DETECTOR, which a keyword user
+    never set); installed but refused at load (another version's weights): why."""
     from memdiag import semantic
     from memdiag.views import questions
 
-    def missing(*args: object) -> None:
-        raise semantic.ModelMissing("pip install 'memdiag[semantic]'")
+    events = str(_turns(tmp_path, [("a", "b")]))
+    monkeypatch.setattr(semantic, "installed", lambda: False)
+    got = questions._semantic_reading(events, 0.19)
+    assert got["unavailable"].endswith("pip install 'memdiag[semantic]'")
+    assert "MEMDIAG_DETECTOR" not in got["unavailable"]
 
-    monkeypatch.setattr(semantic, "embedder", missing)
-    got = questions._semantic_reading(str(_turns(tmp_path, [("a", "b")])), 0.19)
-    assert got == {"unavailable": "pip install 'memdiag[semantic]'"}
+    def refused(*args: object) -> None:
+        raise semantic.ModelMissing("x.safetensors is not the file memdiag was tested with")
+
+    monkeypatch.setattr(semantic, "installed", lambda: True)
+    monkeypatch.setattr(semantic, "embedder", refused)
+    got = questions._semantic_reading(events, 0.19)
+    assert got == {"unavailable": "x.safetensors is not the file memdiag was tested with"}
+
+
+def test_calibrate_says_when_its_filters_leave_no_semantic_verdict(tmp_path: Path) -> None:
+    """Org a's sessions were judged under the semantic rule, org b's under the keyword rule:
+    calibrate --org b says none of the file's semantic verdicts are b's."""
+    import subprocess
+    import sys
+
+    from tests.unit.test_sessions import SEMANTIC, Worker, into_duckdb, session
+
+    def of(org: str, n: int) -> list:
+        return [
+            {**e, "org_id": org}
+            for i in range(n)
+            for e in session(f"{org}{i}", "rework", [f"m{i}"])
+        ]
+
+    db = tmp_path / "d.duckdb"
+    sink = into_duckdb(db, of("a", 3), settings=SEMANTIC)
+    w = Worker()
+    w.publish(of("b", 3))
+    sink.write([*w.records, *w.weights])
+
+    def calibrate(*args: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "memdiag.cli", "calibrate", "--db", str(db), "--resamples",
+             "0", "--json", *args],
+            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert calibrate("--org", "b")["semantic"] == {"verdicts": 0, "in_file": 3}
+    assert calibrate("--org", "a")["semantic"]["verdicts"] == 3
+    text = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "calibrate", "--db", str(db), "--resamples", "0",
+         "--org", "b"], capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    ).stdout  # fmt: skip
+    assert "with these filters (3 in the file)" in text
 
 
 def test_calibrate_on_semantic_verdicts_in_duckdb(tmp_path: Path) -> None:
