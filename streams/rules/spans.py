@@ -28,9 +28,10 @@ or between a search and the span that names its conversation.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,10 +266,13 @@ def read_span(
     error: bool,
     exceptions: Sequence[Mapping[str, Any]],
     status_message: str = "",
+    embed: Callable[[str, bool], bytes] | None = None,
 ) -> tuple[dict[str, Any], Unreadable | None]:
     """The span record of one span, and what makes its role unreadable (the record is then
     a plain link: it still joins its trace). ``error``: the span's status is ``ERROR``, with
-    ``status_message`` its description."""
+    ``status_message`` its description. ``embed`` (MEMDIAG_DETECTOR=semantic): a search's
+    documents and a turn's output text also get their vectors (``dv``, ``wv``: base64), as
+    an injection's memories and a response do."""
     rec: dict[str, Any] = {"t": trace_id, "s": span_id, "b": start_us, "e": end_us}
     if parent_id:  # in this service or another (a remote parent): its trace has it, or will
         rec["p"] = parent_id
@@ -285,13 +289,18 @@ def read_span(
     role, op = role_of(attrs)
     if role is None:
         return rec, None
-    problem = _role(rec, role, op, attrs, error, exceptions, status_message)
+    problem = _role(rec, role, op, attrs, error, exceptions, status_message, embed)
     if problem is None and role == SEARCH:
         problem = _source(rec, attrs, resource)
     if problem is not None:
         for key in [k for k in rec if k not in _LINK_KEYS]:
             del rec[key]
     return rec, problem
+
+
+def _b64(rows: bytes) -> str:
+    """Vectors as the span record carries them (it travels as JSON)."""
+    return base64.b64encode(rows).decode("ascii")
 
 
 _LINK_KEYS = frozenset({"t", "s", "p", "b", "e", "sid", "ag", "rsid", "rag", "org", "proj"})
@@ -305,6 +314,7 @@ def _role(
     error: bool,
     exceptions: Sequence[Mapping[str, Any]],
     status_message: str,
+    embed: Callable[[str, bool], bytes] | None = None,
 ) -> Unreadable | None:
     if role == SEARCH:
         if op == "search_memory":
@@ -322,6 +332,8 @@ def _role(
         rec.update(role=SEARCH, q=query or "", ids=ids)
         if docs:
             rec["docs"] = [[rid, sorted(keywords(text))] for rid, text in docs]
+            if embed is not None:
+                rec["dv"] = [_b64(embed(text, True)) for _, text in docs]
         return None
     if role == TURN:
         rec["role"] = TURN
@@ -334,6 +346,8 @@ def _role(
             found, text = _openinference_text(attrs)
         if text is not None and text.strip():
             rec["words"] = sorted({w for w in normalise_words(text) if len(w) >= MIN_KEYWORD_LEN})
+            if embed is not None:
+                rec["wv"] = _b64(embed(text, False))
         else:
             rec["why"] = NO_TEXT if found else NO_OUTPUT_MESSAGES
         return None

@@ -11,6 +11,7 @@ project) in the session's scopes.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import Any
 
@@ -85,6 +86,9 @@ class SpanRetrievalRec(Record, frozen=True, array_like=True, tag="sr"):
 
     observations: tuple[Judgeable, ...]
     scope: int
+    #: each result's content's rows (memdiag.semantic), in the order of ``observations``,
+    #: under MEMDIAG_DETECTOR=semantic; None: not embedded
+    vectors: tuple[bytes, ...] | None = None
 
 
 class SpanTurnRec(Record, frozen=True, array_like=True, tag="st"):
@@ -96,6 +100,8 @@ class SpanTurnRec(Record, frozen=True, array_like=True, tag="st"):
     #: why it cannot be judged, when ``words`` is None
     unjudged: str | None
     scope: int
+    #: the output text's rows under MEMDIAG_DETECTOR=semantic; None: not embedded
+    vectors: bytes | None = None
 
 
 LogRecord = SearchRec | InjectionRec | ResponseRec | OutcomeRec | SpanRetrievalRec | SpanTurnRec
@@ -179,11 +185,16 @@ def span_record_of(d: dict[str, Any], scope: int) -> SpanRetrievalRec | SpanTurn
     """The log record of a span retrieval or a span turn (their results' keywords and the
     turn's words come computed from the trace stage)."""
     if d["kind"] == "span_retrieval":
+        vectors = d.get("vectors")
+        observations = tuple((o, tuple(k)) for o, k in d["observations"])
+        if vectors is not None and len(vectors) != len(observations):
+            vectors = None  # not the results' (cannot come from the trace stage): keywords only
         return SpanRetrievalRec(
-            d["id"], d["ts"], tuple((o, tuple(k)) for o, k in d["observations"]), scope
-        )
-    words = d.get("words")
+            d["id"], d["ts"], observations, scope,
+            None if vectors is None else tuple(base64.b64decode(v) for v in vectors),
+        )  # fmt: skip
+    words, vector = d.get("words"), d.get("vectors")
     return SpanTurnRec(
         d["id"], d["ts"], d["end"], None if words is None else tuple(words), d.get("unjudged"),
-        scope,
+        scope, None if vector is None else base64.b64decode(vector),
     )  # fmt: skip

@@ -23,7 +23,6 @@ from memdiag.contract import UNJUDGED_TURNS, UNMATCHED_TURNS
 from memdiag.contract.envelope import Output
 from memdiag.streams.session.records import (
     InjectionRec,
-    Judgeable,
     LogRecord,
     ResponseRec,
     SpanRetrievalRec,
@@ -35,6 +34,11 @@ if TYPE_CHECKING:
 
 #: (ts, id, seq) of a span record: its place among the session's span retrievals or turns
 SpanKey = tuple[int, str, int]
+
+
+#: A memory a span turn injects: its id, its keywords and, under MEMDIAG_DETECTOR=semantic,
+#: its content's rows (None: not embedded).
+Injected = tuple[str, tuple[str, ...], bytes | None]
 
 
 def _order(entry: SpanKey) -> tuple[int, str]:
@@ -73,7 +77,7 @@ class SpanTurns:
 
     def _reset_spans(self) -> None:
         #: span turn id -> the injection applied for it (empty if none)
-        self._span_applied: dict[str, list[Judgeable]] = {}
+        self._span_applied: dict[str, list[Injected]] = {}
 
     def _know_span(self, rec: LogRecord, seq: int) -> None:
         """Put a span record in the lists (replay: before any record is applied)."""
@@ -111,7 +115,7 @@ class SpanTurns:
                 return
         self._apply_turn(rec, out)
 
-    def _injection_of(self, i: int) -> list[Judgeable]:
+    def _injection_of(self, i: int) -> list[Injected]:
         """The injection of the ``i``-th span turn: the results of the retrievals since the
         turn before, in (ts, id) order, each memory once (first seen)."""
         turn = self._span_turns[i]
@@ -119,40 +123,40 @@ class SpanTurns:
         lo = 0 if i == 0 else bisect_right(retrievals, _order(self._span_turns[i - 1]), key=_order)
         hi = bisect_right(retrievals, _order(turn), key=_order)
         seen: set[str] = set()
-        injected: list[Judgeable] = []
+        injected: list[Injected] = []
         for _, _, rseq in retrievals[lo:hi]:
             retrieval = cast(SpanRetrievalRec, self.records[rseq])
-            for obs_id, kws in retrieval.observations:
+            vectors = retrieval.vectors or (None,) * len(retrieval.observations)
+            for (obs_id, kws), v in zip(retrieval.observations, vectors, strict=True):
                 if obs_id not in seen:
                     seen.add(obs_id)
-                    injected.append((obs_id, kws))
+                    injected.append((obs_id, kws, v))
         return injected
 
     def _extend_turn(
         self,
         rec: SpanTurnRec,
-        applied: list[Judgeable],
-        injected: list[Judgeable],
+        applied: list[Injected],
+        injected: list[Injected],
         out: Output | None,
     ) -> bool:
         """A late retrieval only adds memories to a judged turn (the usual way: a chat span
         names its conversation and comes at once, its searches wait for their agent span):
         judge the new ones, put each memory of the turn at its place in event time. False
         when it does more (a memory of the turn now reads another content): rebuild."""
-        before = dict(applied)
-        if any(before.get(obs_id, kws) != kws for obs_id, kws in injected):
+        before = {obs_id: (kws, v) for obs_id, kws, v in applied}
+        if any(before.get(obs_id, (kws, v)) != (kws, v) for obs_id, kws, v in injected):
             return False
-        if not before.keys() <= {obs_id for obs_id, _ in injected}:
+        if not before.keys() <= {obs_id for obs_id, _, _ in injected}:
             return False
         key, ts = rec.event_id, rec.ts
-        # turns from spans are judged by the keyword rule: their texts are not embedded
         added: list[tuple[str, frozenset[str], bytes | None]] = [
-            (o, frozenset(k), None) for o, k in injected if o not in before
+            (o, frozenset(k), v) for o, k, v in injected if o not in before
         ]
         turn = self.turns[key]
         changes = turn.add_injection(ts, key, rec.scope, added)
         new_obs = []
-        for pos, (obs_id, _) in enumerate(injected):
+        for pos, (obs_id, _, _) in enumerate(injected):
             first = self._observations.get(obs_id)
             if first is None:
                 new_obs.append(obs_id)
@@ -174,9 +178,14 @@ class SpanTurns:
         self._span_applied[key] = injected
         if not injected:
             return
-        self._injection(InjectionRec(key, rec.ts, key, tuple(injected), (), (), rec.scope), out)
+        vectors = [v for _, _, v in injected if v is not None]
+        self._injection(
+            InjectionRec(key, rec.ts, key, tuple((o, k) for o, k, _ in injected), (), (),
+                         rec.scope, tuple(vectors) if len(vectors) == len(injected) else None),
+            out,
+        )  # fmt: skip
         if rec.words is not None:
-            self._response(ResponseRec(key, rec.end, key, rec.words, rec.scope), out)
+            self._response(ResponseRec(key, rec.end, key, rec.words, rec.scope, rec.vectors), out)
         else:
             self.turns[key].unjudged = True  # no response will come: never unmatched
             if out is not None:

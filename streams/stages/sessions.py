@@ -61,6 +61,14 @@ from memdiag.streams.session.session import Config, Session
 from memdiag.streams.session.states import SessionStates
 
 
+def semantic_embedder(settings: Settings) -> Callable[[str, bool], bytes]:
+    """The similarity model's embedder (MEMDIAG_DETECTOR=semantic), its memories' rows kept
+    in the worker's one byte budget of decoded state (``MEMDIAG_DECODED_CACHE_MB``), each
+    weighing its bytes: the session stage's and the span stage's."""
+    budget = shared_budget(settings.decoded_cache_mb << 20)
+    return embedder(cache=budget.cache("memory rows"))
+
+
 class SessionStage:
     """The session stage's logic; one per worker process."""
 
@@ -90,19 +98,12 @@ class SessionStage:
             settings.retention_us,
             settings.turn_ttl_us,
             settings.store_text,
-            self._embedder(settings) if settings.detector == SEMANTIC else None,
+            semantic_embedder(settings) if settings.detector == SEMANTIC else None,
             settings.similarity_threshold if settings.detector == SEMANTIC else None,
         )
         self._wall_ms = wall_ms or _wall_ms
         self.states = SessionStates(self._config, settings.keep_ms, settings.session_cache,
                                     settings.decoded_cache_mb << 20)  # fmt: skip
-
-    @staticmethod
-    def _embedder(settings: Settings) -> Callable[[str, bool], bytes]:
-        """The similarity model's embedder, its memories' rows kept in the worker's one byte
-        budget of decoded state (``MEMDIAG_DECODED_CACHE_MB``), each weighing its bytes."""
-        budget = shared_budget(settings.decoded_cache_mb << 20)
-        return embedder(cache=budget.cache("memory rows"))
 
     def reset(self) -> None:
         """Forget the expiry index (rebuilt from the store) and the decoded sessions."""

@@ -25,12 +25,14 @@ import orjson
 
 from memdiag.contract import BAD_TS, BAD_VALUE, NOT_OTLP, TOO_LARGE
 from memdiag.contract.envelope import InMessage, Output
+from memdiag.contract.words import SEMANTIC
 from memdiag.schemas import otlp
 from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Rejected
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
 from memdiag.streams.rules.spans import read_span
+from memdiag.streams.stages.sessions import semantic_embedder
 
 #: The span records of one trace in one message, at most (bytes of JSON, about): a record of
 #: the Collector's can hold a trace of any size.
@@ -47,6 +49,7 @@ class SpanStage:
         self._partition_of = partition_of
         self._max_bytes = settings.max_event_bytes
         self._max_skew_us = settings.max_skew_us
+        self._embed = semantic_embedder(settings) if settings.detector == SEMANTIC else None
 
     def reset(self) -> None:
         pass  # stateless
@@ -116,6 +119,7 @@ class SpanStage:
             span.status.code == otlp.STATUS_ERROR,
             exceptions,
             span.status.message,
+            self._embed,
         )
         if problem is not None:
             reject(problem.reason, problem.detail)

@@ -213,14 +213,19 @@ class TraceStage:
             ):
                 records = [search]
                 if docs:
-                    records.append({"kind": "span_retrieval", "id": key, "ts": rec["b"],
-                                    "observations": docs, **scope})  # fmt: skip
+                    retrieval = {"kind": "span_retrieval", "id": key, "ts": rec["b"],
+                                 "observations": docs, **scope}  # fmt: skip
+                    if "dv" in rec:  # MEMDIAG_DETECTOR=semantic: each document's vectors
+                        retrieval["vectors"] = rec["dv"]
+                    records.append(retrieval)
                 sessions.setdefault(session, []).extend(records)
         elif role == TURN:
             turn: dict[str, Any] = {"kind": "span_turn", "id": key, "ts": rec["b"],
                                     "end": rec["e"], **scope}  # fmt: skip
             if "words" in rec:
                 turn["words"] = rec["words"]
+                if "wv" in rec:  # MEMDIAG_DETECTOR=semantic: the output text's vectors
+                    turn["vectors"] = rec["wv"]
             else:
                 turn["unjudged"] = rec.get("why")
             check = {"kind": "response", "event_id": f"{key}:response",

@@ -6,6 +6,7 @@ hand-written events (the in-memory worker; through the broker: tests/integration
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any
@@ -630,9 +631,9 @@ def test_a_late_retrieval_joins_its_turn_and_unjudged_turns_are_counted() -> Non
 
 
 def tables_of_spans(spans: list[Any], seed: int, encoding: str, by_trace: bool,
-                    crash_rate: float, max_spans: int) -> Any:  # fmt: skip
+                    crash_rate: float, max_spans: int, settings: Settings = SETTINGS) -> Any:  # fmt: skip
     rng = random.Random(seed)
-    world = World(SETTINGS, seed=seed, crash_rate=crash_rate)
+    world = World(settings, seed=seed, crash_rate=crash_rate)
     world.publish_spans(records(spans, rng, encoding, by_trace=by_trace, max_spans=max_spans))
     world.run()
     return world
@@ -646,15 +647,35 @@ def tables_of_spans(spans: list[Any], seed: int, encoding: str, by_trace: bool,
     by_trace=st.booleans(),
     crash_rate=st.sampled_from([0.0, 0.0, 0.15]),
     max_spans=st.sampled_from([1, 3, 20]),
+    semantic=st.booleans(),
 )
 def test_spans_give_the_tables_of_the_equivalent_events(
-    scenario: int, seed: int, encoding: str, by_trace: bool, crash_rate: float, max_spans: int
+    scenario: int,
+    seed: int,
+    encoding: str,
+    by_trace: bool,
+    crash_rate: float,
+    max_spans: int,
+    semantic: bool,
 ) -> None:
+    """Under either used/ignored rule: under the semantic one, the span stage embeds the
+    search results and the chat output, and the similarity is the one the events get."""
     spans, events = conversations(8, seed=scenario)
-    expected = from_reference(reference(events))
-    world = tables_of_spans(spans, seed, encoding, by_trace, crash_rate, max_spans)
-    assert differences(expected, from_records(world.tables)) == []
+    if semantic:
+        from memdiag import semantic as sm
+
+        embed = sm.embedder()
+        similar = lambda m, r: sm.similarity(embed(m, True), embed(r, False))  # noqa: E731
+        expected = from_reference(reference(events, similar=similar, threshold=0.19))
+        settings_ = dataclasses.replace(SETTINGS, detector="semantic", similarity_threshold=0.19)
+    else:
+        expected, settings_ = from_reference(reference(events)), SETTINGS
+    world = tables_of_spans(spans, seed, encoding, by_trace, crash_rate, max_spans, settings_)
+    got = from_records(world.tables)
+    assert differences(expected, got) == []
     assert world.tables.dead_letters == []
+    if semantic:  # the turns were judged by the similarity, not only the words
+        assert {r["detector"] for r in world.tables.feedback.values()} == {"semantic"}
 
 
 # -- hostile input ---------------------------------------------------------------------------
