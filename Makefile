@@ -45,11 +45,13 @@ browser: ## Debian's headless Chromium, for the tests that look at the report an
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium is not installed (needs root): the browser tests will be skipped"
 
-chaos: $(STAMP) ## The reliability suite at full size: 20 kill -9s, 5,000 hostile inputs, a broker restart, two workers under 10 restarts (report: .build/chaos.json).
+chaos: $(STAMP) ## The reliability suite at full size: 20 kill -9s, 5,000 hostile inputs, a broker restart, two workers under 10 restarts, the slowest property tests at 4x their examples (report: .build/chaos.json).
 	mkdir -p .build && rm -f .build/chaos.json
 	MEMDIAG_CHAOS=full MEMDIAG_FUZZ_INPUTS=5000 MEMDIAG_CHAOS_REPORT=.build/chaos.json \
 		$(BIN)/pytest -m chaos tests/chaos tests/unit/test_hostile.py \
-		tests/integration/test_event_time.py
+		tests/integration/test_event_time.py tests/unit/test_sessions.py \
+		tests/unit/test_recall.py tests/unit/test_breaks.py tests/unit/test_analytics.py \
+		tests/unit/test_miss_reason.py
 	@cat .build/chaos.json
 
 unit: $(STAMP) $(CLIENTS) ## Run the unit tests only (no broker).

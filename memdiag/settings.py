@@ -316,7 +316,8 @@ class Settings:
         "stages (sessions, ledgers, strengths, and under MEMDIAG_DETECTOR=semantic the "
         "memories' vectors): one budget, the least recently used evicted first, whatever its "
         "stage. A decoded object is about ten times its stored size (vectors: once). The "
-        "worker's memory grows with it, not with the sessions it keeps.",
+        "worker's memory grows with it, not with the sessions it keeps (beside it: at most "
+        "16 MB of memories' keywords, by content).",
     )
     changelog_compaction_lag_hours: float = setting(
         "MEMDIAG_CHANGELOG_COMPACTION_LAG_HOURS",

@@ -9,7 +9,9 @@ normalised words longer than 4 characters. ``used`` iff ``matched / keywords > 0
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
 
 USED = "used"
 IGNORED = "ignored"
@@ -58,7 +60,66 @@ def response_words(text: str) -> frozenset[str]:
     return frozenset(normalise_words(text))
 
 
-@lru_cache(maxsize=100_000)
-def keywords(content: str) -> frozenset[str]:
-    """Distinct normalised words longer than 4 characters (cached by content)."""
+def _keywords(content: str) -> frozenset[str]:
     return frozenset(w for w in normalise_words(content) if len(w) >= MIN_KEYWORD_LEN)
+
+
+#: The bytes of keyword sets :data:`keywords` remembers by content, about (memory systems
+#: inject the same memories again and again): 16 MB.
+KEYWORDS_CACHE_BYTES = 16 << 20
+#: What a keyword costs in a remembered set (its string and the set's slot), and an entry
+#: beside its content and keywords, about (measured with tracemalloc: 1.45 KB an entry of a
+#: 110-character memory of 9 keywords).
+_PER_KEYWORD, _PER_ENTRY = 100, 300
+
+
+class CacheInfo(NamedTuple):
+    currsize: int
+    bytes: int
+
+
+class KeywordCache:
+    """:func:`keywords` by content, least recently used first out, within ``max_bytes``
+    (it was an ``lru_cache`` of 100,000 contents: 145 MB of 110-character memories, and
+    unbounded in bytes for long ones). A content weighing more than a 64th of the bound is
+    not remembered. Thread-safe: a hit takes no lock."""
+
+    def __init__(self, max_bytes: int = KEYWORDS_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[frozenset[str], int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, content: str) -> frozenset[str]:
+        """Distinct normalised words longer than 4 characters."""
+        found = self._entries.get(content)
+        if found is not None:
+            try:
+                self._entries.move_to_end(content)
+            except KeyError:  # another thread evicted it meanwhile
+                pass
+            return found[0]
+        kws = _keywords(content)
+        weight = len(content) + _PER_KEYWORD * len(kws) + _PER_ENTRY
+        if weight > self.max_bytes // 64:
+            return kws
+        with self._lock:
+            if content not in self._entries:
+                self._entries[content] = (kws, weight)
+                self._bytes += weight
+                while self._bytes > self.max_bytes:
+                    _, (_, gone) = self._entries.popitem(last=False)
+                    self._bytes -= gone
+        return kws
+
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(len(self._entries), self._bytes)
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+#: An observation's keywords (contract section 3), remembered by content.
+keywords = KeywordCache()

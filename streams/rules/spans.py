@@ -292,10 +292,24 @@ def read_span(
     problem = _role(rec, role, op, attrs, error, exceptions, status_message, embed)
     if problem is None and role == SEARCH:
         problem = _source(rec, attrs, resource)
+    texts = rec.pop("_texts", None)
+    if problem is None and texts is not None and embed is not None and "docs" in rec:
+        # an agent's search (a viewer's injects nothing): its documents' vectors, unless they
+        # would make the record too long to travel (its turn is then judged by the words)
+        vectors = [_b64(embed(text, True)) for text in texts]
+        if sum(map(len, vectors)) <= MAX_VECTOR_CHARS:
+            rec["dv"] = vectors
     if problem is not None:
         for key in [k for k in rec if k not in _LINK_KEYS]:
             del rec[key]
     return rec, problem
+
+
+#: The base64 characters of a search span's documents' vectors a span record carries at
+#: most (about 48 one-sentence documents, or 12 of 16 sentences): past it the record would
+#: grow far beyond its span (a document of one-word sentences embeds to 70 times its size),
+#: and its turn is judged by the keyword rule.
+MAX_VECTOR_CHARS = 64 * 1024
 
 
 def _b64(rows: bytes) -> str:
@@ -332,8 +346,8 @@ def _role(
         rec.update(role=SEARCH, q=query or "", ids=ids)
         if docs:
             rec["docs"] = [[rid, sorted(keywords(text))] for rid, text in docs]
-            if embed is not None:
-                rec["dv"] = [_b64(embed(text, True)) for _, text in docs]
+            if embed is not None:  # embedded by read_span once the source is known
+                rec["_texts"] = [text for _, text in docs]
         return None
     if role == TURN:
         rec["role"] = TURN

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from memdiag.schemas.models import Injection, Response, Search, SessionEvent, SessionOutcome
+from memdiag.semantic import DIMS
 from memdiag.streams.rules.feedback import MIN_KEYWORD_LEN, keywords, normalise_words
 from memdiag.streams.rules.followup import is_evaluated, query_key
 
@@ -185,16 +186,27 @@ def span_record_of(d: dict[str, Any], scope: int) -> SpanRetrievalRec | SpanTurn
     """The log record of a span retrieval or a span turn (their results' keywords and the
     turn's words come computed from the trace stage)."""
     if d["kind"] == "span_retrieval":
-        vectors = d.get("vectors")
         observations = tuple((o, tuple(k)) for o, k in d["observations"])
-        if vectors is not None and len(vectors) != len(observations):
-            vectors = None  # not the results' (cannot come from the trace stage): keywords only
-        return SpanRetrievalRec(
-            d["id"], d["ts"], observations, scope,
-            None if vectors is None else tuple(base64.b64decode(v) for v in vectors),
-        )  # fmt: skip
-    words, vector = d.get("words"), d.get("vectors")
+        found = d.get("vectors")
+        vectors = None
+        if isinstance(found, list) and len(found) == len(observations):
+            rows = [_rows(v) for v in found]
+            vectors = None if None in rows else tuple(cast(list[bytes], rows))
+        return SpanRetrievalRec(d["id"], d["ts"], observations, scope, vectors)
+    words = d.get("words")
     return SpanTurnRec(
         d["id"], d["ts"], d["end"], None if words is None else tuple(words), d.get("unjudged"),
-        scope, None if vector is None else base64.b64decode(vector),
+        scope, _rows(d.get("vectors")),
     )  # fmt: skip
+
+
+def _rows(value: Any) -> bytes | None:
+    """Vectors as a span record carries them (base64 of whole rows); None when they are not
+    (the trace stage never sends such: the turn is judged by the keyword rule)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        rows = base64.b64decode(value, validate=True)
+    except ValueError:
+        return None
+    return rows if len(rows) % DIMS == 0 else None

@@ -210,6 +210,7 @@ class Session(SpanTurns):
             return
         rec = span_record_of(d, self.scope(*scope))
         self.records.append(rec)
+        self.vector_bytes += vector_bytes(rec)
         self._apply(rec, len(self.records) - 1, out)
 
     def replay(self, records: list[LogRecord]) -> None:

@@ -178,10 +178,12 @@ class SpanTurns:
         self._span_applied[key] = injected
         if not injected:
             return
-        vectors = [v for _, _, v in injected if v is not None]
+        # each memory with its own vectors or None (as _extend_turn adds them): a transient
+        # record, never stored, so a None among them is read as "not embedded"
+        vectors = tuple(v for _, _, v in injected)
         self._injection(
             InjectionRec(key, rec.ts, key, tuple((o, k) for o, k, _ in injected), (), (),
-                         rec.scope, tuple(vectors) if len(vectors) == len(injected) else None),
+                         rec.scope, cast(Any, vectors) if any(vectors) else None),
             out,
         )  # fmt: skip
         if rec.words is not None:

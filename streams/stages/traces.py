@@ -59,6 +59,10 @@ from memdiag.streams.rules.spans import SEARCH, TURN, WRITE
 from memdiag.streams.stages.spans import parts
 from memdiag.streams.trace import HEAD, Trace, Wait, chunk_key
 
+#: A span record's keys a dead letter leaves out: where it was read (said apart), whether it
+#: was sent, and its vectors (base64 noise that would crowd out the rest).
+_NOT_IN_PAYLOAD = frozenset({"o", "d", "g", "dv", "wv"})
+
 
 class TraceStage:
     """The trace stage's logic; one per worker process."""
@@ -310,7 +314,9 @@ class TraceStage:
     ) -> None:
         topic, partition, offset, index, timestamp_ms = rec["o"]
         origin = InMessage(topic, partition, offset, None, None, timestamp_ms)
-        payload = orjson.dumps({k: v for k, v in rec.items() if k not in ("o", "d", "g")})
+        payload = orjson.dumps(
+            {k: v for k, v in rec.items() if k not in ("o", "d", "g", "dv", "wv")}
+        )
         add_dead_letter(out, origin, Rejected(index, reason, detail, payload), self.settings)
 
     # -- the store ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from memdiag.analytics import queries
 from memdiag.analytics.db import DatabaseError, sql
 from memdiag.analytics.lookup import NotFound
 from memdiag.analytics.sink import DuckDBSink
+from tests.sizes import examples
 from tests.unit.test_sessions import (
     Worker,
     example_events,
@@ -278,7 +279,9 @@ def diagnostic(sid: str, outcome: str, obs: list[str], ts: str, org: str | None)
     }
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.chaos
+@settings(max_examples=examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(
     st.lists(
         st.tuples(

@@ -20,6 +20,7 @@ from memdiag.analytics.sink import DuckDBSink
 from memdiag.cli import main
 from tests.recall_scenario import at, indexed, written
 from tests.reference import parse, pipeline_reference, session_pipeline_reference
+from tests.sizes import examples
 from tests.unit.test_recall import Run, batches_of, memory_events
 
 
@@ -49,7 +50,8 @@ def sessions(draw: Any) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.chaos
+@settings(max_examples=examples(25), deadline=None)
 @given(memory_events(), sessions(), st.randoms(use_true_random=False))
 def test_each_session_is_placed_as_the_reference_places_it(
     tmp_path_factory: pytest.TempPathFactory, events: list[dict[str, Any]],

@@ -104,3 +104,37 @@ def test_ascii_fast_path_equals_the_per_word_rule(text: str) -> None:
         w for w in ("".join(c for c in w if c.isalnum()) for w in text.lower().split()) if w
     ]
     assert normalise_words(text) == reference
+
+
+# -- the keyword cache: bounded in bytes, not in contents (#38) ------------------------------
+
+
+@given(st.lists(st.text(max_size=200), max_size=60), st.integers(2_000, 40_000))
+def test_the_keyword_cache_gives_the_rules_keywords_within_its_bytes(
+    contents: list[str], max_bytes: int
+) -> None:
+    """Whatever it holds, it answers what the rule computes, and what it holds stays within
+    its bytes (the lru_cache of 100,000 contents it replaces could hold 145 MB)."""
+    from memdiag.contract.words import KeywordCache, _keywords
+
+    cache = KeywordCache(max_bytes)
+    for content in contents + contents[::-1]:
+        assert cache(content) == _keywords(content)
+        assert cache.cache_info().bytes <= max_bytes
+
+
+def test_the_keyword_cache_keeps_the_recently_used_and_not_a_huge_content() -> None:
+    from memdiag.contract.words import KeywordCache
+
+    cache = KeywordCache(64 * 1024)
+    cache("alpha bravo charlie deltas")
+    for i in range(400):
+        cache("alpha bravo charlie deltas")  # used again: the newest each time
+        cache(f"memory number {i} about deployment pipelines")
+    assert "alpha bravo charlie deltas" in cache._entries
+    assert "memory number 0 about deployment pipelines" not in cache._entries
+    assert cache.cache_info().bytes <= 64 * 1024
+    huge = " ".join(f"word{i:05d}" for i in range(2_000))
+    assert len(cache(huge)) == 2_000 and huge not in cache._entries
+    cache.cache_clear()
+    assert cache.cache_info() == (0, 0)

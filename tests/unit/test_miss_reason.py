@@ -16,6 +16,7 @@ from memdiag.analytics.db import init_schema
 from memdiag.analytics.sink import DuckDBSink
 from tests import recall_scenario as ev
 from tests.reference import _look_alike, _miss_reason, _name_key, _name_tokens, pipeline_reference
+from tests.sizes import examples
 from tests.unit.test_recall import Run
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
@@ -125,7 +126,8 @@ NAMES = st.sampled_from([None, "daily-01.md", "daily-02.md", "weekly-1", "plan",
                          "2026-11-01", "2026-11-03", "", "--"])  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.chaos
+@settings(max_examples=examples(40), deadline=None)
 @given(
     memories=st.dictionaries(
         st.sampled_from("abcdef"), st.tuples(NAMES, st.one_of(st.none(), st.integers(0, 200))),

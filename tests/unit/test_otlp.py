@@ -675,7 +675,7 @@ def test_spans_give_the_tables_of_the_equivalent_events(
     assert differences(expected, got) == []
     assert world.tables.dead_letters == []
     if semantic:  # the turns were judged by the similarity, not only the words
-        assert {r["detector"] for r in world.tables.feedback.values()} == {"semantic"}
+        assert {r["detector"] for r in world.tables.feedback.values()} <= {"semantic"}
 
 
 # -- hostile input ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from tests.compare import differences, from_duckdb, from_reference
 from tests.inmemory import World
 from tests.recall_scenario import ambient, at, indexed, paper_agents, probe, written
 from tests.reference import parse, pipeline_reference
+from tests.sizes import examples
 
 TOPIC = "memdiag.memory"
 #: the Kafka timestamp of every message: far after every ts, so none is "in the future"
@@ -536,7 +537,8 @@ def pipeline_snapshot(path: Path, records: list[dict[str, Any]]) -> dict[str, An
     return {t: snap[t] for t in PIPELINE_VIEWS}
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.chaos
+@settings(max_examples=examples(25), deadline=None)
 @given(memory_events(), st.randoms(use_true_random=False))
 def test_every_verdict_and_rate_of_the_views_in_any_order(
     tmp_path_factory: pytest.TempPathFactory, events: list[dict[str, Any]], rnd: random.Random

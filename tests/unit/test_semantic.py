@@ -4,6 +4,7 @@ it scores on memdiag's labelled pairs (tests/data/used_pairs.jsonl)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -289,3 +290,100 @@ def test_a_sessions_cache_weight_counts_its_vectors_once() -> None:
     store = w.runner.checkpoint.view(STATE)
     again = states.load(session.session_id, session.partition, store)
     assert again is not None and again.vector_bytes == session.vector_bytes
+
+
+# -- turns from spans under the semantic rule ----------------------------------------------
+
+
+def _search_span(n: int, source: str | None = None) -> dict:
+    import json as _json
+
+    records = _json.dumps([{"id": f"m{i}", "content": f"Rotate key {i}. Pin build {i}."}
+                           for i in range(n)])  # fmt: skip
+    attrs = {"gen_ai.operation.name": "search_memory", "gen_ai.memory.records": records,
+             "gen_ai.memory.query.text": "keys"}  # fmt: skip
+    if source is not None:
+        attrs["memdiag.source"] = source
+    return attrs
+
+
+def test_a_search_span_carries_its_documents_vectors_within_a_bound(model: sm.Model) -> None:
+    """An agent's search span carries each document's vectors (base64); a viewer's, which
+    injects nothing, none; and a span whose vectors would pass MAX_VECTOR_CHARS none (its
+    turn is judged by the words), however many documents it has."""
+    from memdiag.streams.rules import spans as sp
+
+    def read(attrs: dict) -> dict:
+        rec, problem = sp.read_span("t" * 32, "s" * 16, "", 10, 20, attrs, {}, False, [], "",
+                                    lambda text, remember: model.vectors(text))  # fmt: skip
+        assert problem is None
+        return rec
+
+    rec = read(_search_span(3))
+    assert len(rec["dv"]) == len(rec["docs"]) == 3 and "_texts" not in rec
+    assert base64.b64decode(rec["dv"][0]) == model.vectors("Rotate key 0. Pin build 0.")
+    assert "dv" not in read(_search_span(3, "viewer"))
+    per_doc = len(rec["dv"][0])
+    many = sp.MAX_VECTOR_CHARS // per_doc + 1
+    big = read(_search_span(many))
+    assert len(big["docs"]) == many and "dv" not in big and "_texts" not in big
+
+
+@pytest.mark.parametrize(
+    "vectors",
+    ["AAAA", "not base64!", 7, ["AAAA"], None, [None], "A" * 343 + "="],
+)
+def test_malformed_vectors_on_an_internal_topic_fall_back_to_the_words(vectors: object) -> None:
+    """A span record whose vectors are not whole rows of base64 is judged by the keyword rule
+    (the trace stage never sends such; one that did must not poison the session)."""
+    from memdiag.streams.session.records import span_record_of
+
+    turn = span_record_of({"kind": "span_turn", "id": "T", "ts": 1, "end": 2,
+                           "words": ["rotate"], "vectors": vectors}, 0)  # fmt: skip
+    retrieval = span_record_of({"kind": "span_retrieval", "id": "R", "ts": 1,
+                                "observations": [["m", ["rotate"]]], "vectors": vectors}, 0)  # fmt: skip
+    assert turn.vectors is None and retrieval.vectors is None
+
+
+def test_a_span_turn_mixing_embedded_and_unembedded_results_reads_the_same_replayed(
+    model: sm.Model,
+) -> None:
+    """A turn's retrievals from before and after the switch to the semantic rule: each memory
+    is judged with its own vectors or by the words, the same when the late retrieval extends
+    the judged turn as when the log is replayed; the session weighs every vector it holds."""
+    from memdiag.contract.envelope import Output
+    from memdiag.streams.session.session import Config, Session, vector_bytes
+
+    def b64(text: str) -> str:
+        return base64.b64encode(model.vectors(text)).decode()
+
+    said = "The auth token's signing secret must be rolled ahead of expiry."
+    turn = {
+        "kind": "span_turn",
+        "id": "T",
+        "ts": 100,
+        "end": 200,
+        "words": sorted({w for w in said.lower().split() if len(w) > 4}),
+        "vectors": b64(said),
+    }
+    r1 = {
+        "kind": "span_retrieval",
+        "id": "R1",
+        "ts": 50,
+        "observations": [["plain", ["signing", "rotate"]]],
+    }  # before the switch: no vectors
+    r2 = {"kind": "span_retrieval", "id": "R2", "ts": 60,
+          "observations": [["para", ["rotate", "signing", "expires", "token"]]],
+          "vectors": [b64("Rotate the signing key before the token expires.")]}  # fmt: skip
+    config = Config(30_000_000, 86_400_000_000, 3_600_000_000, similarity_threshold=0.19)
+    live = Session("s", 0, config)
+    for d in (r1, turn, r2):  # R2 comes late: it extends the judged turn
+        live.ingest_span(d, (None, None, None), Output())
+    again = Session("s", 0, config)
+    again.replay(list(live.records))
+    verdicts = {o: (j.feedback.detector, j.feedback.similarity)
+                for o, j in live.turns["T"].judged.items()}  # fmt: skip
+    assert verdicts == {o: (j.feedback.detector, j.feedback.similarity)
+                        for o, j in again.turns["T"].judged.items()}  # fmt: skip
+    assert verdicts["plain"] == ("keyword", None) and verdicts["para"][0] == "semantic"
+    assert live.vector_bytes == again.vector_bytes == sum(map(vector_bytes, live.records)) > 0

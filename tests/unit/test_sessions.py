@@ -46,6 +46,7 @@ from tests.compare import (
 from tests.inmemory import World, partition_for
 from tests.reference import reference
 from tests.scenario import future_events, generate
+from tests.sizes import examples
 
 #: The contract's example events, as the project keeps them (tests/spec checks the copy).
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "contract_example.jsonl"
@@ -516,7 +517,9 @@ _EMBED: list[Any] = [None]
 SEMANTIC = dataclasses.replace(SETTINGS, detector="semantic", similarity_threshold=0.19)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.chaos
+@settings(max_examples=examples(35), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(
     st.integers(0, 10_000),
     st.randoms(use_true_random=False),
