@@ -1016,7 +1016,7 @@ def _strength_step(m: dict[str, Any]) -> str:
     """A verdict's strength step, when the owner's has reached DuckDB."""
     if m.get("strength") is None:
         return ""
-    return f" [dim]strength {m['previous_strength']:.3f} → {m['strength']:.3f}[/dim]"
+    return f" [dim]· strength {m['previous_strength']:.3f} → {m['strength']:.3f}[/dim]"
 
 
 def print_memory(ex: dict[str, Any], args: argparse.Namespace) -> None:
@@ -1356,7 +1356,7 @@ def _spread_row(name: str, s: dict[str, Any]) -> list[str]:
     ]
 
 
-SPREAD_COLUMNS = ["", "n", "min", "p10", "p25", "median", "p75", "p90", "max"]
+SPREAD_COLUMNS = ["verdicts", "n", "min", "p10", "p25", "median", "p75", "p90", "max"]
 
 
 def print_semantic_verdicts(s: dict[str, Any]) -> None:

@@ -511,7 +511,7 @@ def explain(ex: dict[str, Any], links: Links) -> str:
                 strength = ""
                 if m.get("strength") is not None:
                     strength = (
-                        f' <span class="dim">strength {m["previous_strength"]:.3f} → '
+                        f' <span class="dim">· strength {m["previous_strength"]:.3f} → '
                         f"{m['strength']:.3f}</span>"
                     )
                 trs.append(

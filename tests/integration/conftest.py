@@ -9,6 +9,7 @@ each other's data.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import time
@@ -244,8 +245,18 @@ def pipeline_settings(broker_url: str, workdir: Path, label: str = "test") -> Se
 
 @pytest.fixture
 def pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+    yield from _pipeline(pipeline_settings(broker_url, tmp_path), tmp_path)
+
+
+@pytest.fixture
+def semantic_pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
+    """A pipeline whose worker runs the semantic used/ignored rule (MEMDIAG_DETECTOR)."""
     settings = pipeline_settings(broker_url, tmp_path)
-    p = Pipeline(settings, tmp_path)
+    yield from _pipeline(dataclasses.replace(settings, detector="semantic"), tmp_path)
+
+
+def _pipeline(settings: Settings, workdir: Path) -> Iterator[Pipeline]:
+    p = Pipeline(settings, workdir)
     try:
         yield p
     finally:

@@ -17,7 +17,6 @@ the partitions, one leaves halfway, and two are killed and restarted under load.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import re
@@ -25,7 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +42,7 @@ from tests.compare import (
     from_reference,
     net_feedback,
 )
-from tests.integration.conftest import Pipeline, pipeline_settings
+from tests.integration.conftest import Pipeline
 from tests.reference import reference
 from tests.scenario import future_events, generate
 
@@ -88,16 +86,6 @@ def semantic_expected(scenario: list[dict[str, Any]]) -> Snapshot:
         reference(scenario, similar=lambda m, r: sm.similarity(embed(m), embed(r)),
                   threshold=threshold)
     )  # fmt: skip
-
-
-@pytest.fixture
-def semantic_pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
-    settings = dataclasses.replace(pipeline_settings(broker_url, tmp_path), detector="semantic")
-    p = Pipeline(settings, tmp_path)
-    try:
-        yield p
-    finally:
-        p.stop()
 
 
 def tables(p: Pipeline) -> Snapshot:

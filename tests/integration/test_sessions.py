@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka.partitioner import murmur2
 
-from tests.integration.conftest import Pipeline, pipeline_settings
+from tests.integration.conftest import Pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -105,23 +102,13 @@ def test_the_turn_join_holds_in_both_orders(pipeline: Pipeline) -> None:
         "SELECT count(*), min(keyword_count), max(match_ratio) FROM retrieval_feedback "
         f"WHERE session_id = '{before}'"  # noqa: S608
     ) == [(2, 5, 1.0)]  # obs_9 has 5 keywords, obs_7 all 8 matched
-    assert pipeline.query(
-        "SELECT DISTINCT detector, similarity FROM retrieval_feedback"
-    ) == [("keyword", None)]  # the default rule: no similarity
+    assert pipeline.query("SELECT DISTINCT detector, similarity FROM retrieval_feedback") == [
+        ("keyword", None)
+    ]  # the default rule: no similarity
     assert pipeline.query("SELECT * FROM observation_feedback_stats ORDER BY observation_id") == [
         ("obs_7", 3, 0),
         ("obs_9", 0, 3),
     ]
-
-
-@pytest.fixture
-def semantic_pipeline(broker_url: str, tmp_path: Path) -> Iterator[Pipeline]:
-    settings = dataclasses.replace(pipeline_settings(broker_url, tmp_path), detector="semantic")
-    p = Pipeline(settings, tmp_path)
-    try:
-        yield p
-    finally:
-        p.stop()
 
 
 def test_the_semantic_rule_finds_a_paraphrase_through_the_broker(
