@@ -24,7 +24,7 @@ from typing import Any
 import faust
 from faust.types import TableT, TopicT
 
-from memdiag.kafka import ssl_context
+from memdiag.kafka import DefaultPartitioner, ssl_context
 from memdiag.settings import Settings
 from memdiag.streams.tables import SCHEME, StoreOptions
 
@@ -106,6 +106,7 @@ def faust_app(settings: Settings) -> faust.App:
         producer_max_batch_size=512 * 1024,
         producer_max_request_size=8 * 1024 * 1024,
         producer_acks=-1,
+        producer_partitioner=DefaultPartitioner(),  # Kafka's, with a faster murmur2
         stream_wait_empty=False,  # nothing of the stage topics is acked through Faust
         # per partition and fetch: aiokafka holds a fetched partition's bytes until its last
         # record is taken, up to this much a partition (4 MiB held 28 MB at a catch-up,
