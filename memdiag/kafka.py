@@ -37,9 +37,10 @@ _MASK = 0xFFFFFFFF
 def murmur2(data: bytes) -> int:
     """MurmurHash2 of ``data`` as Kafka's Java client computes it (``Utils.murmur2``, seed
     0x9747B28C), equal to aiokafka's ``murmur2`` for every input (a hypothesis test) in
-    about a third of its time: the key's whole words are read in one ``struct`` call, and
-    only the products are masked. The worker computes it for every keyed event (which
-    partition holds its session) and every keyed output (aiokafka's producer)."""
+    about half its time (a 40-byte key: 4.3 against 9.0 us here): the key's whole words
+    are read in one ``struct`` call, and only the products are masked. The worker computes
+    it for every keyed event (which partition holds its session) and every keyed output
+    (aiokafka's producer)."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
     words = length >> 2
