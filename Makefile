@@ -37,7 +37,8 @@ demo: $(STAMP) ## The whole pipeline on the bundled sample (embedded broker): st
 # The unit tests (no broker, CPU-bound) on every core; then the ones with a broker, in one
 # process more than the cores, at most 4: they mostly wait for brokers, workers and their
 # commits (two processes kept two cores 54% busy; three took 8:17 down to about 6).
-BROKER_PROCS := $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
+# `make test BROKER_PROCS=2` for fewer.
+BROKER_PROCS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
 test: $(STAMP) $(CLIENTS) browser ## Run the whole suite: unit, integration (embedded broker), end to end.
 	$(BIN)/pytest -n auto --durations=12 tests/unit tests/spec
 	$(BIN)/pytest -n $(BROKER_PROCS) --durations=12 tests/e2e tests/integration tests/chaos

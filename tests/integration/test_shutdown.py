@@ -5,7 +5,9 @@ local).
 
 - The broker killed (SIGKILL) under live traffic: connections refused, both stop at once.
   The DuckDB file opens, and no key is in it twice.
-- The broker frozen (SIGSTOP) under live traffic, as behind a network partition: nothing
+- The broker frozen (SIGSTOP) under live traffic, as behind a network partition, after a
+  committed start (a third of the traffic processed and committed; then the worker commits
+  nothing more, so it always holds an uncommitted tail on top of committed state): nothing
   answers; the sink stops at its deadline, the worker at once on a second signal. Then the
   broker comes back with everything it took (SIGCONT), worker and sink start again, take
   what was not committed again, and DuckDB equals the reference run of every event on the
@@ -124,18 +126,29 @@ async def everything_on(settings: Settings, topic: str) -> list[Any]:
         await consumer.stop()
 
 
-def wait_for_rows(p: Pipeline, timeout: float = 60.0) -> None:
+def wait_for_rows(p: Pipeline, timeout: float = 60.0, more_than: int = 0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         for child in p.children.values():
             child.check_alive()
         try:
-            if p.query("SELECT count(*) FROM searches")[0][0] > 0:
+            if p.query("SELECT count(*) FROM searches")[0][0] > more_than:
                 return
         except Exception:  # noqa: BLE001, S110 - not created yet, or the sink holds it
             pass
         assert time.monotonic() < deadline, f"no rows in DuckDB:\n{p.children['sink'].tail()}"
         time.sleep(0.2)
+
+
+def searches(p: Pipeline, timeout: float = 30.0) -> int:
+    """The rows in ``searches`` now (the sink may hold the file for a moment: asked again)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(p.query("SELECT count(*) FROM searches")[0][0])
+        except Exception:  # noqa: BLE001 - the sink holds it
+            assert time.monotonic() < deadline, f"DuckDB not readable:\n{p.children['sink'].tail()}"
+            time.sleep(0.2)
 
 
 def stop_both(p: Pipeline, timeout: float, again: str | None = None) -> dict[str, float]:
@@ -231,12 +244,26 @@ def test_the_worker_and_the_sink_stop_at_once_when_the_broker_is_killed(tmp_path
 
 def test_what_a_stop_without_the_broker_left_comes_again_once(tmp_path: Path) -> None:
     broker = EmbeddedBroker().start()
-    # the worker commits nothing before the freeze (its outputs reach the sink at once, not at
-    # its commits): whatever the timing, it stops with work uncommitted, as the test means
     settings = shutdown_settings(broker, tmp_path, FROZEN_TIMEOUT)
-    p = Pipeline(settings.with_(commit_interval_seconds=60.0), tmp_path)
+    p = Pipeline(settings, tmp_path)
+    events = generate(sessions=60, seed=73)
+    first, rest = events[: len(events) // 3], events[len(events) // 3 :]
     try:
-        publishing = at_work(p, generate(sessions=60, seed=73), rate=150)
+        # a committed start: a third of the traffic processed, committed, the worker stopped
+        p.start("worker", "sink")
+        p.publish_events(first)
+        p.drain(timeout=120)
+        p.terminate("worker")
+        rows = searches(p)
+        # then the worker commits nothing before the freeze (its outputs reach the sink at
+        # once, not at its commits): whatever the timing, it stops with a tail uncommitted on
+        # top of its committed state and changelog, and the sink (every 2 s) with messages
+        # read and not committed while the traffic (7 s) still flows
+        p.settings = settings.with_(commit_interval_seconds=60.0)
+        p.start("worker")
+        _restarted(p, "worker", 1)
+        publishing = Traffic(p.settings, rest, rate=60)
+        wait_for_rows(p, more_than=rows)
         assert broker._proc is not None
         broker._proc.send_signal(signal.SIGSTOP)  # nothing answers, nothing is refused
         try:
