@@ -77,7 +77,7 @@ class DefaultPartitioner:
     def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
         if key is None:
             return random.choice(available or all_partitions)  # noqa: S311 - not a secret
-        return all_partitions[(murmur2(key) & 0x7FFFFFFF) % len(all_partitions)]
+        return all_partitions[partition_for(key, len(all_partitions))]
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:
