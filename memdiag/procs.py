@@ -74,6 +74,55 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)
 
 
+#: The allocator's thresholds a long-running process fixes at start (glibc only): blocks of
+#: 128 KB and more get their own mapping, and the heap gives back what is free above its top
+#: past 128 KB. Both are glibc's defaults, and both stay fixed instead of growing.
+MALLOC_MMAP_THRESHOLD = 128 * 1024
+MALLOC_TRIM_THRESHOLD = 128 * 1024
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_malloc() -> bool:
+    """Fix glibc's mmap and trim thresholds (:data:`MALLOC_MMAP_THRESHOLD`,
+    :data:`MALLOC_TRIM_THRESHOLD`); returns whether they were set. Does nothing on another C
+    library, or when ``GLIBC_TUNABLES`` or ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``
+    already set either (the operator's choice wins).
+
+    glibc starts with an mmap threshold of 128 KB and raises it, up to 32 MB, each time a
+    mapped block is freed, so that later blocks of that size come from the heap. A stream
+    process frees large blocks all the time (a fetch's records, a checkpoint's encoded
+    values, a batch's outputs), so after its first minute nearly every large block lands
+    on the heap, between small ones that live on, and the heap fragments: the worker's RSS
+    kept creeping up for the whole of a 50,000-session run and peaked at 298-310 MB. With
+    both thresholds fixed, large blocks are mapped and unmapped whole, and the same run
+    peaked at 268 MB (245 MB at 20,000 sessions, against 273-283), no slower
+    (``benchmarks/scale.py``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    env = os.environ
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if (
+        "mmap_threshold" in tunables
+        or "trim_threshold" in tunables
+        or "MALLOC_MMAP_THRESHOLD_" in env
+        or "MALLOC_TRIM_THRESHOLD_" in env
+    ):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl has no mallopt thresholds)
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
+        and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    )
+
+
 #: The exit status of a worker or sink that stopped with work it could not commit (the
 #: broker was gone): BSD's EX_TEMPFAIL, "try again later". That work comes again on the next
 #: start. 0 is a stop that committed everything it took.

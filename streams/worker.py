@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from memdiag.kafka import client_options, ensure_topics, short_compaction_lags, wait_for_kafka
-from memdiag.procs import EXIT_UNCOMMITTED, Shutdown, exit_now, tune_gc
+from memdiag.procs import EXIT_UNCOMMITTED, Shutdown, exit_now, tune_gc, tune_malloc
 from memdiag.settings import Settings
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ def main(settings: Settings) -> None:
         redirect_stdouts=False,
         override_logging=True,
     )
+    tune_malloc()
     tune_gc()
     worker.execute_from_commandline()
 
