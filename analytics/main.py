@@ -15,7 +15,7 @@ import signal
 
 from memdiag.analytics.consumer import SinkFatal, SinkRunner
 from memdiag.kafka import ensure_topics, wait_for_kafka
-from memdiag.procs import Shutdown, tune_gc, tune_malloc
+from memdiag.procs import Shutdown, tune_gc
 from memdiag.settings import Settings
 
 log = logging.getLogger("memdiag.sink")
@@ -29,7 +29,6 @@ def main(settings: Settings) -> None:
         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
     )
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
-    tune_malloc()
     tune_gc()
     runner = SinkRunner(settings)
     shutdown = Shutdown(WHO, settings.shutdown_timeout_seconds, log, runner.stopped)

@@ -8,6 +8,7 @@ import ctypes
 import gc
 import logging
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -74,53 +75,62 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)
 
 
-#: The allocator's thresholds a long-running process fixes at start (glibc only): blocks of
-#: 128 KB and more get their own mapping, and the heap gives back what is free above its top
-#: past 128 KB. Both are glibc's defaults, and both stay fixed instead of growing.
+#: The allocator's thresholds the worker fixes at start (glibc only): a block of 128 KB or
+#: more that the heap's free space cannot hold gets its own mapping, and the heap gives back
+#: what is free at its top past 128 KB. Both are glibc's initial values; fixed, they stay so.
 MALLOC_MMAP_THRESHOLD = 128 * 1024
 MALLOC_TRIM_THRESHOLD = 128 * 1024
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
 
-def tune_malloc() -> bool:
-    """Fix glibc's mmap and trim thresholds (:data:`MALLOC_MMAP_THRESHOLD`,
-    :data:`MALLOC_TRIM_THRESHOLD`); returns whether they were set. Does nothing on another C
-    library, or when ``GLIBC_TUNABLES`` or ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``
-    already set either (the operator's choice wins).
+def glibc() -> bool:
+    """Whether this process runs on glibc (``mallopt``'s thresholds are glibc's)."""
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
-    glibc starts with an mmap threshold of 128 KB and raises it, up to 32 MB, each time a
-    mapped block is freed, so that later blocks of that size come from the heap. A stream
-    process frees large blocks all the time (a fetch's records, a checkpoint's encoded
-    values, a batch's outputs), so after its first minute nearly every large block lands
-    on the heap, between small ones that live on, and the heap fragments: the worker's RSS
-    kept creeping up for the whole of a 50,000-session run and peaked at 298-310 MB. With
-    both thresholds fixed, large blocks are mapped and unmapped whole, and the same run
-    peaked at 268 MB (245 MB at 20,000 sessions, against 273-283), no slower
-    (``benchmarks/scale.py``)."""
-    if not sys.platform.startswith("linux"):
-        return False
+
+def tune_malloc() -> str:
+    """Fix glibc's mmap and trim thresholds (:data:`MALLOC_MMAP_THRESHOLD`,
+    :data:`MALLOC_TRIM_THRESHOLD`) for a long-running process, as early as it can: it
+    returns what it did, for the process's log. It does nothing on another C library, nor
+    when the operator set either threshold (``glibc.malloc.mmap_threshold`` or
+    ``glibc.malloc.trim_threshold`` in ``GLIBC_TUNABLES``, or ``MALLOC_MMAP_THRESHOLD_``,
+    ``MALLOC_TRIM_THRESHOLD_``): glibc then fixes both already, the one not set at its
+    initial value, which is what this would set.
+
+    Why. glibc starts with both thresholds at 128 KB, and each time a mapped block larger
+    than the mmap threshold is freed it raises that threshold to the block's size (up to
+    32 MB) and the trim threshold to twice it. A stream process frees large blocks all the
+    time (a fetch's records, a produce request, a checkpoint's encoded values), so within
+    its first minute the thresholds have risen: large blocks then come from the heap, and
+    the heap keeps up to twice the largest of them free at its top, between small objects
+    that live on. In ``benchmarks/scale.py`` the worker's resident memory crept up for the
+    whole run (peaks of 273-283 MB at 20,000 sessions, 298-310 MB at 50,000); with both
+    thresholds fixed it stays level (README, "Scale"). The cost is a fresh mapping for
+    each large block the heap cannot hold; on the batched benchmark it did not show
+    (``benchmarks/pipeline.py``, several runs each way)."""
+    if not glibc():
+        return "not glibc: the C library's own thresholds"
     env = os.environ
     tunables = env.get("GLIBC_TUNABLES", "")
     if (
-        "mmap_threshold" in tunables
-        or "trim_threshold" in tunables
+        "glibc.malloc.mmap_threshold" in tunables
+        or "glibc.malloc.trim_threshold" in tunables
         or "MALLOC_MMAP_THRESHOLD_" in env
         or "MALLOC_TRIM_THRESHOLD_" in env
     ):
-        return False
+        return "glibc's thresholds as the environment sets them"
     try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl has no mallopt thresholds)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
-        return False
+        return "glibc's dynamic thresholds (no mallopt found)"
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return bool(
-        mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
-        and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
-    )
+    if mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) and mallopt(
+        _M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD
+    ):
+        return "glibc's mmap and trim thresholds fixed at 128 KB"
+    return "glibc's dynamic thresholds (mallopt refused)"
 
 
 #: The exit status of a worker or sink that stopped with work it could not commit (the

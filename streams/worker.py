@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from memdiag.kafka import client_options, ensure_topics, short_compaction_lags, wait_for_kafka
-from memdiag.procs import EXIT_UNCOMMITTED, Shutdown, exit_now, tune_gc, tune_malloc
+from memdiag.procs import EXIT_UNCOMMITTED, Shutdown, exit_now, tune_gc
 from memdiag.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,7 +32,9 @@ log = logging.getLogger("memdiag.worker")
 WHO = "memdiag worker"
 
 
-def main(settings: Settings) -> None:
+def main(settings: Settings, allocator: str = "") -> None:
+    """The worker; ``allocator``: what :func:`memdiag.procs.tune_malloc` did, logged once
+    the worker is ready (the caller tunes the allocator before anything allocates much)."""
     started = time.monotonic()
     asyncio.run(wait_for_kafka(settings, WHO))
     asyncio.run(ensure_topics(settings))
@@ -61,9 +63,14 @@ def main(settings: Settings) -> None:
 
         app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
 
+    told: list[bool] = []  # the allocator's line, once
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _log_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         log.info("memdiag worker start-to-ready %.2fs", time.monotonic() - started)
+        if allocator and not told:
+            told.append(True)
+            log.info("memdiag worker allocator: %s", allocator)
 
     def left() -> tuple[str, int]:
         stopped = runner.where()
@@ -97,7 +104,6 @@ def main(settings: Settings) -> None:
         redirect_stdouts=False,
         override_logging=True,
     )
-    tune_malloc()
     tune_gc()
     worker.execute_from_commandline()
 

@@ -135,6 +135,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from memdiag.procs import tune_malloc
+
+    allocator = tune_malloc()  # first, before the semantic model or Faust allocate anything
     from memdiag.streams.worker import main
 
     settings = settings_of(args)
@@ -146,7 +149,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except semantic.ModelMissing as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}")
             return 2
-    main(settings)
+    main(settings, allocator)
     return 0
 
 

@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from memdiag.broker import EmbeddedBroker
 from memdiag.kafka import client_options, true_end_offsets
-from memdiag.procs import EXIT_UNCOMMITTED
+from memdiag.procs import EXIT_UNCOMMITTED, glibc
 from memdiag.settings import Settings
 from tests.compare import differences, from_duckdb, from_reference
 from tests.integration.conftest import Pipeline, pipeline_settings
@@ -186,6 +186,8 @@ def stop_both(p: Pipeline, timeout: float, again: str | None = None) -> dict[str
                    rf"more\. (.+) Exit status {EXIT_UNCOMMITTED}\."  # fmt: skip
         said = re.search(line, log)
         assert said, tail
+        if name == "worker" and glibc():  # the real worker fixed its allocator's thresholds
+            assert "memdiag worker allocator: glibc's mmap and trim thresholds fixed" in log
         if name == "worker":
             assert re.match(r"[\d,]+ records taken on \d+ partitions since its last commit, "
                             r"and their [\d,]+ outputs, are not committed", said[1]), said[0]  # fmt: skip
