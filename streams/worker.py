@@ -63,14 +63,13 @@ def main(settings: Settings, allocator: str = "") -> None:
 
         app.monitor = OpenTelemetryMonitor(service_name="memdiag-worker")
 
-    told: list[bool] = []  # the allocator's line, once
-
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode types receivers oddly
     async def _log_ready(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        nonlocal allocator
         log.info("memdiag worker start-to-ready %.2fs", time.monotonic() - started)
-        if allocator and not told:
-            told.append(True)
+        if allocator:  # once: the first rebalance
             log.info("memdiag worker allocator: %s", allocator)
+            allocator = ""
 
     def left() -> tuple[str, int]:
         stopped = runner.where()
