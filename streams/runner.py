@@ -60,6 +60,11 @@ class StageSpec:
     table: str | None
     #: the output for a message the stage raised on (a dead letter saying so)
     on_failure: Callable[[InMessage, BaseException], Output]
+    #: the most input bytes the stage takes in one call (None: a whole batch, up to the
+    #: runner's MAX_BATCH_BYTES): a batch is cut into pieces of about this much, each
+    #: processed and its outputs sent before the next, so that what a stage makes of one
+    #: batch is never all in memory at once (:func:`pieces`)
+    piece_bytes: int | None = None
 
 
 class Kafka(Transport, Protocol):
@@ -381,16 +386,19 @@ class Runner:
     async def _process(self, spec: StageSpec, msgs: list[InMessage], ends: dict[Any, int]) -> bool:
         cp = self.checkpoint
         store: Any = cp.view(spec.table) if spec.table is not None else None
-        try:
-            out = spec.stage.process(msgs, store)
-        except Exception:  # noqa: BLE001 - find the message that raises, one at a time
-            log.warning("%s: a batch of %d raised; taking it again one message at a time",
-                        spec.name, len(msgs), exc_info=True)  # fmt: skip
-            for tp, end in ends.items():
-                self.suspect[tp] = max(self.suspect.get(tp, 0), end)
-            self._drop("a stage raised")
-            return False
-        await self._send(out)
+        for piece in pieces(msgs, spec.piece_bytes):
+            try:
+                out = spec.stage.process(piece, store)
+            except Exception:  # noqa: BLE001 - find the message that raises, one at a time
+                # the pieces before it were sent: the batch is taken again whole (one message
+                # at a time), and what they sent is sent again, as after any failed checkpoint
+                log.warning("%s: a batch of %d raised; taking it again one message at a time",
+                            spec.name, len(msgs), exc_info=True)  # fmt: skip
+                for tp, end in ends.items():
+                    self.suspect[tp] = max(self.suspect.get(tp, 0), end)
+                self._drop("a stage raised")
+                return False
+            await self._send(out)
         cp.offsets.update(ends)
         return True
 
@@ -609,6 +617,24 @@ class Runner:
             await self.kafka.seek({tp: offset})
         except Exception:  # noqa: BLE001 - revoked meanwhile: the next generation seeks anew
             log.info("runner: seek of %s/%d failed", tp.topic, tp.partition, exc_info=True)
+
+
+def pieces(msgs: list[InMessage], most_bytes: int | None) -> list[list[InMessage]]:
+    """``msgs`` in order, cut into runs of about ``most_bytes`` of values each (a run ends
+    with the message that reaches it; each has at least one); one run if ``most_bytes`` is
+    None or they are fewer bytes."""
+    if most_bytes is None:
+        return [msgs]
+    out: list[list[InMessage]] = []
+    start = size = 0
+    for i, msg in enumerate(msgs):
+        size += len(msg.value or b"")
+        if size >= most_bytes:
+            out.append(msgs[start : i + 1])
+            start, size = i + 1, 0
+    if start < len(msgs) or not out:
+        out.append(msgs[start:])
+    return out
 
 
 def _tp(msg: InMessage) -> TP:

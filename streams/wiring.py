@@ -47,6 +47,13 @@ from memdiag.streams.stages.traces import TraceStage
 
 log = logging.getLogger("memdiag.worker")
 
+#: The input a stage of events, steps, recall probes or judgements takes in one call
+#: (:attr:`memdiag.streams.runner.StageSpec.piece_bytes`): its outputs grow with the input
+#: (one batch of 16 MiB of steps at a catch-up made 73,000 weight and strength records,
+#: 35 MB of the worker's heap). The span stages take whole batches: a trace's spans are
+#: written once a call, and smaller calls cost them a third of their rate.
+PIECE_BYTES = 2 << 20
+
 
 def register(w: Wiring) -> Runner:
     app, settings = w.app, w.settings
@@ -81,13 +88,13 @@ def register(w: Wiring) -> Runner:
         StageSpec("traces", (name(w.otlp_traces),), TraceStage(settings, partition_of), state,
                   on_failure),
         StageSpec("sessions", (name(w.events), name(w.verdicts), name(w.span_events)),
-                  SessionStage(settings, partition_of), state, on_failure),
+                  SessionStage(settings, partition_of), state, on_failure, PIECE_BYTES),
         StageSpec("observations", (name(w.steps),), ObservationStage(settings), state,
-                  on_failure),
+                  on_failure, PIECE_BYTES),
         StageSpec("recall", (name(w.memory),), RecallStage(settings, partition_of), state,
-                  on_failure),
+                  on_failure, PIECE_BYTES),
         StageSpec("judgements", (name(w.judgements),), JudgementStage(settings), None,
-                  on_failure),
+                  on_failure, PIECE_BYTES),
         StageSpec("counters", (name(w.counters),), CounterStage(), rollups, increment_failed),
     ]  # fmt: skip
     kafka = FaustKafka(app)

@@ -306,7 +306,10 @@ class World:
     (between two batches, or at a random step of a commit). ``kill_at``: kill it once, at
     this step of its ``after``-th commit (see :data:`STEPS`). ``counters``: the increments go
     to a ``counters`` topic too, and the counter stage rolls them up per minute in a table
-    of its own (``rollups``), as in the worker."""
+    of its own (``rollups``), as in the worker. ``piece_bytes``: the stages of events, steps
+    and recall take a batch in pieces of about this many bytes (the worker's
+    ``memdiag.streams.wiring.PIECE_BYTES``); by default one of none, 300 and 3,000, drawn
+    from ``seed`` apart from the world's other draws."""
 
     def __init__(
         self,
@@ -316,8 +319,14 @@ class World:
         counters: bool = False,
         record_limit: int = RECORD_LIMIT,
         max_message_bytes: int | None = None,
+        piece_bytes: int | None | str = "drawn",
     ):
         self.settings = settings
+        self.piece_bytes: int | None = (
+            random.Random(f"pieces {seed}").choice([None, 300, 3000])
+            if isinstance(piece_bytes, str)  # "drawn"
+            else piece_bytes
+        )
         #: the longest changelog value the worker sends as one record
         self.record_limit = record_limit
         #: the broker's limit on a record's value (Kafka's ``message.max.bytes``): a longer
@@ -399,9 +408,11 @@ class World:
             StageSpec("spans", (self.otlp,), self.span_stage, None, on_failure),
             StageSpec("traces", (self.traces,), self.trace_stage, STATE, on_failure),
             StageSpec("sessions", (self.events, self.verdicts, self.span_events),
-                      self.processor, STATE, on_failure),
-            StageSpec("observations", (self.steps,), self.owner, STATE, on_failure),
-            StageSpec("recall", (self.memory,), self.recall_stage, STATE, on_failure),
+                      self.processor, STATE, on_failure, self.piece_bytes),
+            StageSpec("observations", (self.steps,), self.owner, STATE, on_failure,
+                      self.piece_bytes),
+            StageSpec("recall", (self.memory,), self.recall_stage, STATE, on_failure,
+                      self.piece_bytes),
         ]  # fmt: skip
         tables = {STATE: self.table}
         if self.rollups is not None:
