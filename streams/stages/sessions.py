@@ -166,6 +166,8 @@ class SessionStage:
             add_dead_letter(out, msg, rejected, self.settings)
         published_ms = msg.timestamp_ms or 0
         rerouted: dict[str, list[Any]] = {}
+        now_ms = self.states.clocks.now.get(msg.partition, 0)
+        newest = out.ts_us
         for acc in decoded.accepted:
             event: SessionEvent = acc.event  # type: ignore[assignment]
             session_id = event.session_id
@@ -183,10 +185,12 @@ class SessionStage:
                 add_dead_letter(out, msg, late, self.settings, identity=identity)
                 continue
             session.ingest(event, published_ms, out)
-            session.last_seen_ms = max(
-                session.last_seen_ms, self.states.clocks.now.get(msg.partition, 0)
-            )
-            out.ts_us = max(out.ts_us, event.ts_us)
+            if now_ms > session.last_seen_ms:
+                session.last_seen_ms = now_ms
+            ts_us = event.ts_us
+            if ts_us > newest:
+                newest = ts_us
+        out.ts_us = newest
         for session_id, raws in rerouted.items():
             out.reroute.append((session_id, raws, msg.timestamp_ms))
 
