@@ -29,7 +29,9 @@ up to 5 s of waiting for the last commit); the bare loop also commits as soon as
 every event, which favours it.
 Every clock starts when the contender takes its first record. Every contender's verdicts
 are checked against a reference. Each figure is the median of ``--runs`` runs, with the
-spread (min-max); contenders rotate their order per run.
+spread (min-max); contenders rotate their order per run. Beside the ratio of the medians,
+the ratio run by run (the median of each run's memdiag over the peer): this machine's speed
+drifts for minutes at a time, and the contenders of one run meet the same drift.
 
 Beside the rates, each contender's CPU time per event: the whole process (every thread,
 user and system) from when it is ready (memdiag) or has its first record (peers) until the
@@ -501,10 +503,19 @@ def _summary(n: int, seconds: list[float], cpus: list[float] | None = None) -> d
         "min": rates[0],
         "max": rates[-1],
         "runs": [round(r) for r in rates],
+        #: the rates in the order of the runs (a run's contenders ran one after another)
+        "by_run": [n / s for s in seconds],
     }
     if cpus:
         summary["cpu_us_per_event"] = statistics.median(c / n * 1e6 for c in cpus)
     return summary
+
+
+def paired(memdiag: dict[str, Any], peer: dict[str, Any]) -> float:
+    """The median, over the runs, of memdiag's rate over the peer's in the same run: this
+    machine's speed drifts for minutes at a time (the same worker on the same input has
+    taken 1.6 s and 2.8 s of CPU), and a run's contenders meet the same drift."""
+    return statistics.median(m / p for m, p in zip(memdiag["by_run"], peer["by_run"], strict=True))
 
 
 def latency(
@@ -583,20 +594,23 @@ def render(results: dict[str, Any]) -> str:
         f"4 partitions, one Tansu broker; median of runs (min-max)",
         "",
         f"{'mode':<9}{'contender':<10}{'events/s':>11}{'spread':>20}{'memdiag ÷':>11}"
-        f"{'CPU µs/event':>14}",
+        f"{'run by run':>12}{'CPU µs/event':>14}",
     ]
     for mode, m in results["modes"].items():
-        base = m["contenders"]["memdiag"]["events_per_s"]
+        mine = m["contenders"]["memdiag"]
         for c, r in m["contenders"].items():
-            ratio = "" if c == "memdiag" else f"{base / r['events_per_s']:.2f}"
+            ratio = "" if c == "memdiag" else f"{mine['events_per_s'] / r['events_per_s']:.2f}"
+            by_run = "" if c == "memdiag" or "by_run" not in r else f"{paired(mine, r):.2f}"
             if mode == "spans":  # spans/s, against memdiag's own single events
                 single = results["modes"]["single"]["contenders"]["memdiag"]["events_per_s"]
                 ratio = f"{r['events_per_s'] / single:.2f}*"
             spread = f"{r['min']:,.0f}-{r['max']:,.0f}"
             cpu = f"{r['cpu_us_per_event']:,.0f}" if "cpu_us_per_event" in r else ""
             lines.append(
-                f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}{cpu:>14}"
+                f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}"
+                f"{by_run:>12}{cpu:>14}"
             )
+    lines.append("memdiag ÷: of the medians; run by run: the median of the runs' own ratios")
     if "spans" in results["modes"]:
         lines.append("* spans/s, against memdiag's own single events (a span takes three stages)")
     if "latency" in results:
