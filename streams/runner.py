@@ -399,6 +399,7 @@ class Runner:
                 self._drop("a stage raised")
                 return False
             await self._send(out)
+            del out  # sent: not held while the next piece is processed
         cp.offsets.update(ends)
         return True
 

@@ -123,7 +123,8 @@ class ObservationStage:
         # edge's, per (its key, session). Their records are made once, at the end of the
         # batch (a late session changes every later step, up to 256 a session): each carries
         # the observation's version and current values as of the batch's end, as the newest
-        # of its records would
+        # of its records would. (A batch: what the runner hands the stage in one call, at
+        # most about 2 MiB of input, memdiag.streams.runner.StageSpec.piece_bytes)
         weights: dict[str, dict[Any, Step]] = {}
         strength_steps: dict[str, dict[Any, StrengthStep | tuple[str, str]]] = {}
         graph_weights: dict[str, dict[str, Step]] = {}

@@ -5,7 +5,8 @@ No Faust, no Kafka. Input: ``memory``, keyed by ``agent_id`` and co-partitioned 
 ``mx:`` and ``mm:``, :mod:`memdiag.streams.agent`). Per batch, each event is decoded and
 validated once and applied to its :class:`memdiag.streams.agent.Agent`; each touched agent
 is written once, after the whole batch (the memories and backlog nodes that changed, then
-its head), and its summary (``pipeline_agent``) is sent once.
+its head), and its summary (``pipeline_agent``) is sent once. (A batch: what the runner hands
+the stage in one call, at most about 2 MiB of input, ``StageSpec.piece_bytes``.)
 
 Partitioning, as for sessions: an event that arrives on another partition than its
 ``agent_id``'s (published without a key, or in a batch keyed by something else) is put back

@@ -6,7 +6,9 @@ worker owns partition p of both and of the state's changelog.
 
 Per batch, each event is decoded and validated once, then applied to its
 :class:`memdiag.streams.session.session.Session`. Each touched session is written once, after
-the whole batch, so a burst of events for one session costs one state write. A batch that
+the whole batch, so a burst of events for one session costs one state write. (A batch is
+what the runner hands the stage in one call: a piece of at most about 2 MiB of a larger one,
+``memdiag.streams.runner.StageSpec.piece_bytes``.) A batch that
 decodes more than :attr:`SessionStage.WRITE_BACK_AT` sessions from the store (the decoded
 cache did not hold them) writes what it touched back as it goes: touched sessions are held
 outside the decoded-state budget (``MEMDIAG_DECODED_CACHE_MB``) until they are written, and
