@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import orjson
 from aiokafka.errors import MessageSizeTooLargeError
@@ -319,12 +319,12 @@ class World:
         counters: bool = False,
         record_limit: int = RECORD_LIMIT,
         max_message_bytes: int | None = None,
-        piece_bytes: int | None | str = "drawn",
+        piece_bytes: int | None | Literal["drawn"] = "drawn",
     ):
         self.settings = settings
         self.piece_bytes: int | None = (
             random.Random(f"pieces {seed}").choice([None, 300, 3000])
-            if isinstance(piece_bytes, str)  # "drawn"
+            if piece_bytes == "drawn"
             else piece_bytes
         )
         #: the longest changelog value the worker sends as one record
