@@ -63,7 +63,7 @@ class StageSpec:
     #: the most input bytes the stage takes in one call (None: a whole batch, up to the
     #: runner's MAX_BATCH_BYTES): a batch is cut into pieces of about this much, each
     #: processed and its outputs sent before the next, so that what a stage makes of one
-    #: batch is never all in memory at once (:func:`pieces`)
+    #: batch is never all in memory at once (:func:`in_pieces`)
     piece_bytes: int | None = None
 
 
@@ -386,7 +386,7 @@ class Runner:
     async def _process(self, spec: StageSpec, msgs: list[InMessage], ends: dict[Any, int]) -> bool:
         cp = self.checkpoint
         store: Any = cp.view(spec.table) if spec.table is not None else None
-        for piece in pieces(msgs, spec.piece_bytes):
+        for piece in in_pieces(msgs, spec.piece_bytes):
             try:
                 out = spec.stage.process(piece, store)
             except Exception:  # noqa: BLE001 - find the message that raises, one at a time
@@ -620,7 +620,7 @@ class Runner:
             log.info("runner: seek of %s/%d failed", tp.topic, tp.partition, exc_info=True)
 
 
-def pieces(msgs: list[InMessage], most_bytes: int | None) -> list[list[InMessage]]:
+def in_pieces(msgs: list[InMessage], most_bytes: int | None) -> list[list[InMessage]]:
     """``msgs`` in order, cut into runs of about ``most_bytes`` of values each (a run ends
     with the message that reaches it; each has at least one); one run if ``most_bytes`` is
     None or they are fewer bytes."""

@@ -1,4 +1,4 @@
-"""A stage takes a batch in pieces (``memdiag.streams.runner.pieces``, ``StageSpec.piece_bytes``):
+"""A stage takes a batch in pieces (``memdiag.streams.runner.in_pieces``, ``StageSpec.piece_bytes``):
 each piece processed and its outputs sent before the next, so what a stage makes of one batch
 is never all in memory at once. Pieces change nothing in the results, also when a stage
 raises on a message of a later piece."""
@@ -16,7 +16,7 @@ from memdiag.contract import PROCESSING_ERROR
 from memdiag.contract.envelope import InMessage
 from memdiag.settings import Settings
 from memdiag.streams import runner as runner_module
-from memdiag.streams.runner import pieces
+from memdiag.streams.runner import in_pieces
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World
 from tests.reference import reference
@@ -35,13 +35,13 @@ def test_pieces_cut_in_order_at_the_message_that_reaches_the_bound(
 ) -> None:
     msgs = [InMessage("t", 0, i, None, None if n is None else b"x" * n, 0)
             for i, n in enumerate(sizes)]  # fmt: skip
-    got = pieces(msgs, most)
+    got = in_pieces(msgs, most)
     assert [m for piece in got for m in piece] == msgs
     assert all(got[:-1])  # only a batch of nothing is one empty piece
     for piece in got[:-1]:
         assert size(piece) >= most > size(piece[:-1])  # ends with the message that reaches it
     assert size(got[-1][:-1]) < most
-    assert pieces(msgs, None) == [msgs]
+    assert in_pieces(msgs, None) == [msgs]
 
 
 def spy(world: World) -> list[list[InMessage]]:
@@ -90,10 +90,10 @@ def test_a_message_that_raises_in_a_later_piece_is_dead_lettered_and_the_rest_ar
     cut: list[list[list[InMessage]]] = []
 
     def recorded(msgs: list[InMessage], most_bytes: int | None) -> list[list[InMessage]]:
-        cut.append(pieces(msgs, most_bytes))
+        cut.append(in_pieces(msgs, most_bytes))
         return cut[-1]
 
-    monkeypatch.setattr(runner_module, "pieces", recorded)
+    monkeypatch.setattr(runner_module, "in_pieces", recorded)
     process = world.processor.process
 
     def raising(msgs: list[InMessage], store: Any) -> Any:
