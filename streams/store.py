@@ -37,7 +37,10 @@ records; it applies them by the rule above.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,8 @@ from typing import Any, Protocol
 
 import orjson
 from sortedcontainers import SortedDict
+
+log = logging.getLogger("memdiag.worker")
 
 #: The changelog header naming the source offsets a record covers: a JSON object
 #: ``{topic: offset of the last record processed}`` (the partition is the record's own).
@@ -206,6 +211,47 @@ def rocks_memory() -> dict[str, int]:
         "block_cache": sum(c.get_usage() for c in _CACHES.values()),
         "write_buffers": sum(w.get_usage() for w in _WRITE_BUFFERS.values()),
     }
+
+
+#: How long a worker waits for a partition's database that another process on this machine
+#: holds (:func:`open_rocks`).
+LOCK_WAIT_SECONDS = 30.0
+
+
+def held_elsewhere(exc: BaseException) -> bool:
+    """RocksDB refused to open a database because another process holds its LOCK file."""
+    return "While lock file" in str(exc)
+
+
+async def open_rocks(
+    path: Path, cache_bytes: int, write_buffer_bytes: int, wait_seconds: float = LOCK_WAIT_SECONDS
+) -> RocksBackend:
+    """A partition's database, once no other process holds it. Two workers on one machine
+    with one MEMDIAG_STATE_DIR share its folders: when a partition moves between them, the
+    new owner is told at the same time as the old one, which closes the database only then
+    (Faust closes a table's partitions on the assignment that takes them away), so the new
+    owner may find it still held for a moment. It waits, and says so; past ``wait_seconds``
+    it raises, saying who to look for."""
+    deadline = time.monotonic() + wait_seconds
+    said = False
+    while True:
+        try:
+            return RocksBackend(path, cache_bytes, write_buffer_bytes)
+        except Exception as exc:
+            if not held_elsewhere(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"the state database {path} is held by another process after "
+                    f"{wait_seconds:.0f} s of waiting: another worker with the same "
+                    "MEMDIAG_STATE_DIR and MEMDIAG_APP_ID still has this partition open. "
+                    "Stop it, or give each worker a state folder of its own"
+                ) from exc
+            if not said:
+                log.info("state database %s is still held by another process (the "
+                         "partition's last owner here); waiting for it", path)  # fmt: skip
+                said = True
+            await asyncio.sleep(0.1)
 
 
 class RocksBackend:

@@ -39,6 +39,7 @@ from memdiag.streams.store import (
     changelog_record,
     commit_covers,
     needs_covers,
+    open_rocks,
 )
 
 log = logging.getLogger("memdiag.worker")
@@ -111,10 +112,13 @@ class CheckpointStore(Store):
             raise RuntimeError("a rocksdb store needs a path (MEMDIAG_STATE_DIR)")
         return self.settings.path / f"{self.table_name}-{partition}"
 
-    def _open(self, partition: int) -> Backend:
+    def _open(self, partition: int, opened: Backend | None = None) -> Backend:
+        """The partition's backend, opened now unless it is (``opened``: one just opened)."""
         backend = self.backends.get(partition)
         if backend is None:
-            if self.settings.kind == "memory":
+            if opened is not None:
+                backend = opened
+            elif self.settings.kind == "memory":
                 backend = MemoryBackend()
             else:
                 backend = RocksBackend(self._path(partition), self.settings.cache_bytes,
@@ -169,7 +173,13 @@ class CheckpointStore(Store):
             if partition not in mine:
                 self._close(partition)
         for partition in mine:
-            self._open(partition)
+            if partition in self.backends or self.settings.kind == "memory":
+                self._open(partition)
+            else:  # its last owner on this machine may still hold it for a moment
+                self._open(partition, await open_rocks(
+                    self._path(partition), self.settings.cache_bytes,
+                    self.settings.write_buffer_bytes,
+                ))  # fmt: skip
         if unlogged:
             log.warning(
                 "%s: the changelog topic %s is not in this worker's assignment (the broker "
