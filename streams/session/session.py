@@ -89,10 +89,15 @@ _FOLLOWUP_KEY = counter_key(FOLLOWUPS)
 #: Where an id was first seen: (ts, event id, its position in that event)
 FirstSeen = tuple[int, str, int]
 
-#: Records per sealed chunk of a session's log: a write rewrites the open chunk (the head's
-#: tail), never the whole session, so a long session costs no more per event than a short
-#: one. A session keeps the chunk size it was first written with (``cs`` in its head).
+#: The fewest records a sealed chunk of a session's log holds: a write rewrites the open
+#: chunk (the head's tail), never the whole session, so a long session costs no more per
+#: event than a short one. A session keeps the size it was first written with (``cs`` in its
+#: head).
 CHUNK = 8
+#: The most records one sealed chunk holds. A write seals the whole tail once it holds
+#: :data:`CHUNK` records, up to this many a chunk: a batch of 60 events of one session is
+#: one chunk, not seven (each a changelog record, a store write and a read at every load).
+CHUNK_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +144,10 @@ class Session(SpanTurns):
         self.partition = partition
         self.config = config
         self.records: list[LogRecord] = []  # the log, in arrival order
-        #: how much of the log is in sealed chunks of the store, and their size
-        #: (:mod:`memdiag.streams.session.states`)
+        #: how much of the log is in sealed chunks of the store, in how many, and the fewest
+        #: records a chunk seals (:mod:`memdiag.streams.session.states`)
         self.sealed = 0
+        self.chunks = 0
         self.chunk = CHUNK
         self.chunk_bytes = 0  # the stored bytes of its sealed chunks (what its cache weighs)
         #: the stored bytes of the log's vectors (MEMDIAG_DETECTOR=semantic): held decoded

@@ -20,7 +20,7 @@ from memdiag.contract.envelope import Output, StateStore
 from memdiag.streams.clocks import SWEEP_EVERY_MS, Clocks, expiry_index
 from memdiag.streams.lru import Cache, shared_budget
 from memdiag.streams.session.records import LogRecord, decode, encode
-from memdiag.streams.session.session import Config, OwnerVerdict, Session
+from memdiag.streams.session.session import CHUNK_MAX, Config, OwnerVerdict, Session
 
 Scope = tuple[str | None, str | None, str | None]
 
@@ -31,7 +31,7 @@ class Head(msgspec.Struct, frozen=True):
     p: int  # its partition
     l: int  # noqa: E741 - processing time of its last event (ms)
     n: int  # sealed chunks
-    cs: int  # records a chunk
+    cs: int  # the fewest records a chunk seals (a chunk holds CHUNK_MAX at most)
     sc: list[Scope]  # its scopes
     t: list[LogRecord]  # the log's unsealed tail
     v: dict[
@@ -102,6 +102,7 @@ class SessionStates:
             chunk_bytes += len(chunk)
         session = Session(session_id, head.p, self._config)
         session.chunk = head.cs
+        session.chunks = head.n
         session.chunk_bytes = chunk_bytes
         session.last_seen_ms = head.l
         for scope in head.sc:
@@ -113,18 +114,22 @@ class SessionStates:
         return session
 
     def write(self, session: Session, store: StateStore) -> None:
-        """The session's new sealed chunks, and its head."""
+        """The session's new sealed chunks, and its head. Once the tail holds ``chunk``
+        records, all of it is sealed, in chunks of at most :data:`CHUNK_MAX` records: one
+        event a message seals a chunk every ``chunk`` events, a batch of one session's events
+        seals them together. Chunks are read back by their count, whatever their sizes."""
         size, partition, records = session.chunk, session.partition, session.records
         while len(records) - session.sealed >= size:
-            index = session.sealed // size
-            chunk = encode(records[session.sealed : session.sealed + size])
-            store.put(chunk_key(session.session_id, index), chunk, partition)
+            end = min(len(records), session.sealed + CHUNK_MAX)
+            chunk = encode(records[session.sealed : end])
+            store.put(chunk_key(session.session_id, session.chunks), chunk, partition)
+            session.chunks += 1
             session.chunk_bytes += len(chunk)
-            session.sealed += size
+            session.sealed = end
         head = Head(
             p=partition,
             l=session.last_seen_ms,
-            n=session.sealed // size,
+            n=session.chunks,
             cs=size,
             sc=session.scopes,
             t=records[session.sealed :],
@@ -167,7 +172,7 @@ class SessionStates:
             if session is None:
                 continue
             session.flush_incomplete(out)
-            for i in range(session.sealed // session.chunk):
+            for i in range(session.chunks):
                 store.delete(chunk_key(key, i), partition)
             store.delete(HEAD + key, partition)
             store.put(TOMBSTONE + key, orjson.dumps([partition, now]), partition)

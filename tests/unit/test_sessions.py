@@ -31,10 +31,11 @@ from memdiag.contract import (
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
 )
+from memdiag.contract.envelope import DictStore, Output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
-from memdiag.streams.session.session import CHUNK
-from memdiag.streams.session.states import HEAD, TOMBSTONE, SessionStates
+from memdiag.streams.session.session import CHUNK, CHUNK_MAX
+from memdiag.streams.session.states import HEAD, TOMBSTONE, SessionStates, chunk_key
 from memdiag.streams.stages.sessions import SessionStage
 from tests.compare import (
     differences,
@@ -499,6 +500,63 @@ def test_a_long_sessions_state_writes_stay_small() -> None:
     sizes = [len(v) for k, v in w.store.data.items() if k.startswith(HEAD)]
     assert max(sizes) < 2_000
     assert len(w.store.data) > 600 // CHUNK  # sealed chunks
+
+
+def _search(i: int, session: str = "s") -> dict[str, Any]:
+    return {"kind": "search", "event_id": f"e{i:04d}", "session_id": session,
+            "ts": f"2026-11-21T10:{i // 60 % 60:02d}:{i % 60:02d}Z", "query": f"q{i % 7}",
+            "result_ids": [f"r{i % 5}"]}  # fmt: skip
+
+
+def _chunks(store: dict[str, bytes], session: str = "s") -> list[int]:
+    """The record counts of a session's sealed chunks, in order."""
+    n = orjson.loads(store[HEAD + session])["n"]
+    return [len(orjson.loads(store[chunk_key(session, i)])) for i in range(n)]
+
+
+def test_a_batch_of_one_sessions_events_is_sealed_in_few_chunks() -> None:
+    """Once the tail holds CHUNK records, a write seals all of it, CHUNK_MAX a chunk at most:
+    150 events in one message are three chunks, not eighteen; single events then seal one
+    every CHUNK. Loaded back, the session is its whole log, and the rows are the reference."""
+    batch = [_search(i) for i in range(150)]
+    singles = [_search(i) for i in range(150, 150 + 2 * CHUNK + 3)]
+    w = Worker()
+    w.publish(batch, batch=150)
+    assert _chunks(w.store.data) == [CHUNK_MAX, CHUNK_MAX, 150 - 2 * CHUNK_MAX]
+    for e in singles:
+        w.publish([e])
+    assert _chunks(w.store.data)[3:] == [CHUNK, CHUNK]
+    assert len(orjson.loads(w.store.data[HEAD + "s"])["t"]) == 3  # the open tail
+    states = SessionStates(SessionStage(SETTINGS, partition)._config, 3_600_000)
+    loaded = states.load("s", partition("s"), w.store)
+    assert loaded is not None
+    assert [r.event_id for r in loaded.records] == [e["event_id"] for e in batch + singles]
+    expected = from_reference(reference(batch + singles))
+    assert differences(expected, from_records(w.tables)) == []
+
+
+def test_a_session_stored_in_chunks_of_eight_goes_on_and_is_forgotten_whole() -> None:
+    """State written before chunks grew (every chunk CHUNK records) loads, takes a batch
+    sealed the new way after its chunks, and forgetting the session deletes every chunk."""
+    first = [_search(i) for i in range(3 * CHUNK + 2)]
+    w = Worker()
+    for e in first:  # one event a message: chunks of CHUNK, as before
+        w.publish([e])
+    assert _chunks(w.store.data) == [CHUNK] * 3
+    w.restart()  # nothing decoded is kept: the session is read from the store
+    later = [_search(i) for i in range(len(first), len(first) + 70)]
+    w.publish(later, batch=70)
+    assert _chunks(w.store.data) == [CHUNK] * 3 + [CHUNK_MAX, 72 - CHUNK_MAX]
+    expected = from_reference(reference(first + later))
+    assert differences(expected, from_records(w.tables)) == []
+    p = partition("s")
+    states = SessionStates(SessionStage(SETTINGS, p)._config, keep_ms=1)
+    states.clocks.advance(p, 1_900_000_000_000, 1_900_000_000_000)
+    store = DictStore(dict(w.store.data))
+    states.sweep(p, store, Output())
+    gone = (chunk_key("s", 0)[:-1], HEAD + "s")  # every chunk of "s", and its head
+    assert not [k for k in store.data if k.startswith(gone)]
+    assert TOMBSTONE + "s" in store.data
 
 
 # -- every arrival order gives the in-order result -------------------------------------------
