@@ -87,7 +87,12 @@ class Transport(Protocol):
         self, topic: str, key: bytes, value: bytes | None, partition: int,
         headers: list[tuple[str, bytes]] | None,
     ) -> asyncio.Future[Any]:  # fmt: skip
-        """Queue a record; the future resolves to its metadata (``.offset``)."""
+        """Queue a record; the future resolves to its metadata (``.offset``) once the
+        records queued are sent (:meth:`flush`)."""
+        ...
+
+    async def flush(self) -> list[asyncio.Future[Any]]:
+        """Send every record queued; the delivery futures of what was sent."""
         ...
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
@@ -230,7 +235,8 @@ class Checkpoint:
                 ))  # fmt: skip
                 if fault is not None:
                     fault("changelog", n)
-            await delivered([*self.deliveries, *parts, *futures])
+            sent = await transport.flush()
+            await delivered([*self.deliveries, *sent, *parts, *futures])
         except Exception as exc:  # a delivery failed, or the broker is away: commit nothing
             raise CheckpointFailed(f"its outputs were not all delivered: {exc!r}") from exc
         if fault is not None:

@@ -32,6 +32,9 @@ faust-streaming version (``pyproject.toml`` pins the tested one). The touches:
   ``Consumer.commit`` every interval anyway, and it did nothing only because memdiag acks no
   message through Faust. The task is replaced by one that returns at once, so no other
   commit than the checkpoint's can ever be sent.
+- **The producer** (:mod:`memdiag.streams.produce`): Faust's ``Producer._ensure_producer``,
+  the started aiokafka producer, whose public batch API (``create_batch``, ``send_batch``,
+  ``partitions_for``) every record of the worker's goes through, in batches it fills itself.
 - **The signals** (:mod:`memdiag.streams.worker`): ``Worker._on_sigterm`` and ``_on_sigint``,
   the handlers mode installs, extended to bound the stop (``MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS``)
   and to exit at once on a second signal.
@@ -49,8 +52,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
 from aiokafka.structs import OffsetAndMetadata
 
-from memdiag.kafka import true_end_offsets
+from memdiag.kafka import DefaultPartitioner, true_end_offsets
 from memdiag.streams.checkpoint import RECORD_LIMIT, TP, CommitRefused
+from memdiag.streams.produce import Batches
 
 log = logging.getLogger("memdiag.worker")
 
@@ -81,9 +85,12 @@ _EXPECTED: list[tuple[str, str, tuple[str, ...]]] = [
     ("aiokafka.consumer.group_coordinator:GroupCoordinator", "fetch_committed_offsets",
      ("self", "partitions")),
     ("aiokafka:AIOKafkaConsumer", "commit", ("self", "offsets")),
-    # the sender passes these positionally
-    ("faust.transport.drivers.aiokafka:Producer", "send",
-     ("self", "topic", "key", "value", "partition", "timestamp", "headers")),
+    # the started aiokafka producer, whose batch API the worker's records go through
+    # (memdiag.streams.produce)
+    ("faust.transport.drivers.aiokafka:Producer", "_ensure_producer", ("self",)),
+    ("aiokafka:AIOKafkaProducer", "create_batch", ("self",)),
+    ("aiokafka:AIOKafkaProducer", "send_batch", ("self", "batch", "topic", "partition")),
+    ("aiokafka:AIOKafkaProducer", "partitions_for", ("self", "topic")),
     # a module's function: the probe of holes in a log (a gap of transaction markers)
     ("faust.transport.drivers:aiokafka", "credentials_to_aiokafka_auth",
      ("credentials", "ssl_context")),
@@ -258,6 +265,13 @@ async def _wait_for_room(consumer: Any, room: asyncio.Event) -> None:
             w.cancel()
 
 
+def producer_batches(app: Any) -> Batches:
+    """Records in batches, through the app's producer (started after the wiring), keyed
+    ones on the partition of the partitioner the app gives its producer
+    (:class:`memdiag.kafka.DefaultPartitioner`, Kafka's)."""
+    return Batches(lambda: app.producer._ensure_producer(), DefaultPartitioner())
+
+
 class FaustKafka:
     """The Kafka calls of the runner and the checkpoint, on the worker's Faust app."""
 
@@ -265,8 +279,10 @@ class FaustKafka:
     #: given up (the group coordinator can hold one through a rebalance).
     TIMEOUT_SECONDS = 15.0
 
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, batches: Batches | None = None):
         self.app = app
+        #: the worker's records, in batches it fills itself (the sender's too)
+        self.batches = batches or producer_batches(app)
         self._probe: AIOKafkaConsumer | None = None
         #: the longest changelog value sent as one record (the producer takes 8 MiB; a
         #: broker at its defaults takes 1 MiB)
@@ -325,10 +341,12 @@ class FaustKafka:
         self, topic: str, key: bytes, value: bytes | None, partition: int,
         headers: list[tuple[str, bytes]] | None,
     ) -> asyncio.Future[Any]:  # fmt: skip
-        future: asyncio.Future[Any] = await self.app.producer.send(
-            topic, key, value, partition, None, headers
-        )
+        future = await self.batches.add(topic, key, value, partition, None, headers, want=True)
+        assert future is not None  # noqa: S101 - want=True
         return future
+
+    async def flush(self) -> list[asyncio.Future[Any]]:
+        return await self.batches.flush()
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         from memdiag.streams.tables import checkpoint_stores

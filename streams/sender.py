@@ -14,6 +14,7 @@ from faust.types import TopicT
 
 from memdiag.contract.envelope import CounterKey, Output
 from memdiag.streams.metrics import Counters
+from memdiag.streams.produce import Batches
 from memdiag.streams.stages.counters import increments, minute_of
 
 
@@ -50,9 +51,10 @@ class CounterBuffer:
 
 
 class Sender:
-    """Sends a stage's :class:`Output` to its topics, straight to the producer (Faust's
-    ``Topic.send`` wraps each message in futures and buffers of its own); returns the
-    delivery futures."""
+    """Sends a stage's :class:`Output` to its topics in record batches it fills itself
+    (:class:`memdiag.streams.produce.Batches`: Faust's ``Topic.send`` wraps each message in
+    futures and buffers of its own, and aiokafka's ``send`` costs a future a record);
+    returns the batches' delivery futures."""
 
     def __init__(
         self,
@@ -70,8 +72,10 @@ class Sender:
         buffer: CounterBuffer,
         metrics: Counters,
         graph_weights: TopicT,
+        batches: Batches,
     ):
         self.app = app
+        self.batches = batches
         self.diagnostics, self.deadletter, self.weights = (
             diagnostics.get_topic_name(), deadletter.get_topic_name(), weights.get_topic_name()
         )  # fmt: skip
@@ -84,18 +88,17 @@ class Sender:
         self.buffer, self.metrics = buffer, metrics
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
-        futures: list[asyncio.Future[Any]] = []
-        ts = None if out.timestamp_ms is None else out.timestamp_ms / 1000
-        send: Any = self.app.producer.send  # aiokafka's delivery futures
+        ts = out.timestamp_ms
+        add = self.batches.add
         dumps = orjson.dumps
 
         async def put(
-            topic: str, key: str | bytes | None, value: Any, timestamp: float | None = None,
+            topic: str, key: str | bytes | None, value: Any, timestamp_ms: int | None = None,
             headers: Any = None, partition: int | None = None,
         ) -> None:  # fmt: skip
             k = key.encode("utf-8") if isinstance(key, str) else key
             for data in _messages(value, dumps):
-                futures.append(await send(topic, k, data, partition, timestamp, headers))
+                await add(topic, k, data, partition, timestamp_ms, headers)
 
         for key, records in out.diagnostics.items():
             await put(self.diagnostics, key, records)
@@ -121,28 +124,20 @@ class Sender:
             for key, raws, timestamp_ms in reroute:
                 # back onto its topic, keyed so Kafka's partitioner puts it where its state
                 # lives, with its publish time, which the future check and `published_at` read
-                await put(
-                    topic,
-                    key,
-                    raws,
-                    None if timestamp_ms is None else timestamp_ms / 1000,
-                    [("memdiag-rerouted", b"1")],
-                )
+                await put(topic, key, raws, timestamp_ms, [("memdiag-rerouted", b"1")])
         for name, record in out.counter_messages:
             await put(self.counters, name, record)
         if out.counts:
             self.metrics.add_all(out.counts)
             self.buffer.add(out)
-        return futures
+        return await self.batches.flush()
 
     async def flush_counters(self) -> list[asyncio.Future[Any]]:
         """The increments added up since the last flush (the checkpoint sends them with its
         outputs: a crash before its commit sends them again, at most one checkpoint's)."""
-        send: Any = self.app.producer.send  # aiokafka's delivery futures
-        return [
-            await send(self.counters, name.encode("utf-8"), orjson.dumps(record), None, None, None)
-            for name, record in self.buffer.drain()
-        ]
+        for name, record in self.buffer.drain():
+            await self.batches.add(self.counters, name.encode("utf-8"), orjson.dumps(record))
+        return await self.batches.flush()
 
 
 #: The largest message memdiag sends of several records: under the 1 MiB a broker takes by

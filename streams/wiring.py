@@ -33,7 +33,7 @@ from memdiag.contract.envelope import InMessage, Output
 from memdiag.kafka import broker_answers, partition_for
 from memdiag.schemas.deadletters import failed_output
 from memdiag.streams.app import Wiring
-from memdiag.streams.compat import FaustKafka, deliver_in_bulk
+from memdiag.streams.compat import FaustKafka, deliver_in_bulk, producer_batches
 from memdiag.streams.metrics import Counters
 from memdiag.streams.runner import Runner, StageSpec
 from memdiag.streams.sender import CounterBuffer, Sender
@@ -70,10 +70,12 @@ def register(w: Wiring) -> Runner:
     def name(topic: Any) -> str:
         return str(topic.get_topic_name())
 
+    # every record the worker sends, in batches it fills itself (its producer starts later)
+    batches = producer_batches(app)
     sender = Sender(
         app, w.diagnostics, w.deadletter, w.weights, w.events, w.steps, w.verdicts,
         w.counters, w.memory, w.otlp_traces, w.span_events, CounterBuffer(), Counters(),
-        w.graph_weights,
+        w.graph_weights, batches,
     )  # fmt: skip
 
     def on_failure(msg: InMessage, exc: BaseException) -> Output:
@@ -98,7 +100,7 @@ def register(w: Wiring) -> Runner:
                   on_failure, PIECE_BYTES),
         StageSpec("counters", (name(w.counters),), CounterStage(), rollups, increment_failed),
     ]  # fmt: skip
-    kafka = FaustKafka(app)
+    kafka = FaustKafka(app, batches)
     tables: dict[str, Any] = {t.name: t.data for t in (w.state, w.rollups)}  # memdiag's store
     runner = Runner(kafka, stages, tables, sender, settings.commit_interval_seconds)
     runner.commit_bytes = settings.commit_bytes

@@ -20,11 +20,48 @@ from memdiag.streams.app import Wiring, create_app
 from memdiag.streams.checkpoint import RECORD_LIMIT
 
 
+class Batch:
+    """aiokafka's ``BatchBuilder``, as the worker uses it: records appended, then closed."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes]] = []
+
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes,
+               headers: Any) -> object:  # fmt: skip
+        self.records.append((key, value))
+        return object()
+
+    def close(self) -> None:
+        pass
+
+
 class Producer:
-    """Records what the agents send; every delivery succeeds at once."""
+    """Records what the agents send; every delivery succeeds at once. Faust's producer and
+    the aiokafka producer inside it (the batch API the worker's records go through)."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes, int | None]] = []
+        self.client = self  # aiokafka's client, and its cluster metadata
+
+    @property
+    def cluster(self) -> Producer:
+        return self
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0, 1, 2, 3}
+
+    def _ensure_producer(self) -> Producer:
+        return self
+
+    def create_batch(self) -> Batch:
+        return Batch()
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        base = len(self.sent)
+        self.sent += [(topic, key, value, partition) for key, value in batch.records]
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(type("Meta", (), {"offset": base})())
+        return done
 
     async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
                    timestamp: float | None, headers: Any, **kwargs: Any) -> asyncio.Future[None]:  # fmt: skip
@@ -104,6 +141,9 @@ class Kafka:
         future = asyncio.get_running_loop().create_future()
         future.set_result(type("Meta", (), {"offset": len(self.producer.sent)})())
         return future
+
+    async def flush(self) -> list[asyncio.Future[Any]]:
+        return []  # each record is sent as it comes
 
     async def commit(self, offsets: Any) -> None:
         self.committed.update(offsets)
