@@ -92,7 +92,13 @@ class Transport(Protocol):
         ...
 
     async def flush(self) -> list[asyncio.Future[Any]]:
-        """Send every record queued; the delivery futures of what was sent."""
+        """Send every record queued; the delivery futures of what was sent since the last
+        flush."""
+        ...
+
+    def discard(self) -> None:
+        """Forget the records queued and not sent (a send failed, or a checkpoint was given
+        up): their futures are cancelled."""
         ...
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:

@@ -269,7 +269,9 @@ def producer_batches(app: Any) -> Batches:
     """Records in batches, through the app's producer (started after the wiring), keyed
     ones on the partition of the partitioner the app gives its producer
     (:class:`memdiag.kafka.DefaultPartitioner`, Kafka's)."""
-    return Batches(lambda: app.producer._ensure_producer(), DefaultPartitioner())
+    conf = getattr(app, "conf", None)
+    partitioner = getattr(conf, "producer_partitioner", None) or DefaultPartitioner()
+    return Batches(lambda: app.producer._ensure_producer(), partitioner)
 
 
 class FaustKafka:
@@ -347,6 +349,9 @@ class FaustKafka:
 
     async def flush(self) -> list[asyncio.Future[Any]]:
         return await self.batches.flush()
+
+    def discard(self) -> None:
+        self.batches.discard()
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         from memdiag.streams.tables import checkpoint_stores

@@ -16,9 +16,11 @@ the order they were queued, one request at a time.
 
 Every caller flushes before it awaits what it sent (the sender after each output, the
 checkpoint before it waits for its deliveries), so nothing stays in an open batch across an
-await of a delivery. What a failed or cancelled send leaves open goes with the next flush,
-as aiokafka's own queue would have sent it: the checkpoint's repairs are made for records of
-a failed checkpoint that reach the changelog after all.
+await of a delivery; a flush returns the futures of every batch sent since the last one
+(those a full batch sent on its own too), so the checkpoint waits for all of them. What a
+failed or cancelled send leaves open is discarded (:meth:`Batches.discard`) when the runner
+rolls back or gives partitions up: never sent later, maybe to partitions another worker
+owns by then.
 
 A record that wants its own offset (the checkpoint's changelog values, whose offsets the
 local state keeps) gets a future of its own, resolved from its batch's.
@@ -65,6 +67,8 @@ class Batches:
         self._producer: Any = None
         self._partitioner = partitioner
         self._open: dict[tuple[str, int], _Open] = {}
+        #: the delivery futures of batches sent since the last flush
+        self._sent: list[asyncio.Future[Any]] = []
         #: topic -> its partitions, sorted, as the producer's metadata had them
         self._partitions: dict[str, list[int]] = {}
 
@@ -103,7 +107,8 @@ class Batches:
             if batch.builder.append(timestamp=timestamp_ms, key=key, value=value,
                                     headers=headers) is not None:  # fmt: skip
                 break
-            await self._send(tp, batch)  # full: it goes (a new batch takes any first record)
+            # full: it goes (a new batch takes any first record)
+            self._sent.append(await self._send(tp, batch))
         index = batch.count
         batch.count += 1
         if not want:
@@ -113,12 +118,25 @@ class Batches:
         return future
 
     async def flush(self) -> list[asyncio.Future[Any]]:
-        """Send every open batch; their delivery futures."""
-        futures = []
+        """Send every open batch; the delivery futures of every batch sent since the last
+        flush (theirs, and those of batches sent when they filled)."""
         while self._open:
             tp, batch = next(iter(self._open.items()))
-            futures.append(await self._send(tp, batch))
-        return futures
+            self._sent.append(await self._send(tp, batch))
+        sent, self._sent = self._sent, []
+        return sent
+
+    def discard(self) -> None:
+        """Forget every open batch (its records are never sent; the futures that wait for
+        them are cancelled) and the futures of batches sent since the last flush (marked
+        seen: whoever rolled back does not wait for them)."""
+        for batch in self._open.values():
+            for _, waiting in batch.waiting:
+                waiting.cancel()
+        self._open.clear()
+        for future in self._sent:
+            future.add_done_callback(_seen)
+        self._sent.clear()
 
     async def _send(self, tp: tuple[str, int], batch: _Open) -> asyncio.Future[Any]:
         if self._open.get(tp) is batch:
@@ -155,7 +173,14 @@ def _resolver(
                 future.cancel()
             elif error is not None:
                 future.set_exception(error)
+            elif batch.result() is None:  # acks=0: no offsets (the worker asks acks=all)
+                future.set_exception(RuntimeError("the producer's acks=0 gives no offsets"))
             else:
                 future.set_result(Delivered(tp[0], tp[1], batch.result().offset + index))
 
     return resolve
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -96,7 +96,8 @@ class Stopped:
     #: records taken since the last commit, not committed (they come again on the next start)
     records: int
     partitions: int
-    #: outputs the uncommitted checkpoint sent (delivered or not: sent again with its records)
+    #: batches of outputs the uncommitted checkpoint sent (delivered or not: sent again with
+    #: its records)
     outputs: int
     #: checkpoints committed by this run
     checkpoints: int
@@ -107,10 +108,10 @@ class Stopped:
             return ""
         return (
             f"{self.records:,} records taken on {self.partitions} partitions since its last "
-            f"commit, and their {self.outputs:,} outputs, are not committed; its state and "
-            f"offsets stay as of that commit ({self.checkpoints:,} checkpoints committed by "
-            "this run). Those records are processed again on the next start, and their "
-            "rows are upserts: DuckDB keeps each once."
+            f"commit, and their {self.outputs:,} batches of outputs, are not committed; its "
+            f"state and offsets stay as of that commit ({self.checkpoints:,} checkpoints "
+            "committed by this run). Those records are processed again on the next start, "
+            "and their rows are upserts: DuckDB keeps each once."
         )
 
 
@@ -477,6 +478,7 @@ class Runner:
             spec.stage.reset()
         self.progress.stop()
         self.inbox.clear()
+        self.kafka.discard()  # records a failed send left unsent: never sent now
         log.info("runner: state rolled back to the last commit (%s)", why)
 
     async def on_revoked(self) -> None:
@@ -516,6 +518,7 @@ class Runner:
                 self._drop("revoked")
             self.progress.stop()
             self.inbox.clear()
+            self.kafka.discard()  # a failed send's leftovers, for partitions maybe gone now
             for spec in self.stages:
                 spec.stage.reset()
 

@@ -193,6 +193,8 @@ class WorldKafka:
         #: a commit to refuse, with the partitions staying where they are
         self.refuse_next_commit = False
         self.record_limit = world.record_limit
+        #: rollbacks that told the producer to forget what it had not sent
+        self.discarded = 0
 
     def generation(self) -> int:
         return self.world.generation
@@ -230,6 +232,9 @@ class WorldKafka:
 
     async def flush(self) -> list[asyncio.Future[Any]]:
         return []  # every record is in its log as it is sent
+
+    def discard(self) -> None:
+        self.discarded += 1  # nothing waits to be sent here: counted, for the tests
 
     async def send(
         self, topic: str, key: bytes, value: bytes | None, partition: int,

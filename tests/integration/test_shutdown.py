@@ -190,7 +190,7 @@ def stop_both(p: Pipeline, timeout: float, again: str | None = None) -> dict[str
             assert "memdiag worker allocator: glibc's mmap and trim thresholds fixed" in log
         if name == "worker":
             assert re.match(r"[\d,]+ records taken on \d+ partitions since its last commit, "
-                            r"and their [\d,]+ outputs, are not committed", said[1]), said[0]  # fmt: skip
+                            r"and their [\d,]+ batches of outputs, are not committed", said[1]), said[0]  # fmt: skip
         else:
             assert re.match(r"It wrote all it held to DuckDB \([\d,]+ rows since its last "
                             r"commit, [\d,]+ in this run\); [\d,]+ messages read since its "

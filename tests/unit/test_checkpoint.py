@@ -253,6 +253,8 @@ def test_a_refused_commit_drops_the_checkpoint_and_the_partitions_stay() -> None
         world.run()
         assert world.refused == 3 and world.crashes == 0
         assert world.runner.failed_checkpoints >= 3
+        # each rollback told the producer to forget what a failed send left unsent
+        assert world.kafka.discarded >= world.runner.failed_checkpoints
         assert differences(expected, from_records(world.tables)) == [], seed
 
 

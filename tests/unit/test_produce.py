@@ -161,6 +161,29 @@ def test_a_batch_that_fails_fails_the_records_that_wait_for_it() -> None:
     for f in futures[2:4]:
         assert f is not None and isinstance(f.exception(), RuntimeError)
     assert futures[4] is not None and futures[4].result().offset == 2
+    # the flush hands over every batch sent since the last one, those sent when full too:
+    # the checkpoint waits for the failed one
+    assert len(flushed) == 3
+    assert [f.exception() is not None for f in flushed] == [False, True, False]
+
+
+def test_what_a_rollback_discards_is_never_sent() -> None:
+    """After a failed send, the runner rolls back: the open batches go unsent, whatever
+    waits for their records is cancelled, and the next flush hands over only what came
+    after."""
+    producer = Producer(room=10)
+    out = batches(producer)
+
+    async def go() -> tuple[asyncio.Future[Delivered] | None, list[asyncio.Future[Any]]]:
+        waiting = await out.add("changelog", b"k", b"old", 0, None, None, want=True)
+        await out.add("out", b"ses", b"old")
+        out.discard()
+        await out.add("out", b"ses", b"new")
+        return waiting, await out.flush()
+
+    waiting, flushed = asyncio.run(go())
+    assert waiting is not None and waiting.cancelled()
+    assert [r[1] for log in producer.logs.values() for r in log] == [b"new"]
     assert len(flushed) == 1
 
 

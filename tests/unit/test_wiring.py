@@ -145,6 +145,9 @@ class Kafka:
     async def flush(self) -> list[asyncio.Future[Any]]:
         return []  # each record is sent as it comes
 
+    def discard(self) -> None:
+        pass
+
     async def commit(self, offsets: Any) -> None:
         self.committed.update(offsets)
 
