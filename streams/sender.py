@@ -1,6 +1,7 @@
-"""What a stage's batch sends, straight to the producer: diagnostics, dead letters, weights,
-the internal topics and the counters. The checkpoint (:mod:`memdiag.streams.checkpoint`) waits
-for every delivery before it commits."""
+"""What a stage's batch sends, in record batches memdiag fills itself
+(:mod:`memdiag.streams.produce`): diagnostics, dead letters, weights, the internal topics and
+the counters. The checkpoint (:mod:`memdiag.streams.checkpoint`) waits for every batch's
+delivery before it commits."""
 
 from __future__ import annotations
 
