@@ -9,7 +9,6 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-import faust
 import orjson
 from faust.types import TopicT
 
@@ -59,7 +58,7 @@ class Sender:
 
     def __init__(
         self,
-        app: faust.App,
+        batches: Batches,
         diagnostics: TopicT,
         deadletter: TopicT,
         weights: TopicT,
@@ -73,9 +72,7 @@ class Sender:
         buffer: CounterBuffer,
         metrics: Counters,
         graph_weights: TopicT,
-        batches: Batches,
     ):
-        self.app = app
         self.batches = batches
         self.diagnostics, self.deadletter, self.weights = (
             diagnostics.get_topic_name(), deadletter.get_topic_name(), weights.get_topic_name()

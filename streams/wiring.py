@@ -73,9 +73,9 @@ def register(w: Wiring) -> Runner:
     # every record the worker sends, in batches it fills itself (its producer starts later)
     batches = producer_batches(app)
     sender = Sender(
-        app, w.diagnostics, w.deadletter, w.weights, w.events, w.steps, w.verdicts,
+        batches, w.diagnostics, w.deadletter, w.weights, w.events, w.steps, w.verdicts,
         w.counters, w.memory, w.otlp_traces, w.span_events, CounterBuffer(), Counters(),
-        w.graph_weights, batches,
+        w.graph_weights,
     )  # fmt: skip
 
     def on_failure(msg: InMessage, exc: BaseException) -> Output:
