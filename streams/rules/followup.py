@@ -155,6 +155,9 @@ class SearchHistory:
     def prune(self, cutoff_us: int) -> None:
         """Forget searches before ``cutoff_us`` except the newest of them (the predecessor a
         search at or after the cut-off may need)."""
+        orders = self._orders
+        if len(orders) < 2 or orders[1][0] >= cutoff_us:
+            return  # nothing but the newest before the cut-off (every clock tick asks)
         keep_from = bisect_left(self._orders, (cutoff_us, "")) - 1
         if keep_from > 0:
             for gone in self._entries[:keep_from]:
