@@ -45,6 +45,15 @@ class Stage(Protocol):
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output: ...
 
+    #: about how many bytes of state the stage holds unwritten (it may keep what it changed
+    #: in memory across batches, until :meth:`settle`): counted toward MEMDIAG_COMMIT_BYTES
+    held_bytes: int
+
+    def settle(self, store: StateStore) -> None:
+        """Write what the stage holds unwritten: called before each commit, with the
+        checkpoint's store."""
+        ...
+
     def reset(self) -> None:
         """Forget every decoded object and in-memory index: the state was rolled back to
         the committed one, or partitions moved."""
@@ -269,12 +278,13 @@ class Runner:
                     await self._commit()
 
     def _commit_due(self) -> bool:
-        """The interval has passed, or the checkpoint holds MEMDIAG_COMMIT_BYTES of state."""
+        """The interval has passed, or the checkpoint holds MEMDIAG_COMMIT_BYTES of state
+        (written, or held by a stage to be written when it commits)."""
         checkpoint = self.checkpoint
-        return (
-            checkpoint.age() >= self.commit_interval
-            or checkpoint.pending_bytes >= self.commit_bytes
-        )
+        if checkpoint.age() >= self.commit_interval:
+            return True
+        held = sum(spec.stage.held_bytes for spec in self.stages)
+        return checkpoint.pending_bytes + held >= self.commit_bytes
 
     def _idle_after(self) -> float:
         if self.checkpoint.empty():
@@ -454,6 +464,9 @@ class Runner:
     async def _commit(self) -> None:
         self._repairs_due()
         cp = self.checkpoint
+        for spec in self.stages:
+            if spec.table is not None:
+                spec.stage.settle(cp.view(spec.table))
         if cp.empty():
             cp.started = time.monotonic()
             return
@@ -526,6 +539,8 @@ class Runner:
         """Partitions moved: what the stages keep in memory belongs to the old assignment."""
         async with self._lock:
             for spec in self.stages:
+                if spec.table is not None:  # what it holds goes with the checkpoint's writes
+                    spec.stage.settle(self.checkpoint.view(spec.table))
                 spec.stage.reset()
 
     async def stop(self) -> Stopped:

@@ -152,9 +152,8 @@ class SessionStates:
 
     def sweep(self, partition: int, store: StateStore, out: Output) -> None:
         """Forget the sessions of ``partition`` idle for MEMDIAG_SESSION_KEEP_HOURS of its
-        processing time (leaving a tombstone), and the tombstones that have served."""
-        if not self.clocks.due(partition):
-            return
+        processing time (leaving a tombstone), and the tombstones that have served. (When
+        its clock says a sweep is due: :meth:`Clocks.due`.)"""
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
         keep = self._keep_ms

@@ -74,6 +74,11 @@ class CounterStage:
         self._warned_at: float | None = None
         self._old_warned_at: float | None = None
 
+    held_bytes = 0
+
+    def settle(self, store: StateStore) -> None:
+        """Nothing held: every batch writes what it changed."""
+
     def reset(self) -> None:
         pass  # nothing kept between batches
 

@@ -63,6 +63,11 @@ class JudgementStage:
             settings.max_skew_us,
         )
 
+    held_bytes = 0
+
+    def settle(self, store: Any) -> None:
+        """Nothing held: every batch writes what it changed."""
+
     def reset(self) -> None:
         pass  # stateless
 

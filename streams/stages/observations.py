@@ -72,6 +72,11 @@ class ObservationStage:
         #: the stored bytes of what this batch loaded from the store (its cache weight)
         self._loaded: dict[str, int] = {}
 
+    held_bytes = 0
+
+    def settle(self, store: StateStore) -> None:
+        """Nothing held: every batch writes what it changed."""
+
     def reset(self) -> None:
         self._cache.clear()
         self._graph_cache.clear()

@@ -49,6 +49,11 @@ class RecallStage:
         )
         self._agents: OrderedDict[str, Agent] = OrderedDict()
 
+    held_bytes = 0
+
+    def settle(self, store: StateStore) -> None:
+        """Nothing held: every batch writes what it changed."""
+
     def reset(self) -> None:
         self._agents.clear()
 

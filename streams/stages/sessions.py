@@ -5,18 +5,22 @@ Input: ``events`` (every session-scoped event) and the internal ``session-verdic
 worker owns partition p of both and of the state's changelog.
 
 Per batch, each event is decoded and validated once, then applied to its
-:class:`memdiag.streams.session.session.Session`. Each touched session is written once, after
-the whole batch, so a burst of events for one session costs one state write. (A batch is
-what the runner hands the stage in one call: a piece of at most about 2 MiB of a larger one,
-``memdiag.streams.runner.StageSpec.piece_bytes``.) A batch that
-decodes more than :attr:`SessionStage.WRITE_BACK_AT` sessions from the store (the decoded
-cache did not hold them) writes what it touched back as it goes: touched sessions are held
-outside the decoded-state budget (``MEMDIAG_DECODED_CACHE_MB``) until they are written, and
-a thousand events of a thousand interleaved sessions held 30-40 MB beside it
-(``benchmarks/memory_live.py``). Writing a session twice in a batch gives the same state as
-writing it once (the store keeps the last), and the same rows: a session written back,
-evicted and read again within the batch may send its unchanged session diagnostic once more,
-which the sink's upsert keeps once (as it does for a session evicted between two batches).
+:class:`memdiag.streams.session.session.Session`. A session the stage changed is held in
+memory, unwritten, until the runner settles the stage before its next commit
+(:meth:`SessionStage.settle`): then it is written once, so a session's events within one
+checkpoint (a second of single events, or a burst) cost one state write, as Quix Streams'
+transactions write each key once a commit. The store is only ever read for a session the
+stage does not hold. What it holds is written earlier when a sweep is due (the sweep reads
+the store), when it holds :attr:`SessionStage.HOLD_MAX` sessions after a batch, and once it
+has decoded :attr:`SessionStage.WRITE_BACK_AT` sessions from the store since it last wrote
+(the decoded cache did not hold them): held sessions are outside the decoded-state budget
+(``MEMDIAG_DECODED_CACHE_MB``) until they are written, and a thousand events of a thousand
+interleaved sessions held 30-40 MB beside it (``benchmarks/memory_live.py``). Their bytes
+count toward ``MEMDIAG_COMMIT_BYTES`` (about: the bytes of the events applied to them).
+A failed checkpoint drops what the stage holds with the rest of its state (:meth:`reset`).
+Writing a session twice in a checkpoint gives the same state as writing it once (the store
+keeps the last), and the same rows: a session written back, evicted and read again may send
+its unchanged session diagnostic once more, which the sink's upsert keeps once.
 
 Partitioning. A session's state lives on the partition Kafka's default partitioner gives
 its ``session_id``. An event that arrives on another partition (published without a key, or
@@ -74,13 +78,14 @@ def semantic_embedder(settings: Settings) -> Callable[[str, bool], bytes]:
 class SessionStage:
     """The session stage's logic; one per worker process."""
 
-    #: sessions a batch decodes from the store (the cache did not hold them) at most before
-    #: it writes back what it touched (see the module docstring); written, they are in the
+    #: sessions the stage decodes from the store (the cache did not hold them) at most before
+    #: it writes back what it holds (see the module docstring); written, they are in the
     #: budgeted cache like every other. A cached or new session costs nothing more held, and
     #: a session written back and touched again is written again: at 128, where the cache
     #: holds too few of the live sessions, that was a third more CPU per event
     WRITE_BACK_AT = 512
-    _decoded_at = 0
+    #: sessions held unwritten at most at the end of a batch (see the module docstring)
+    HOLD_MAX = 2048
 
     def __init__(
         self,
@@ -106,21 +111,29 @@ class SessionStage:
         self._wall_ms = wall_ms or _wall_ms
         self.states = SessionStates(self._config, settings.keep_ms, settings.session_cache,
                                     settings.decoded_cache_mb << 20)  # fmt: skip
+        #: the sessions changed since they were last written, held until the checkpoint
+        #: commits (:meth:`settle`)
+        self._held: dict[str, Session] = {}
+        self.held_bytes = 0
+        self._decoded_at = 0
 
     def reset(self) -> None:
-        """Forget the expiry index (rebuilt from the store) and the decoded sessions."""
+        """Forget the expiry index (rebuilt from the store), the decoded sessions and the
+        sessions held unwritten (the checkpoint they belonged to is gone)."""
+        self._forget_held()
         self.states.clear()
 
     # -- the hot path -----------------------------------------------------------------------
 
     def process(self, msgs: list[InMessage], store: StateStore) -> Output:
         out = Output()
-        touched: dict[str, Session] = {}
-        self._decoded_at = self.states.decoded
+        touched = self._held
         wall = self._wall_ms()
         states = self.states
         try:
             for msg in msgs:
+                # what a held session grows by, about: the events' bytes
+                self.held_bytes += len(msg.value or b"")
                 states.clocks.advance(msg.partition, msg.timestamp_ms, wall)
                 if msg.timestamp_ms is not None:
                     out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
@@ -130,31 +143,45 @@ class SessionStage:
                     self._span_events(msg, store, touched, out)
                 else:
                     self._events(msg, store, touched, out)
-            self._write_back(touched, store)
-            for partition in {m.partition for m in msgs}:
+            due = [p for p in sorted({m.partition for m in msgs}) if states.clocks.due(p)]
+            if due or len(touched) >= self.HOLD_MAX:
+                self._write_back(touched, store)  # a sweep reads the store
+            for partition in due:
                 states.sweep(partition, store, out)
         except BaseException:
-            states.forget_decoded()  # a session may have changed and not been written
+            self._forget_held()  # a session may have changed and not been written
             raise
         return out
+
+    def settle(self, store: StateStore) -> None:
+        """Write every session held since the last write: the runner calls it before each
+        commit, with the checkpoint's store."""
+        self._write_back(self._held, store)
+
+    def _forget_held(self) -> None:
+        self._held.clear()
+        self.held_bytes = 0
+        self._decoded_at = self.states.decoded
+        self.states.forget_decoded()
 
     def _write_back(self, touched: dict[str, Session], store: StateStore) -> None:
         for session in touched.values():
             self.states.write(session, store)
         touched.clear()
+        self.held_bytes = 0
+        self._decoded_at = self.states.decoded
 
     def _touch(
         self, session_id: str, partition: int, store: StateStore, touched: dict[str, Session]
     ) -> Session | None:
-        """The session an event applies to, held in ``touched`` until the batch writes it
-        (None: forgotten). Once the batch has decoded :attr:`WRITE_BACK_AT` sessions from
-        the store, what it touched is written back first."""
+        """The session an event applies to, held in ``touched`` until it is written (None:
+        forgotten). Once :attr:`WRITE_BACK_AT` sessions were decoded from the store since
+        the last write, what is held is written back first."""
         session = touched.get(session_id)
         if session is not None:
             return session
         if self.states.decoded - self._decoded_at >= self.WRITE_BACK_AT:
             self._write_back(touched, store)
-            self._decoded_at = self.states.decoded
         session = self.states.load(session_id, partition, store)
         if session is not None:
             touched[session_id] = session

@@ -51,6 +51,11 @@ class SpanStage:
         self._max_skew_us = settings.max_skew_us
         self._embed = semantic_embedder(settings) if settings.detector == SEMANTIC else None
 
+    held_bytes = 0
+
+    def settle(self, store: Any) -> None:
+        """Nothing held: every batch writes what it changed."""
+
     def reset(self) -> None:
         pass  # stateless
 

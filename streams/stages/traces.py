@@ -87,6 +87,11 @@ class TraceStage:
         self._cache: dict[str, tuple[Trace, int]] = {}  # (trace, its bytes)
         self._cached_bytes = 0
 
+    held_bytes = 0
+
+    def settle(self, store: StateStore) -> None:
+        """Nothing held: every batch writes what it changed."""
+
     def reset(self) -> None:
         self.clocks.clear()
         self._forget_decoded()

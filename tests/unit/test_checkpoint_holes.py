@@ -226,3 +226,30 @@ def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> No
 
 def world_events() -> str:
     return Settings().topics.events
+
+
+def test_what_the_session_stage_holds_when_partitions_move_goes_with_the_checkpoint() -> None:
+    """The session stage holds the sessions it changed until a commit settles them. An
+    assignment resets the stages; what they hold is written into the checkpoint first, and
+    it commits with that checkpoint's offsets."""
+    world = World(Settings())
+    sids = same_partition(world, 3)
+    for n, sid in enumerate(sids):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+    world.now_ms = T0 + 60_000
+    tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
+    runner = world.runner
+
+    async def go() -> None:
+        g = world.generation
+        await runner._start(g)
+        await runner._handle([(g, tp, log[0:1])])  # its partition's first sweep writes it
+        await runner._handle([(g, tp, log[1:3])])  # held
+        await runner.on_assigned()
+        await runner._commit()
+
+    asyncio.run(go())
+    assert world.committed == {tp: 3}
+    heads = {k for values in world.table_values()["state"].values() for k in values
+             if k.startswith(b"s:")}  # fmt: skip
+    assert heads == {f"s:{sid}".encode() for sid in sids}

@@ -31,7 +31,7 @@ from memdiag.contract import (
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
 )
-from memdiag.contract.envelope import DictStore, Output
+from memdiag.contract.envelope import DictStore, InMessage, Output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 from memdiag.streams.session.session import CHUNK, CHUNK_MAX
@@ -557,6 +557,74 @@ def test_a_session_stored_in_chunks_of_eight_goes_on_and_is_forgotten_whole() ->
     gone = (chunk_key("s", 0)[:-1], HEAD + "s")  # every chunk of "s", and its head
     assert not [k for k in store.data if k.startswith(gone)]
     assert TOMBSTONE + "s" in store.data
+
+
+def _message(e: dict[str, Any], offset: int, published_ms: int) -> InMessage:
+    sid = e["session_id"]
+    return InMessage(SETTINGS.topics.events, partition(sid), offset, sid.encode(),
+                     orjson.dumps(e), published_ms)  # fmt: skip
+
+
+def test_a_session_touched_in_many_batches_is_written_once_when_they_commit() -> None:
+    """Single events of one session, a batch each: the stage holds the session and writes it
+    when the runner settles it (before each commit), once, its whole tail in one chunk.
+    Loaded back, the log is whole and the rows are the reference."""
+    events = [_search(i) for i in range(2 * CHUNK + 3)]
+    published_ms = parse_ts(events[-1]["ts"]) // 1000 + 60_000
+    stage = SessionStage(SETTINGS, partition, wall_ms=lambda: published_ms)
+    store = DictStore()
+    stage.process([_message(events[0], 0, published_ms)], store)  # its first sweep: written
+    store.writes = 0
+    for n, e in enumerate(events[1:], 1):
+        stage.process([_message(e, n, published_ms)], store)
+    assert store.writes == 0 and stage.held_bytes > 0
+    stage.settle(store)
+    assert store.writes == 2  # one chunk, one head
+    assert _chunks(store.data) == [len(events)] and stage.held_bytes == 0
+    loaded = SessionStates(stage._config, SETTINGS.keep_ms).load("s", partition("s"), store)
+    assert loaded is not None and [r.event_id for r in loaded.records] == [
+        e["event_id"] for e in events
+    ]
+
+
+def test_a_held_session_that_comes_back_is_not_forgotten_by_the_sweep() -> None:
+    """A session last written long ago takes an event and is held; the same batch makes a
+    sweep due on its partition. The sweep reads the store, so the held sessions are written
+    first: the session is not forgotten (no tombstone, its log whole), and settling it
+    later changes nothing more."""
+    settings = SETTINGS.with_(session_keep_hours=1.0)
+    first, later = _search(0), _search(1)
+    later["ts"] = "2026-11-21T12:00:00Z"
+    t0 = parse_ts(first["ts"]) // 1000
+    clock = [t0]
+    stage = SessionStage(settings, partition, wall_ms=lambda: clock[0])
+    store = DictStore()
+    stage.process([_message(first, 0, t0)], store)
+    stage.settle(store)
+    clock[0] = t0 + 2 * HOUR_MS  # past MEMDIAG_SESSION_KEEP_HOURS since its last event
+    stage.process([_message(later, 1, clock[0])], store)
+    assert TOMBSTONE + "s" not in store.data
+    stage.settle(store)
+    assert TOMBSTONE + "s" not in store.data
+    loaded = SessionStates(stage._config, settings.keep_ms).load("s", partition("s"), store)
+    assert loaded is not None and [r.event_id for r in loaded.records] == ["e0000", "e0001"]
+    assert orjson.loads(store.data[HEAD + "s"])["l"] == clock[0]
+
+
+def test_what_a_failed_batch_held_is_dropped_with_it() -> None:
+    """A batch that raises takes back what the stage held: the runner rolls the checkpoint
+    back, and nothing of it may be written by the next one."""
+    published_ms = parse_ts(_search(3)["ts"]) // 1000 + 60_000
+    stage = SessionStage(SETTINGS, partition, wall_ms=lambda: published_ms)
+    store = DictStore()
+    stage.process([_message(_search(0), 0, published_ms)], store)  # its first sweep: written
+    store.writes = 0
+    stage.process([_message(_search(1), 1, published_ms)], store)
+    broken = InMessage(SETTINGS.topics.session_verdicts, partition("s"), 0, b"s", b"{}")
+    with pytest.raises(ValueError):
+        stage.process([_message(_search(2), 2, published_ms), broken], store)
+    stage.settle(store)
+    assert store.writes == 0 and stage.held_bytes == 0
 
 
 # -- every arrival order gives the in-order result -------------------------------------------
