@@ -273,9 +273,10 @@ class Settings:
         "MEMDIAG_COMMIT_BYTES",
         16 * 1024 * 1024,
         "a checkpoint commits early once the state values written since the last commit pass "
-        "this many bytes (each write counted; checked after each batch), as Quix's "
-        "``commit_every`` counts messages: a catch-up then holds about this much state "
-        "between two commits at most, whatever the interval.",
+        "this many bytes (each write counted; checked after each batch), with the sessions "
+        "held to be written at the commit counted as the bytes of the events applied to them, "
+        "as Quix's ``commit_every`` counts messages: a catch-up then holds about this much "
+        "state between two commits at most, whatever the interval.",
     )
     state_dir: str = setting(
         "MEMDIAG_STATE_DIR",

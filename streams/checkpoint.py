@@ -4,6 +4,8 @@ Between two checkpoints the stages read and write their tables through a :class:
 reads see the checkpoint's own writes first, then the committed values (the table's
 backends, :mod:`memdiag.streams.store`); writes stay in the checkpoint. The stages know
 nothing of offsets or crashes: they are functions of (state, messages) -> (writes, outputs).
+(A stage may hold what it changed in memory across batches: the runner settles it into the
+checkpoint's writes before each commit, and a rollback resets it.)
 
 :meth:`Checkpoint.commit` makes a checkpoint durable, in this order (Quix Streams'
 ``Checkpoint.commit`` is the model):

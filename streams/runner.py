@@ -464,9 +464,15 @@ class Runner:
     async def _commit(self) -> None:
         self._repairs_due()
         cp = self.checkpoint
-        for spec in self.stages:
-            if spec.table is not None:
-                spec.stage.settle(cp.view(spec.table))
+        try:
+            for spec in self.stages:
+                if spec.table is not None:
+                    spec.stage.settle(cp.view(spec.table))
+        except Exception as exc:  # noqa: BLE001 - what a stage held is not in the checkpoint
+            log.error("runner: a stage could not write the state it held (%r); taking the "
+                      "checkpoint's records again", exc, exc_info=True)  # fmt: skip
+            self._drop(f"a stage could not write the state it held: {exc!r}")
+            return
         if cp.empty():
             cp.started = time.monotonic()
             return

@@ -66,8 +66,9 @@ class SessionStates:
         self.decoded = 0
         self._keep_ms = keep_ms
         self.clocks = Clocks(min(SWEEP_EVERY_MS, max(1, keep_ms // 4)))
-        # session_id -> the session as last written: current until the runner resets the
-        # stage (a checkpoint rolled back, partitions moved), which clears it. Its bytes are
+        # session_id -> the session as last written (or, while the stage holds it, as changed
+        # since): current until the runner resets the stage (a checkpoint rolled back,
+        # partitions moved), which clears it. Its bytes, as of each session's last write, are
         # the worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB).
         self._cache: Cache[Session] = shared_budget(cache_bytes).cache("sessions", cache_size)
 
@@ -152,8 +153,9 @@ class SessionStates:
 
     def sweep(self, partition: int, store: StateStore, out: Output) -> None:
         """Forget the sessions of ``partition`` idle for MEMDIAG_SESSION_KEEP_HOURS of its
-        processing time (leaving a tombstone), and the tombstones that have served. (When
-        its clock says a sweep is due: :meth:`Clocks.due`.)"""
+        processing time (leaving a tombstone), and the tombstones that have served. The
+        caller asks first whether a sweep is due (:meth:`Clocks.due`), and writes what it
+        holds before: this reads the store."""
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
         keep = self._keep_ms

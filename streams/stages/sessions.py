@@ -75,12 +75,16 @@ def semantic_embedder(settings: Settings) -> Callable[[str, bool], bytes]:
     return embedder(cache=budget.cache("memory rows"))
 
 
+class HeldStateLost(RuntimeError):
+    """The stage cannot settle: a batch raised, and the sessions it held are gone."""
+
+
 class SessionStage:
     """The session stage's logic; one per worker process."""
 
     #: sessions the stage decodes from the store (the cache did not hold them) at most before
     #: it writes back what it holds (see the module docstring); written, they are in the
-    #: budgeted cache like every other. A cached or new session costs nothing more held, and
+    #: budgeted cache like every other. A cached or new session costs little more held, and
     #: a session written back and touched again is written again: at 128, where the cache
     #: holds too few of the live sessions, that was a third more CPU per event
     WRITE_BACK_AT = 512
@@ -116,11 +120,13 @@ class SessionStage:
         self._held: dict[str, Session] = {}
         self.held_bytes = 0
         self._decoded_at = 0
+        self._lost = False
 
     def reset(self) -> None:
         """Forget the expiry index (rebuilt from the store), the decoded sessions and the
         sessions held unwritten (the checkpoint they belonged to is gone)."""
         self._forget_held()
+        self._lost = False
         self.states.clear()
 
     # -- the hot path -----------------------------------------------------------------------
@@ -148,14 +154,23 @@ class SessionStage:
                 self._write_back(touched, store)  # a sweep reads the store
             for partition in due:
                 states.sweep(partition, store, out)
+            if due:  # what the sweeps decoded is not held
+                self._decoded_at = states.decoded
         except BaseException:
-            self._forget_held()  # a session may have changed and not been written
+            # a held session may be half changed: every one goes, and with them the changes
+            # of this checkpoint's earlier batches, so the checkpoint must not commit
+            self._forget_held()
+            self._lost = True
             raise
         return out
 
     def settle(self, store: StateStore) -> None:
         """Write every session held since the last write: the runner calls it before each
-        commit, with the checkpoint's store."""
+        commit, with the checkpoint's store. :class:`HeldStateLost` if a batch raised since
+        the stage was last reset (what it held is gone: the checkpoint must be rolled back,
+        which the runner does when a stage raises; this guards any other way out)."""
+        if self._lost:
+            raise HeldStateLost("a batch raised and the sessions it held are gone")
         self._write_back(self._held, store)
 
     def _forget_held(self) -> None:

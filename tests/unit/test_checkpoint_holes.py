@@ -8,8 +8,11 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from memdiag.settings import Settings
 from memdiag.streams.checkpoint import TP
+from memdiag.streams.stages.sessions import SessionStage
 from tests.inmemory import World, partition_for
 
 HOUR_MS = 3_600_000
@@ -246,6 +249,47 @@ def test_what_the_session_stage_holds_when_partitions_move_goes_with_the_checkpo
         await runner._handle([(g, tp, log[0:1])])  # its partition's first sweep writes it
         await runner._handle([(g, tp, log[1:3])])  # held
         await runner.on_assigned()
+        await runner._commit()
+
+    asyncio.run(go())
+    assert world.committed == {tp: 3}
+    heads = {k for values in world.table_values()["state"].values() for k in values
+             if k.startswith(b"s:")}  # fmt: skip
+    assert heads == {f"s:{sid}".encode() for sid in sids}
+
+
+def test_a_stage_that_cannot_write_what_it_held_rolls_the_checkpoint_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Settling is a write outside any batch: if it raises, the checkpoint commits nothing
+    (its offsets would be ahead of the state) and its records are taken again; the next
+    time they are written and committed whole."""
+    world = World(Settings())
+    sids = same_partition(world, 3)
+    for n, sid in enumerate(sids):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+    world.now_ms = T0 + 60_000
+    tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
+    runner = world.runner
+    settle = SessionStage.settle
+    failures = [RuntimeError("disk full")]
+
+    def failing(self: SessionStage, store: Any) -> None:
+        if failures:
+            raise failures.pop()
+        settle(self, store)
+
+    monkeypatch.setattr(SessionStage, "settle", failing)
+
+    async def go() -> None:
+        g = world.generation
+        await runner._start(g)
+        await runner._handle([(g, tp, log[0:3])])
+        await runner._commit()
+        assert world.committed == {} and runner.failed_checkpoints == 1
+        world.position[tp] = 0  # taken again from the committed offsets
+        await runner._start(g)
+        await runner._handle([(g, tp, log[0:3])])
         await runner._commit()
 
     asyncio.run(go())

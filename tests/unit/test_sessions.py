@@ -36,7 +36,7 @@ from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
 from memdiag.streams.session.session import CHUNK, CHUNK_MAX
 from memdiag.streams.session.states import HEAD, TOMBSTONE, SessionStates, chunk_key
-from memdiag.streams.stages.sessions import SessionStage
+from memdiag.streams.stages.sessions import HeldStateLost, SessionStage
 from tests.compare import (
     differences,
     feedback_by_minute,
@@ -612,8 +612,9 @@ def test_a_held_session_that_comes_back_is_not_forgotten_by_the_sweep() -> None:
 
 
 def test_what_a_failed_batch_held_is_dropped_with_it() -> None:
-    """A batch that raises takes back what the stage held: the runner rolls the checkpoint
-    back, and nothing of it may be written by the next one."""
+    """A batch that raises takes back what the stage held, this batch's and the ones before
+    it: the stage refuses to settle until the runner has rolled the checkpoint back, and
+    nothing of it is written by the next one."""
     published_ms = parse_ts(_search(3)["ts"]) // 1000 + 60_000
     stage = SessionStage(SETTINGS, partition, wall_ms=lambda: published_ms)
     store = DictStore()
@@ -623,8 +624,12 @@ def test_what_a_failed_batch_held_is_dropped_with_it() -> None:
     broken = InMessage(SETTINGS.topics.session_verdicts, partition("s"), 0, b"s", b"{}")
     with pytest.raises(ValueError):
         stage.process([_message(_search(2), 2, published_ms), broken], store)
+    assert stage.held_bytes == 0
+    with pytest.raises(HeldStateLost):  # the checkpoint must not commit without them
+        stage.settle(store)
+    stage.reset()  # the runner's rollback
     stage.settle(store)
-    assert store.writes == 0 and stage.held_bytes == 0
+    assert store.writes == 0
 
 
 # -- every arrival order gives the in-order result -------------------------------------------
@@ -709,8 +714,9 @@ def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
 def test_a_batch_of_many_sessions_writes_them_back_as_it_goes_and_gives_the_reference(
     monkeypatch: pytest.MonkeyPatch, crash_rate: float, cached: int
 ) -> None:
-    """A batch holds at most WRITE_BACK_AT sessions it decoded from the store (the rest are
-    in the budgeted cache), and writing a session back twice in one batch changes nothing:
+    """The stage holds at most WRITE_BACK_AT sessions it decoded from the store since its
+    last write (the rest are in the budgeted cache), and writing a session back twice in one
+    batch changes nothing:
     also with crashes. With two sessions cached, a session written back is evicted and read
     again from the checkpoint's writes within the same batch; with all of them cached,
     nothing is decoded and nothing needs writing back."""
