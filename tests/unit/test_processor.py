@@ -69,6 +69,7 @@ def test_a_followup_pair_in_one_message_writes_its_session_once() -> None:
         ("c", False, None, None),
     ]
     assert rows[2]["evaluated"] is False and rows[2]["source"] == "viewer"
+    p.settle(store)  # as the runner does before each commit
     assert store.writes == 1
     assert out.counts[(SEARCH_CALLS, (("source", "agent"),))] == 2
     assert out.counts[(SEARCH_CALLS, (("source", "viewer"),))] == 1
@@ -85,6 +86,7 @@ def test_a_batch_of_messages_writes_each_touched_session_once() -> None:
         *msg(search("c", "2026-11-21T09:30:06Z", "q3", ["o3"], sid="s2"), offset=2, key=b"s2"),
     ]
     out = p.process(msgs, store)
+    p.settle(store)  # as the runner does before each commit
     assert store.writes == 2
     assert [r["is_followup"] for r in out.diagnostics["s1"]] == [False, True]
 
@@ -97,9 +99,9 @@ def test_query_text_is_kept_only_when_asked() -> None:
 
 def test_state_survives_a_restart_of_the_processor() -> None:
     store = DictStore()
-    SessionStage(SETTINGS, everything_here).process(
-        msg(search("a", "2026-11-21T09:30:00Z", "q1", ["o1"])), store
-    )
+    first = SessionStage(SETTINGS, everything_here)
+    first.process(msg(search("a", "2026-11-21T09:30:00Z", "q1", ["o1"])), store)
+    first.settle(store)  # committed
     out = SessionStage(SETTINGS, everything_here).process(
         msg(search("b", "2026-11-21T09:30:05Z", "q2", ["o2"])), store
     )
@@ -203,10 +205,12 @@ def test_idle_sessions_are_forgotten_in_processing_time_and_leave_a_tombstone() 
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
     # a day and a half of event time later, in the same minute of processing time: kept
     p.process(msg(search("b", "2026-11-21T09:00:00Z", "q", ["o"], sid="new"), key=b"new"), store)
+    p.settle(store)  # as the runner does before each commit
     assert HEAD + "old" in store.data
     later = PUBLISHED_MS + 25 * HOUR_MS
     p.process(msg(search("c", "2026-11-21T09:00:01Z", "q", ["o"], sid="new", ), key=b"new",
                   published_ms=later), store)  # fmt: skip
+    p.settle(store)
     assert HEAD + "old" not in store.data and TOMBSTONE + "old" in store.data
     assert HEAD + "new" in store.data
     much_later = later + 8 * 24 * HOUR_MS
@@ -226,6 +230,7 @@ def test_a_future_publish_timestamp_cannot_age_anybody() -> None:
     year_2099 = parse_ts("2099-01-01T00:00:00Z") // 1000  # type: ignore[operator]
     p.process(msg(search("b", "2099-01-01T00:00:00Z", "q", ["o"], sid="x"), key=b"x",
                   published_ms=year_2099), store)  # fmt: skip
+    p.settle(store)
     assert HEAD + "s" in store.data
 
 
