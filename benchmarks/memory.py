@@ -107,9 +107,10 @@ def stage_us(stage: Any, events: list[dict[str, Any]], topic: str, per_message: 
     msgs = [InMessage(topic, 0, i, None, raw, PUBLISHED_MS) for i, raw in enumerate(raws)]
     store = DictStore()
     start = time.perf_counter()
-    for n, msg in enumerate(msgs, 1):
+    every = max(1, 10_000 // per_message)  # about a second of events, as the runner
+    for n, msg in enumerate(msgs, 1):  # settles the stages before each commit
         stage.process([msg], store)
-        if n % 1000 == 0:  # as the runner settles the stages before each commit
+        if n % every == 0:
             stage.settle(store)
     stage.settle(store)
     return (time.perf_counter() - start) / len(events) * 1e6

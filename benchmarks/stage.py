@@ -8,8 +8,9 @@ broker, the producer and the fetch out: the pipeline benchmark's events and mess
 (``benchmarks/pipeline.py``), handed to the worker's session stage
 (:class:`memdiag.streams.stages.sessions.SessionStage`, a dict for its store) in batches of
 1,000 messages as the runner hands them, settled every 10 batches as the runner settles it
-before each commit, every diagnostic encoded as the worker's sender encodes it. The baseline, in the same process and alternating with it round by round, is
-what the peers do per message in that benchmark: ``orjson.loads``, the followup rule of
+before each commit, every diagnostic encoded as the worker's sender encodes it. The
+baseline, in the same process and alternating with it round by round, is what the peers do
+per message in that benchmark: ``orjson.loads``, the followup rule of
 each event over a dict, ``orjson.dumps`` of the verdicts. The ratio stage ÷ baseline moves
 much less than either figure: it is the figure to judge a change of the stage by.
 
@@ -19,9 +20,12 @@ Both with CPython's default collector thresholds replaced by the worker's
 The batches mix every partition's messages, as live traffic does: with single events of
 1,000 interleaved sessions, the sessions outgrow the decoded-state budget
 (``MEMDIAG_DECODED_CACHE_MB``, read from the environment), and a session evicted is decoded
-again and replayed from its log when it next comes. Held between two settles, it is decoded
-at most once a settle (before the stage held them, once a batch): single mode's median was
-64 us an event at 32 MB and 57 at 256 MB on 27 Nov 2026 (before: 88 and 46).
+again and replayed from its log when it next comes. Held between two write-backs (a settle,
+or every ``WRITE_BACK_AT`` sessions decoded), it is decoded at most once between them
+(before the stage held them, once a batch): single mode's median was 64 us an event at
+32 MB and 57 at 256 MB on 27 Nov 2026. (The old code measured 130-170 at 32 MB that day,
+and 64-72 at 256 MB, on this script without settles; this docstring's older figures, 88
+and 46, were another hour's.)
 """
 
 from __future__ import annotations

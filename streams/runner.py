@@ -14,11 +14,13 @@ at once, never a Faust message or event per record. The runner then:
    (:mod:`memdiag.streams.checkpoint`: changelog, deliveries, one OffsetCommit, then the
    local state).
 
-A checkpoint that fails (a delivery, the commit) is dropped with the stages' decoded state,
-and the runner starts again from the committed offsets. A stage that raises on a batch does
-the same, then takes that batch's records one at a time, each in a checkpoint of its own,
-until it finds the one that raises: that one is dead-lettered, with the reason, and the rest
-go on. There is one commit path and one revocation path, for every stage.
+A checkpoint that fails (a stage's write of the state it held, a delivery, the commit) is
+dropped with the stages' decoded and held state, and the runner starts again from the
+committed offsets (after a failed write, one record at a time, as below). A stage that
+raises on a batch does the same, then takes that batch's records one at a time, each in a
+checkpoint of its own (its state written there too), until it finds the one that raises:
+that one is dead-lettered, with the reason, and the rest go on. There is one commit path and
+one revocation path, for every stage.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Stage(Protocol):
 
     def settle(self, store: StateStore) -> None:
         """Write what the stage holds unwritten: called before each commit, with the
-        checkpoint's store."""
+        checkpoint's store. If it raises, the checkpoint is rolled back."""
         ...
 
     def reset(self) -> None:
@@ -425,6 +427,8 @@ class Runner:
         store: Any = self.checkpoint.view(spec.table) if spec.table is not None else None
         try:
             out = spec.stage.process([msg], store)
+            if store is not None:  # its state written here, so that a write that fails is
+                spec.stage.settle(store)  # this record's too
         except Exception as exc:  # noqa: BLE001 - never let one message stop the worker
             log.exception("%s failed on %s/%d/%d; dead-lettered", spec.name, msg.topic,
                           msg.partition, msg.offset)  # fmt: skip
@@ -464,14 +468,7 @@ class Runner:
     async def _commit(self) -> None:
         self._repairs_due()
         cp = self.checkpoint
-        try:
-            for spec in self.stages:
-                if spec.table is not None:
-                    spec.stage.settle(cp.view(spec.table))
-        except Exception as exc:  # noqa: BLE001 - what a stage held is not in the checkpoint
-            log.error("runner: a stage could not write the state it held (%r); taking the "
-                      "checkpoint's records again", exc, exc_info=True)  # fmt: skip
-            self._drop(f"a stage could not write the state it held: {exc!r}")
+        if not self._settle(cp):
             return
         if cp.empty():
             cp.started = time.monotonic()
@@ -487,6 +484,24 @@ class Runner:
         self.checkpoints += 1
         self.progress.committed_to(cp.offsets)
         self.checkpoint = Checkpoint(self.tables)
+
+    def _settle(self, cp: Checkpoint) -> bool:
+        """Have every stage write what it holds into the checkpoint. False if one raised:
+        the checkpoint is rolled back, and its records are taken again one at a time (each
+        settled in its own checkpoint), so a write that always fails is dead-lettered with
+        its record rather than rolled back again at every commit."""
+        try:
+            for spec in self.stages:
+                if spec.table is not None:
+                    spec.stage.settle(cp.view(spec.table))
+        except Exception as exc:  # noqa: BLE001 - what a stage held is not in the checkpoint
+            log.error("runner: a stage could not write the state it held (%r); taking the "
+                      "checkpoint's records again, one at a time", exc, exc_info=True)  # fmt: skip
+            for tp, end in cp.offsets.items():
+                self.suspect[tp] = max(self.suspect.get(tp, 0), end)
+            self._drop(f"a stage could not write the state it held: {exc!r}")
+            return False
+        return True
 
     def _drop(self, why: str) -> None:
         """Back to the committed state: the checkpoint's writes and the stages' decoded
@@ -544,9 +559,10 @@ class Runner:
     async def on_assigned(self) -> None:
         """Partitions moved: what the stages keep in memory belongs to the old assignment."""
         async with self._lock:
+            # what the stages hold goes with the checkpoint's writes (or the checkpoint is
+            # rolled back)
+            self._settle(self.checkpoint)
             for spec in self.stages:
-                if spec.table is not None:  # what it holds goes with the checkpoint's writes
-                    spec.stage.settle(self.checkpoint.view(spec.table))
                 spec.stage.reset()
 
     async def stop(self) -> Stopped:

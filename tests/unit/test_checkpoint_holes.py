@@ -8,10 +8,12 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 
 from memdiag.settings import Settings
 from memdiag.streams.checkpoint import TP
+from memdiag.streams.session.states import SessionStates
 from memdiag.streams.stages.sessions import SessionStage
 from tests.inmemory import World, partition_for
 
@@ -258,12 +260,56 @@ def test_what_the_session_stage_holds_when_partitions_move_goes_with_the_checkpo
     assert heads == {f"s:{sid}".encode() for sid in sids}
 
 
-def test_a_stage_that_cannot_write_what_it_held_rolls_the_checkpoint_back(
+def test_a_write_that_always_fails_is_dead_lettered_with_its_record_not_retried_forever(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Settling is a write outside any batch: if it raises, the checkpoint commits nothing
-    (its offsets would be ahead of the state) and its records are taken again; the next
-    time they are written and committed whole."""
+    """Settling is a write outside any batch. If it raises, the checkpoint commits nothing
+    (its offsets would be ahead of the state) and its records are taken again one at a time,
+    each written in its own checkpoint: a write that fails every time fails with its own
+    record, which is dead-lettered, and the others commit. (Retaking them together would roll
+    back at every commit, forever.)"""
+    world = World(Settings())
+    sids = same_partition(world, 3)
+    bad = sids[1]
+    for n, sid in enumerate(sids):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+    world.now_ms = T0 + 60_000
+    tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
+    runner = world.runner
+    write = SessionStates.write
+
+    def failing(self: SessionStates, session: Any, store: Any) -> None:
+        if session.session_id == bad:
+            raise RuntimeError("cannot encode")
+        write(self, session, store)
+
+    monkeypatch.setattr(SessionStates, "write", failing)
+
+    async def go() -> None:
+        g = world.generation
+        await runner._start(g)
+        await runner._handle([(g, tp, log[0:1])])  # its partition's first sweep writes it
+        await runner._handle([(g, tp, log[1:3])])  # held
+        await runner._commit()
+        assert world.committed == {} and runner.failed_checkpoints == 1
+        world.position[tp] = 0  # taken again from the committed offsets
+        await runner._start(g)
+        await runner._handle([(g, tp, log[0:3])])
+
+    asyncio.run(go())
+    assert world.committed == {tp: 3}
+    heads = {k for values in world.table_values()["state"].values() for k in values
+             if k.startswith(b"s:")}  # fmt: skip
+    assert heads == {f"s:{sid}".encode() for sid in sids if sid != bad}
+    assert [orjson.loads(d["payload"])["session_id"] for d in world.tables.dead_letters] == [bad]
+
+
+def test_a_batch_that_raised_past_the_runner_leaves_nothing_to_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stage's batch that raises something the runner does not catch (not an Exception)
+    drops what the stage held, from the checkpoint's earlier batches too: the stop's final
+    commit must then commit nothing, or their offsets would be ahead of their state."""
     world = World(Settings())
     sids = same_partition(world, 3)
     for n, sid in enumerate(sids):
@@ -271,29 +317,23 @@ def test_a_stage_that_cannot_write_what_it_held_rolls_the_checkpoint_back(
     world.now_ms = T0 + 60_000
     tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
     runner = world.runner
-    settle = SessionStage.settle
-    failures = [RuntimeError("disk full")]
+    events = SessionStage._events
 
-    def failing(self: SessionStage, store: Any) -> None:
-        if failures:
-            raise failures.pop()
-        settle(self, store)
+    def interrupted(self: SessionStage, msg: Any, *args: Any) -> None:
+        if msg.offset == 2:
+            raise KeyboardInterrupt
+        events(self, msg, *args)
 
-    monkeypatch.setattr(SessionStage, "settle", failing)
+    monkeypatch.setattr(SessionStage, "_events", interrupted)
 
     async def go() -> None:
         g = world.generation
         await runner._start(g)
-        await runner._handle([(g, tp, log[0:3])])
-        await runner._commit()
-        assert world.committed == {} and runner.failed_checkpoints == 1
-        world.position[tp] = 0  # taken again from the committed offsets
-        await runner._start(g)
-        await runner._handle([(g, tp, log[0:3])])
+        await runner._handle([(g, tp, log[0:1])])
+        await runner._handle([(g, tp, log[1:2])])  # held, its offset in the checkpoint
+        with pytest.raises(KeyboardInterrupt):
+            await runner._handle([(g, tp, log[2:3])])
         await runner._commit()
 
     asyncio.run(go())
-    assert world.committed == {tp: 3}
-    heads = {k for values in world.table_values()["state"].values() for k in values
-             if k.startswith(b"s:")}  # fmt: skip
-    assert heads == {f"s:{sid}".encode() for sid in sids}
+    assert world.committed == {} and runner.failed_checkpoints == 1
