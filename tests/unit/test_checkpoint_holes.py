@@ -233,15 +233,27 @@ def world_events() -> str:
     return Settings().topics.events
 
 
-def test_what_the_session_stage_holds_when_partitions_move_goes_with_the_checkpoint() -> None:
-    """The session stage holds the sessions it changed until a commit settles them. An
-    assignment resets the stages; what they hold is written into the checkpoint first, and
-    it commits with that checkpoint's offsets."""
+def three_sessions() -> tuple[World, list[str]]:
+    """A world with one search of each of three sessions on partition 0, a millisecond apart."""
     world = World(Settings())
     sids = same_partition(world, 3)
     for n, sid in enumerate(sids):
         world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
     world.now_ms = T0 + 60_000
+    return world, sids
+
+
+def session_heads(world: World) -> set[bytes]:
+    """The session heads in the worker's committed state."""
+    return {k for values in world.table_values()["state"].values() for k in values
+            if k.startswith(b"s:")}  # fmt: skip
+
+
+def test_what_the_session_stage_holds_when_partitions_move_goes_with_the_checkpoint() -> None:
+    """The session stage holds the sessions it changed until a commit settles them. An
+    assignment resets the stages; what they hold is written into the checkpoint first, and
+    it commits with that checkpoint's offsets."""
+    world, sids = three_sessions()
     tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
     runner = world.runner
 
@@ -255,9 +267,7 @@ def test_what_the_session_stage_holds_when_partitions_move_goes_with_the_checkpo
 
     asyncio.run(go())
     assert world.committed == {tp: 3}
-    heads = {k for values in world.table_values()["state"].values() for k in values
-             if k.startswith(b"s:")}  # fmt: skip
-    assert heads == {f"s:{sid}".encode() for sid in sids}
+    assert session_heads(world) == {f"s:{sid}".encode() for sid in sids}
 
 
 def test_a_write_that_always_fails_is_dead_lettered_with_its_record_not_retried_forever(
@@ -268,12 +278,8 @@ def test_a_write_that_always_fails_is_dead_lettered_with_its_record_not_retried_
     each written in its own checkpoint: a write that fails every time fails with its own
     record, which is dead-lettered, and the others commit. (Retaking them together would roll
     back at every commit, forever.)"""
-    world = World(Settings())
-    sids = same_partition(world, 3)
+    world, sids = three_sessions()
     bad = sids[1]
-    for n, sid in enumerate(sids):
-        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
-    world.now_ms = T0 + 60_000
     tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
     runner = world.runner
     write = SessionStates.write
@@ -298,9 +304,7 @@ def test_a_write_that_always_fails_is_dead_lettered_with_its_record_not_retried_
 
     asyncio.run(go())
     assert world.committed == {tp: 3}
-    heads = {k for values in world.table_values()["state"].values() for k in values
-             if k.startswith(b"s:")}  # fmt: skip
-    assert heads == {f"s:{sid}".encode() for sid in sids if sid != bad}
+    assert session_heads(world) == {f"s:{sid}".encode() for sid in sids if sid != bad}
     assert [orjson.loads(d["payload"])["session_id"] for d in world.tables.dead_letters] == [bad]
 
 
@@ -310,11 +314,7 @@ def test_a_batch_that_raised_past_the_runner_leaves_nothing_to_commit(
     """A stage's batch that raises something the runner does not catch (not an Exception)
     drops what the stage held, from the checkpoint's earlier batches too: the stop's final
     commit must then commit nothing, or their offsets would be ahead of their state."""
-    world = World(Settings())
-    sids = same_partition(world, 3)
-    for n, sid in enumerate(sids):
-        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
-    world.now_ms = T0 + 60_000
+    world, sids = three_sessions()
     tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
     runner = world.runner
     events = SessionStage._events
