@@ -35,6 +35,10 @@ faust-streaming version (``pyproject.toml`` pins the tested one). The touches:
 - **The producer** (:mod:`memdiag.streams.produce`): Faust's ``Producer._ensure_producer``,
   the started aiokafka producer, whose public batch API (``create_batch``, ``send_batch``,
   ``partitions_for``) every record of the worker's goes through, in batches it fills itself.
+- **The produce requests' encoding** (:func:`patch_produce_encoding`, the module global
+  ``ProduceRequest`` of ``aiokafka.producer.sender``). aiokafka copies each record batch six
+  times as it encodes a request; :mod:`memdiag.streams.produce_request` copies it once, and
+  gives the same bytes (checked on a sample here, on drawn requests in the tests).
 - **The signals** (:mod:`memdiag.streams.worker`): ``Worker._on_sigterm`` and ``_on_sigint``,
   the handlers mode installs, extended to bound the stop (``MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS``)
   and to exit at once on a second signal.
@@ -134,6 +138,17 @@ def check() -> None:
 
     if not isinstance(vars(Consumer).get("_commit_handler"), ServiceTask):
         problems.append("Consumer._commit_handler is not a mode ServiceTask")
+    from aiokafka.producer import sender
+    from aiokafka.protocol import produce
+
+    from memdiag.streams import produce_request
+
+    if getattr(sender, "ProduceRequest", None) not in (
+        produce.ProduceRequest,
+        produce_request.ProduceRequest,
+    ):
+        problems.append("aiokafka's producer sender builds no ProduceRequest of its own")
+    problems += produce_request.same_bytes()
     if problems:
         raise IncompatibleFaust(
             f"faust-streaming {faust.__version__} is not the version memdiag was built "
@@ -210,6 +225,19 @@ def no_faust_commits() -> None:
 
     Consumer._commit_handler = ServiceTask(_no_commit_handler)  # type: ignore[method-assign]
     _PATCHED.add("commits")
+
+
+def patch_produce_encoding() -> None:
+    """Have aiokafka's producer build :class:`memdiag.streams.produce_request.ProduceRequest`
+    (see the module docstring); :func:`check` made sure it encodes the same bytes."""
+    if "produce" in _PATCHED:
+        return
+    from aiokafka.producer import sender
+
+    from memdiag.streams.produce_request import ProduceRequest
+
+    sender.ProduceRequest = ProduceRequest
+    _PATCHED.add("produce")
 
 
 #: The attribute of the Faust app that names the bulk receiver: (topics, deliver, room).

@@ -49,6 +49,7 @@ def main(settings: Settings, allocator: str = "") -> None:
     compat.patch_highwaters(client_options(settings))
     compat.patch_fetch_wait(settings.fetch_max_wait_ms)
     compat.no_faust_commits()
+    compat.patch_produce_encoding()
     from memdiag.streams.app import changelog_lags
 
     for line in asyncio.run(short_compaction_lags(settings, changelog_lags(settings))):

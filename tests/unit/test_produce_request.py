@@ -1,0 +1,114 @@
+"""``memdiag.streams.produce_request``: aiokafka's produce request with its record batches
+copied once. The bytes are aiokafka's own for every request (drawn here), the producer's
+sender builds it once the worker patches it, and the start-up check refuses an encoder that
+differs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiokafka.producer import sender
+from aiokafka.protocol import produce
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memdiag.streams import compat, produce_request
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+TOPICS = st.none() | st.lists(
+    st.tuples(
+        st.text(max_size=40),
+        st.none() | st.lists(st.tuples(INT32, st.none() | st.binary(max_size=300)), max_size=4),
+    ),
+    max_size=4,
+)
+REQUESTS = st.tuples(
+    st.none() | st.text(max_size=30),
+    st.integers(-(2**15), 2**15 - 1),  # required_acks: an int16
+    INT32,  # timeout
+    TOPICS,
+)
+VERSIONS = sorted(produce_request.FAST, key=lambda cls: cls.API_VERSION)
+
+
+def test_versions_three_to_seven_have_the_one_copy_encoder() -> None:
+    assert [cls.API_VERSION for cls in VERSIONS] == [3, 4, 5, 6, 7]
+    assert produce_request.same_bytes() == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(request=REQUESTS, version=st.sampled_from(VERSIONS))
+def test_the_bytes_are_aiokafkas_for_any_request(request: tuple[Any, ...], version: Any) -> None:
+    fast = produce_request.FAST[version](*request).encode()
+    assert fast == version(*request).encode()
+    # and they read back as what was sent (aiokafka's decoder: a broker's view)
+    transactional_id, acks, timeout, topics = version.decode(fast).__dict__.values()
+    assert (transactional_id, acks, timeout) == request[:3]
+    sent = None if request[3] is None else [(t, p) for t, p in request[3]]
+    assert topics == sent
+
+
+def test_a_large_batch_is_written_once_in_the_request() -> None:
+    """The point of it: the batch's bytes appear once, at their place, behind their size."""
+    batch = bytes(range(256)) * 4096  # 1 MiB
+    topics = [("t", [(2, batch)])]
+    data = produce_request.ProduceRequest(None, -1, 30_000, topics).prepare({0: (0, 7)}).encode()
+    assert data.count(batch) == 1
+    partition_and_size = (2).to_bytes(4, "big") + len(batch).to_bytes(4, "big")
+    assert data[-len(batch) - 8 : -len(batch)] == partition_and_size
+    assert data == produce.ProduceRequest(None, -1, 30_000, topics).prepare({0: (0, 7)}).encode()
+
+
+@pytest.mark.parametrize("top, fast", [(7, True), (3, True), (2, False), (0, False)])
+def test_the_struct_built_is_the_broker_versions_with_the_encoder_from_three(
+    top: int, fast: bool
+) -> None:
+    """Brokers older than Kafka 0.11 (versions 0-2, no transactional id) keep aiokafka's."""
+    request = produce_request.ProduceRequest(None, 1, 1_000, [("t", [(0, b"x")])])
+    struct = request.prepare({0: (0, top)})
+    assert struct.API_VERSION == top
+    assert (type(struct).encode is produce_request.encode) is fast
+    assert isinstance(struct, produce.ProduceRequest._CLASSES[top])
+
+
+def test_the_worker_patch_makes_the_producer_build_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sender, "ProduceRequest", produce.ProduceRequest)
+    monkeypatch.setattr(compat, "_PATCHED", set())
+    compat.patch_produce_encoding()
+    assert sender.ProduceRequest is produce_request.ProduceRequest
+    compat.check()  # patched, the check still passes
+
+    class Batch:
+        def get_data_buffer(self) -> bytes:
+            return b"records"
+
+    class Sender:  # what SendProduceReqHandler reads of aiokafka's sender
+        client = None
+        _txn_manager = None
+        _acks = -1
+        _request_timeout_ms = 40_000
+        _retry_backoff = 0.1
+
+    from aiokafka.structs import TopicPartition
+
+    handler = sender.SendProduceReqHandler(Sender(), {TopicPartition("t", 0): Batch()})
+    request = handler.create_request()
+    assert isinstance(request, produce_request.ProduceRequest)
+    assert type(request.prepare({0: (0, 7)})).encode is produce_request.encode
+
+
+def test_an_encoder_that_differs_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    version = VERSIONS[-1]
+    wrong = type("Wrong", (version,), {"encode": lambda self: b"not aiokafka's bytes"})
+    monkeypatch.setitem(produce_request.FAST, version, wrong)
+    with pytest.raises(compat.IncompatibleFaust, match="ProduceRequest_v7 encodes differently"):
+        compat.check()
+
+
+def test_a_sender_that_builds_no_produce_request_of_its_own_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(sender, "ProduceRequest")
+    with pytest.raises(compat.IncompatibleFaust, match="builds no ProduceRequest"):
+        compat.check()
