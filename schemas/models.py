@@ -151,10 +151,15 @@ def _second(text: str) -> int | None:
     return ts_to_us(dt) // 1_000_000
 
 
-class Event(Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind"):
+class Event(Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", gc=False):
     """What every input event has (schemas/*.schema.json). The models are decoded from the
     wire by msgspec and validated in the same pass (:mod:`memdiag.schemas.decode`); unknown
-    fields are ignored, as the schemas allow."""
+    fields are ignored, as the schemas allow.
+
+    ``gc=False`` (inherited by every model): the collector never tracks an event. What it
+    holds was decoded from JSON (strings, numbers, and lists, dicts and structs of them: a
+    tree), so it can be in no reference cycle; a batched message's events are tens of
+    thousands of objects the young collections would otherwise walk."""
 
     event_id: EventId
     ts: Ts
