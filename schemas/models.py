@@ -156,10 +156,10 @@ class Event(Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="ki
     wire by msgspec and validated in the same pass (:mod:`memdiag.schemas.decode`); unknown
     fields are ignored, as the schemas allow.
 
-    ``gc=False`` (inherited by every model): the collector never tracks an event. What it
-    holds was decoded from JSON (strings, numbers, and lists, dicts and structs of them: a
-    tree), so it can be in no reference cycle; a batched message's events are tens of
-    thousands of objects the young collections would otherwise walk."""
+    ``gc=False`` (inherited by every model but :class:`SessionOutcome`): the collector
+    never tracks an event. What one holds is strings, numbers and tuples of them or of
+    structs that hold the same, so it can be in no reference cycle; a batched message's
+    events are tens of thousands of objects the young collections would otherwise walk."""
 
     event_id: EventId
     ts: Ts
@@ -328,7 +328,10 @@ class SessionError(Struct, frozen=True, kw_only=True, omit_defaults=True):
     recoverable: bool
 
 
-class SessionOutcome(SessionEventBase, frozen=True, kw_only=True, tag="session_outcome"):
+class SessionOutcome(SessionEventBase, frozen=True, kw_only=True, tag="session_outcome", gc=True):
+    """``gc=True``, unlike the other models: ``failure_context`` holds whatever object it was
+    given (a client may build one), and a mutable one could point back at the event."""
+
     outcome: Literal["accepted", "rejected", "rework"]
     tool_calls: tuple[ToolCall, ...]
     #: required of a published outcome (never null); None only in one the trace stage made

@@ -138,21 +138,27 @@ def check() -> None:
 
     if not isinstance(vars(Consumer).get("_commit_handler"), ServiceTask):
         problems.append("Consumer._commit_handler is not a mode ServiceTask")
-    from aiokafka.producer import sender
-    from aiokafka.protocol import produce
+    try:  # aiokafka's produce request, as memdiag.streams.produce_request encodes it
+        from aiokafka.producer import sender
+        from aiokafka.protocol import produce
 
-    from memdiag.streams import produce_request
+        from memdiag.streams import produce_request
 
-    if getattr(sender, "ProduceRequest", None) not in (
-        produce.ProduceRequest,
-        produce_request.ProduceRequest,
-    ):
-        problems.append("aiokafka's producer sender builds no ProduceRequest of its own")
-    problems += produce_request.same_bytes()
+        if getattr(sender, "ProduceRequest", None) not in (
+            produce.ProduceRequest,
+            produce_request.ProduceRequest,
+        ):
+            problems.append("aiokafka's producer sender builds no ProduceRequest of its own")
+        problems += produce_request.same_bytes()
+    except Exception as exc:  # noqa: BLE001 - whatever changed in aiokafka, say it
+        problems.append(f"aiokafka's ProduceRequest is not the one memdiag encodes ({exc!r})")
     if problems:
+        import aiokafka
+
         raise IncompatibleFaust(
-            f"faust-streaming {faust.__version__} is not the version memdiag was built "
-            f"against (pyproject.toml pins it): {'; '.join(problems)}"
+            f"faust-streaming {faust.__version__} (aiokafka {aiokafka.__version__}) is not "
+            f"the version memdiag was built against (pyproject.toml pins it): "
+            f"{'; '.join(problems)}"
         )
 
 

@@ -37,7 +37,7 @@ FIELDS = ("transactional_id", "required_acks", "timeout", "topics")
 def _string(value: str | None) -> bytes:
     if value is None:
         return _INT16(-1)
-    data = value.encode("utf-8")
+    data = str(value).encode("utf-8")  # str(): as aiokafka's String (an enum's name, say)
     return _INT16(len(data)) + data
 
 
@@ -94,7 +94,7 @@ def same_bytes() -> list[str]:
     topic, an empty batch); empty when they agree for every version aiokafka has here."""
     topics = [
         ("memdiag.diagnostics", [(0, b"\x00\x01" * 40), (3, b"")]),
-        ("memdiag.\u00e9v\u00e9nements", [(1, memoryview(b"batch"))]),
+        ("memdiag.\u00e9v\u00e9nements", [(1, memoryview(b"batch")), (2, bytearray(b"built"))]),
         ("empty", []),
     ]
     problems = []

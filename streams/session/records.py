@@ -27,10 +27,11 @@ Judgeable = tuple[str, tuple[str, ...]]
 
 
 class Record(msgspec.Struct, frozen=True, array_like=True, tag_field="kind", gc=False):
-    """``gc=False`` (inherited by every record): a record holds strings, numbers, bytes and
-    tuples of them, and an outcome's ``failure_context`` (decoded JSON: a tree), so it can be
-    in no reference cycle. Untracked, the records a session keeps (one an event) cost the
-    collector nothing; before, every full collection walked each of them."""
+    """``gc=False`` (inherited by every record but :class:`OutcomeRec`): a record holds
+    strings, numbers, bytes and tuples of them, so it can be in no reference cycle. The
+    records a session keeps (one an event) are then not tracked; before, every full
+    collection walked each of them (the tuples they hold are untracked by the first
+    collection that finds them holding only strings)."""
 
     event_id: str
     ts: int
@@ -72,7 +73,10 @@ class ResponseRec(Record, frozen=True, array_like=True, tag="r"):
     vectors: bytes | None = None
 
 
-class OutcomeRec(Record, frozen=True, array_like=True, tag="o"):
+class OutcomeRec(Record, frozen=True, array_like=True, tag="o", gc=True):
+    """``gc=True``, unlike the other records: ``failure_context`` is the event's own object
+    (see :class:`memdiag.schemas.models.SessionOutcome`)."""
+
     outcome: str
     #: (tool, file or None, success)
     tool_calls: tuple[tuple[str, str | None, bool], ...]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import typing
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -453,3 +454,35 @@ def test_any_choice_of_spellings_is_the_same_canonical_key(values: tuple, chosen
     assert decode_edges(edge) == (
         EdgeKey(source_id=source, target_id=target, relationship=relationship),
     )
+
+
+def test_only_outcomes_are_tracked_by_the_collector_and_their_cycles_are_collected() -> None:
+    """Events and log records are untracked (gc=False: acyclic by their fields), but for
+    outcomes: their ``failure_context`` is any object, and one pointing back at its outcome
+    must still be collected."""
+    import gc
+    import weakref
+
+    from memdiag.schemas.models import MODELS, SessionOutcome
+    from memdiag.streams.session.records import LogRecord, OutcomeRec
+
+    tracked = {kind for kind, model in MODELS.items() if model.__struct_config__.gc}
+    assert tracked == {"session_outcome"}
+    records = {rec.__name__ for rec in typing.get_args(LogRecord) if rec.__struct_config__.gc}
+    assert records == {"OutcomeRec"}
+
+    class Context(dict):  # a dict that a weak reference can watch
+        pass
+
+    for make in (
+        lambda ctx: SessionOutcome(event_id="o", ts="2026-11-27T10:00:00Z", session_id="s",
+                                   outcome="rejected", tool_calls=(), files_modified=(),
+                                   errors=(), failure_context=ctx),
+        lambda ctx: OutcomeRec("o", 1, "rejected", (), (), (), None, ctx, 0, 0),
+    ):  # fmt: skip
+        ctx = Context()
+        ctx["back"] = make(ctx)  # a cycle through the outcome
+        gone = weakref.ref(ctx)
+        del ctx
+        gc.collect()
+        assert gone() is None
