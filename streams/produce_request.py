@@ -11,11 +11,12 @@ faults, where the same bytes joined once take 3 ms and 880 faults (the connectio
 copies the request twice when it puts the header and the size in front).
 
 :class:`ProduceRequest` is aiokafka's, but its versions 3 to 7 (the ones with a
-``transactional_id``: Kafka 0.11 and later; every broker memdiag supports) build structs
-whose ``encode`` collects the small fields and the batches' buffers in one list and joins it
-once. The bytes are the same, field for field; :func:`same_bytes` checks it on a sample
-before :func:`memdiag.streams.compat.patch_produce_encoding` puts it in aiokafka's producer
-sender, and ``tests/unit/test_produce_request.py`` on drawn requests.
+``transactional_id``: Kafka 0.11 and later; an older broker gets aiokafka's own) build
+structs whose ``encode`` collects the small fields and the batches' buffers in one list and
+joins it once. The structs keep aiokafka's class names, so its logs read the same. The
+bytes are the same, field for field: :func:`same_bytes` checks it on a sample before
+:func:`memdiag.streams.compat.patch_produce_encoding` puts it in aiokafka's producer sender,
+and ``tests/unit/test_produce_request.py`` on drawn requests.
 """
 
 from __future__ import annotations
