@@ -38,6 +38,10 @@ user and system) from when it is ready (memdiag) or has its first record (peers)
 input is drained. On two cores shared with the broker and the publisher, the rates move
 with whatever else runs; the CPU a process spends per event moves much less.
 
+With ``--bound``, one more line each mode, ``no-rules``: the worker with its session logic
+switched off (``benchmarks/norules.py``), everything around that logic still done. A bound,
+not a contender: the real worker's distance from it is what the session logic costs.
+
 Then the latency: the worker and the sink (to DuckDB) run while single events are published
 at a steady rate, half the worker's median single-event capacity; p50/p99 from publish (the
 message's Kafka timestamp) to the row in DuckDB (``ingested_at``).
@@ -65,6 +69,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from memdiag import procs  # noqa: E402
 from memdiag.analytics.db import connect  # noqa: E402
 from memdiag.broker import EmbeddedBroker  # noqa: E402
 from memdiag.kafka import (  # noqa: E402
@@ -73,7 +78,7 @@ from memdiag.kafka import (  # noqa: E402
     true_end_offsets,
     wait_drained,
 )
-from memdiag.runner import spawn_child  # noqa: E402
+from memdiag.runner import Child, spawn_child  # noqa: E402
 from memdiag.schemas.decode import parse_ts  # noqa: E402
 from memdiag.settings import Settings  # noqa: E402
 
@@ -324,9 +329,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_memdiag(settings: Settings, workdir: Path) -> tuple[float, float]:
-    """Seconds from the first record until drained, and the worker's CPU seconds."""
-    worker = spawn_child(f"worker-{settings.app_id}", "worker", settings, workdir)
+def run_memdiag(settings: Settings, workdir: Path, bound: bool = False) -> tuple[float, float]:
+    """Seconds from the first record until drained, and the worker's CPU seconds.
+    ``bound``: the worker with its session logic switched off (``benchmarks/norules.py``)."""
+    worker = (_spawn_norules(settings, workdir) if bound
+              else spawn_child(f"worker-{settings.app_id}", "worker", settings, workdir))  # fmt: skip
     try:
         wait_for_log(worker.log_path, "start-to-ready")
         cpu = cpu_seconds(worker.proc.pid)
@@ -336,6 +343,18 @@ def run_memdiag(settings: Settings, workdir: Path) -> tuple[float, float]:
         stop(worker.proc)
         worker.log_file.close()
     return done - first_batch(worker.log_path), cpu
+
+
+def _spawn_norules(settings: Settings, workdir: Path) -> Child:
+    """``benchmarks/norules.py worker``, as :func:`spawn_child` starts ``memdiag worker``
+    (a script run by its path: this folder is on no child's import path)."""
+    log_path = workdir / f"norules-{settings.app_id}.log"
+    log_file = log_path.open("ab")
+    env = {**os.environ, **settings.as_env()}
+    env.setdefault("OTEL_METRICS_EXPORTER", "none")
+    argv = [sys.executable, str(Path(__file__).with_name("norules.py")), "worker"]
+    proc = procs.spawn(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    return Child("norules", proc, log_path, log_file)
 
 
 def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> tuple[float, float]:
@@ -471,6 +490,8 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
     expected = reference(events)
     results: dict[str, Any] = {"events": args.events, "sessions": args.sessions, "modes": {}}
     contenders = ["memdiag", "quix", "quix-5s", "bare"] if not args.no_quix else ["memdiag", "bare"]
+    if args.bound:
+        contenders.append("no-rules")
     for mode in ("single", "batched"):
         msgs = messages(events, mode)
         seconds: dict[str, list[float]] = {c: [] for c in contenders}
@@ -483,11 +504,14 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
             asyncio.run(publish(settings, msgs))
             order = contenders[run % len(contenders) :] + contenders[: run % len(contenders)]
             for c in order:
-                took, cpu = (
-                    run_memdiag(settings, workdir)
-                    if c == "memdiag"
-                    else run_peer(c, settings, args.events, workdir)
-                )
+                if c == "no-rules":  # a consumer group (and state) of its own
+                    bound = Settings.from_env({}, broker=broker.url, topic_prefix=prefix,
+                                              app_id=f"bound-{prefix[:-1]}")  # fmt: skip
+                    took, cpu = run_memdiag(bound, workdir, bound=True)
+                elif c == "memdiag":
+                    took, cpu = run_memdiag(settings, workdir)
+                else:
+                    took, cpu = run_peer(c, settings, args.events, workdir)
                 seconds[c].append(took)
                 cpus[c].append(cpu)
                 print(f"  {mode} run {run + 1} {c}: {args.events / took:,.0f} events/s, "
@@ -603,6 +627,11 @@ def main() -> int:
     parser.add_argument("--no-quix", action="store_true")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--bound", action="store_true",
+        help="also run the worker with its session logic switched off (benchmarks/norules.py):"
+        " what the rest of the worker costs, a bound rather than a contender",
+    )  # fmt: skip
     if len(sys.argv) > 1 and sys.argv[1].startswith("--child-"):
         kind, rest = sys.argv[1][len("--child-") :], sys.argv[2:]
         if kind == "bare":
@@ -647,6 +676,8 @@ def render(results: dict[str, Any]) -> str:
                 f"{by_run:>12}{cpu:>14}"
             )
     lines.append("memdiag ÷: of the medians; run by run: the median of the runs' own ratios")
+    if "no-rules" in results["modes"]["single"]["contenders"]:
+        lines.append("no-rules: memdiag with its session logic switched off, a bound (--bound)")
     if "spans" in results["modes"]:
         lines.append("* spans/s, against memdiag's own single events (a span takes three stages)")
     if "latency" in results:
