@@ -38,9 +38,12 @@ user and system) from when it is ready (memdiag) or has its first record (peers)
 input is drained. On two cores shared with the broker and the publisher, the rates move
 with whatever else runs; the CPU a process spends per event moves much less.
 
-With ``--bound``, one more line each mode, ``no-rules``: the worker with its session logic
-switched off (``benchmarks/norules.py``), everything around that logic still done. A bound,
-not a contender: the real worker's distance from it is what the session logic costs.
+With ``--bound``, one more line for single and batched messages, ``no-rules``: the worker
+with its session logic switched off (``benchmarks/norules.py``), everything around that
+logic still done, on a copy of the input under a topic prefix of its own (no topic shared
+with the real worker: its counters topic would be another input). A bound, not a
+contender: the real worker's distance from it is what the session logic costs. It joins the
+rotation, so the other contenders' places in it differ from a run without it.
 
 Then the latency: the worker and the sink (to DuckDB) run while single events are published
 at a steady rate, half the worker's median single-event capacity; p50/p99 from publish (the
@@ -504,9 +507,11 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
             asyncio.run(publish(settings, msgs))
             order = contenders[run % len(contenders) :] + contenders[: run % len(contenders)]
             for c in order:
-                if c == "no-rules":  # a consumer group (and state) of its own
-                    bound = Settings.from_env({}, broker=broker.url, topic_prefix=prefix,
+                if c == "no-rules":  # topics, consumer group and state of its own
+                    bound = Settings.from_env({}, broker=broker.url, topic_prefix=f"n{prefix}",
                                               app_id=f"bound-{prefix[:-1]}")  # fmt: skip
+                    asyncio.run(ensure_topics(bound))
+                    asyncio.run(publish(bound, msgs))
                     took, cpu = run_memdiag(bound, workdir, bound=True)
                 elif c == "memdiag":
                     took, cpu = run_memdiag(settings, workdir)

@@ -14,6 +14,9 @@ per message in that benchmark: ``orjson.loads``, the followup rule of
 each event over a dict, ``orjson.dumps`` of the verdicts. The ratio stage ÷ baseline moves
 much less than either figure: it is the figure to judge a change of the stage by.
 
+``--opcodes`` counts instead of timing: the Python bytecodes an event of the stage and of
+the baseline, and the stage's largest functions (exact, whatever the machine's speed).
+
 Both with CPython's default collector thresholds replaced by the worker's
 (:func:`memdiag.procs.tune_gc`). Best and median of ``--rounds`` rounds, each mode.
 
@@ -34,8 +37,11 @@ import argparse
 import statistics
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -91,14 +97,57 @@ def baseline_round(msgs: list[InMessage]) -> float:
     return time.process_time() - start
 
 
+def opcodes(run: Callable[[list[InMessage]], float], msgs: list[InMessage]) -> Counter[str]:
+    """Python bytecodes executed by one round, by function (a trace function that asks for
+    every opcode: slow, but exact, and the machine's speed does not enter). Native code
+    (msgspec, orjson, dict and list methods) counts as the one call that reaches it. The
+    round's own loop counts too: the baseline's is its work."""
+    counts: Counter[str] = Counter()
+    root = f"{Path(__file__).resolve().parents[1]}/"
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            counts[f"{code.co_filename.removeprefix(root)}:{code.co_name}"] += 1
+        return trace
+
+    run(msgs)  # the caches warm, as in the timed rounds
+    sys.settrace(trace)
+    try:
+        run(msgs)
+    finally:
+        sys.settrace(None)
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--sessions", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--opcodes", action="store_true",
+        help="count the Python bytecodes an event, stage and baseline, instead of timing them "
+        "(exact; --events 6000 --sessions 100 keeps the shape of the default and is enough)",
+    )  # fmt: skip
     args = parser.parse_args()
     tune_gc()
     events = make_events(args.events, args.sessions)
+    if args.opcodes:
+        for mode in ("single", "batched"):
+            msgs = [
+                InMessage("events", partition_for(key, PARTITIONS), i, key, value, PUBLISHED_MS)
+                for i, (key, value) in enumerate(messages(events, mode))
+            ]
+            stage_ops = opcodes(stage_round, msgs)
+            base_ops = opcodes(baseline_round, msgs)
+            n = args.events
+            print(f"{mode}: stage {sum(stage_ops.values()) / n:,.0f} bytecodes an event, "
+                  f"baseline {sum(base_ops.values()) / n:,.0f}; the stage's largest:")  # fmt: skip
+            for name, count in stage_ops.most_common(15):
+                print(f"  {count / n:8.1f}  {name}")
+        return 0
     budget = Settings.from_env().decoded_cache_mb
     print(f"{args.events:,} search events over {args.sessions:,} sessions, {args.rounds} "
           f"rounds a mode, alternating, decoded-state budget {budget} MB; "
