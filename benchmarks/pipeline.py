@@ -72,7 +72,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from memdiag import procs  # noqa: E402
 from memdiag.analytics.db import connect  # noqa: E402
 from memdiag.broker import EmbeddedBroker  # noqa: E402
 from memdiag.kafka import (  # noqa: E402
@@ -349,15 +348,18 @@ def run_memdiag(settings: Settings, workdir: Path, bound: bool = False) -> tuple
 
 
 def _spawn_norules(settings: Settings, workdir: Path) -> Child:
-    """``benchmarks/norules.py worker``, as :func:`spawn_child` starts ``memdiag worker``
-    (a script run by its path: this folder is on no child's import path)."""
-    log_path = workdir / f"norules-{settings.app_id}.log"
-    log_file = log_path.open("ab")
-    env = {**os.environ, **settings.as_env()}
-    env.setdefault("OTEL_METRICS_EXPORTER", "none")
-    argv = [sys.executable, str(Path(__file__).with_name("norules.py")), "worker"]
-    proc = procs.spawn(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    return Child("norules", proc, log_path, log_file)
+    """``norules worker`` as :func:`spawn_child` starts ``memdiag worker``, this folder on its
+    import path (as ``benchmarks/memory_live.py`` starts its traced worker); only its."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT / "benchmarks")
+    try:
+        return spawn_child(f"norules-{settings.app_id}", "worker", settings, workdir,
+                           module="norules")  # fmt: skip
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def run_peer(kind: str, settings: Settings, n: int, workdir: Path) -> tuple[float, float]:
