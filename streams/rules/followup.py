@@ -118,7 +118,19 @@ class SearchHistory:
     def observe(self, entry: Remembered) -> list[Verdict]:
         """Remember a new evaluated search; return its verdict, then its successor's if that
         changed (the search arrived late, between two others)."""
-        pos = bisect_left(self._orders, entry.order)
+        orders = self._orders
+        order = (entry.ts_us, entry.event_id)
+        if not orders or order > orders[-1]:
+            # after every remembered search (the usual case): no successor to correct
+            entries = self._entries
+            verdict = judge(entries[-1] if entries else None, entry, self._window, self._ret)
+            entries.append(entry)
+            orders.append(order)
+            self._index[entry.event_id] = entry
+            self.evaluated += 1
+            self.followups += verdict.is_followup
+            return [verdict]
+        pos = bisect_left(orders, order)
         before = self._verdict_at(pos) if pos < len(self._entries) else None
         self._entries.insert(pos, entry)
         self._orders.insert(pos, entry.order)

@@ -30,18 +30,26 @@ def search_row(
 ) -> dict[str, Any]:
     agent_id, org_id, project_id = scope
     ids = rec.result_ids
+    if verdict is None:
+        is_followup, prev_event_id, gap_seconds, disjoint_new_query = False, None, None, False
+    else:
+        is_followup, prev_event_id = verdict.is_followup, verdict.prev_event_id
+        gap_us = verdict.gap_us
+        gap_seconds = None if gap_us is None else gap_us / 1_000_000
+        disjoint_new_query = verdict.disjoint_new_query
+    evaluated = not isinstance(ids, int)
     row: dict[str, Any] = {
         "kind": "search",
         "event_id": rec.event_id,
         "session_id": session_id,
         "ts": format_ts(rec.ts),
         "source": rec.source,
-        "result_count": ids if isinstance(ids, int) else len(ids),
-        "evaluated": not isinstance(ids, int),
-        "is_followup": bool(verdict and verdict.is_followup),
-        "prev_event_id": verdict.prev_event_id if verdict else None,
-        "gap_seconds": verdict.gap_seconds if verdict else None,
-        "disjoint_new_query": bool(verdict and verdict.disjoint_new_query),
+        "result_count": len(ids) if evaluated else ids,
+        "evaluated": evaluated,
+        "is_followup": is_followup,
+        "prev_event_id": prev_event_id,
+        "gap_seconds": gap_seconds,
+        "disjoint_new_query": disjoint_new_query,
         "agent_id": agent_id,
         "org_id": org_id,
         "project_id": project_id,

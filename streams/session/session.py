@@ -266,7 +266,8 @@ class Session(SpanTurns):
             self._outcome(rec, seq, out)
         else:
             self._span(rec, seq, out)
-        self._count_unmatched(out)
+        if self._pending_turns:
+            self._count_unmatched(out)
 
     def _search(self, rec: SearchRec, out: Output | None) -> None:
         ts = rec.ts
@@ -297,7 +298,8 @@ class Session(SpanTurns):
         if len(verdicts) > 1:  # the successor's verdict changed: its row again, corrected
             successor = cast(SearchRec, self.records[self._seq_of[verdicts[1].event_id]])
             out.diagnostic(self.session_id, self._search_row(successor, verdicts[1]))
-        self._send_diagnostic(out)
+        if self.outcome_seq is not None:  # a closed session's counts changed
+            self._send_diagnostic(out)
 
     def _injection(self, rec: InjectionRec, out: Output | None) -> None:
         ts, eid = rec.ts, rec.event_id
