@@ -44,7 +44,7 @@ def search_row(
         "session_id": session_id,
         "ts": format_ts(rec.ts),
         "source": rec.source,
-        "result_count": len(ids) if evaluated else ids,
+        "result_count": ids if isinstance(ids, int) else len(ids),
         "evaluated": evaluated,
         "is_followup": is_followup,
         "prev_event_id": prev_event_id,
