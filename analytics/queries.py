@@ -18,6 +18,7 @@ from memdiag.analytics.db import DatabaseError, sql
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 #: the longest ``parse_duration`` takes: ten years
 MAX_DURATION_SECONDS = 3650 * 86_400.0
 
@@ -30,6 +31,10 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     match = _RELATIVE.match(value)
     if match:
         amount, unit = float(match.group(1)), match.group(2)
+        if amount * _SECONDS[unit] > MAX_DURATION_SECONDS:  # before a timedelta overflows
+            raise ValueError(
+                f"--since {value!r}: at most ten years back (3650d); leave it out for everything"
+            )
         return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
     try:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))

@@ -4,7 +4,10 @@ WITH span AS (
            greatest(epoch(max(ts)) - epoch(min(ts)), 1) / $buckets AS width
     FROM searches WHERE source = 'agent'
 )
-SELECT to_timestamp(epoch(span.t0) + floor((epoch(s.ts) - epoch(span.t0)) / span.width) * span.width) AS bucket,
+-- the newest search is at the span's end: it belongs to the last bucket, not to one past it
+SELECT to_timestamp(epoch(span.t0)
+                    + least(floor((epoch(s.ts) - epoch(span.t0)) / span.width), $buckets - 1)
+                      * span.width) AS bucket,
        count(*) AS agent_searches,
        count(*) FILTER (WHERE s.is_followup) AS followups,
        count(*) FILTER (WHERE s.is_followup)::DOUBLE / count(*) AS rate

@@ -312,6 +312,10 @@ def create_app(
                             [("error", "Bad request", f'<p class="error-page">{e(exc)}</p>')],
                             status=400,
                         )
+                    except BaseException:
+                        with cache_lock:  # a page that failed leaves no lock behind
+                            building.pop(full, None)
+                        raise
                     ms = (time.perf_counter() - t0) * 1000
                     with cache_lock:
                         cache[full] = (page, ms)

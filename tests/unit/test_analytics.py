@@ -6,7 +6,7 @@ tests check what the sink does with what the worker really sends.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -232,6 +232,11 @@ def test_since_parsing() -> None:
     assert queries.parse_since("2026-11-21T09:30:00Z") == datetime(2026, 11, 21, 9, 30, tzinfo=UTC)
     with pytest.raises(ValueError, match="duration back from now"):
         queries.parse_since("yesterday")
+    assert queries.parse_since("3650d", now) == now - timedelta(days=3650)
+    # past datetime's range (or timedelta's): refused as a bad value, not an OverflowError
+    for value in ("3651d", "3000000d", "99999999999d", "99999999999999999999w"):
+        with pytest.raises(ValueError, match="at most ten years back"):
+            queries.parse_since(value, now)
 
 
 def test_an_old_file_gets_an_upgrade_hint(tmp_path: Path) -> None:

@@ -205,6 +205,9 @@ def test_unknown_ids_are_404_pages_that_say_what_exists(client: TestClient) -> N
     assert r.status_code == 404 and "/dead-letters" in r.text
     bad = client.get("/?since=yesterday")
     assert bad.status_code == 400 and "--since &#x27;yesterday&#x27;" in bad.text
+    for value in ("3000000d", "99999999999d"):  # beyond a date: refused, not a 500
+        bad = client.get(f"/?since={value}")
+        assert bad.status_code == 400 and "at most ten years back" in bad.text, value
 
 
 def test_healthz(client: TestClient, db: Path) -> None:

@@ -48,6 +48,10 @@ def test_status_figures(db: str) -> None:
     assert (run["reader_failures"], run["retrieval_failures"], run["judgements"]) == (3, 3, 9)
     assert st["freshness"]["newest_event"] is not None
     assert sum(p["agent_searches"] for p in series) == 2
+    # the newest search (at the span's end) is in the last bucket, not in one past it
+    with duckdb.connect(db, read_only=True) as con:
+        [whole] = followup_over_time(con, buckets=1)
+    assert whole["agent_searches"] == 2
 
 
 def test_status_command_reads_at_a_glance(db: str) -> None:
