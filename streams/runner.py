@@ -513,6 +513,7 @@ class Runner:
         self.progress.stop()
         self.inbox.clear()
         self.kafka.discard()  # records a failed send left unsent: never sent now
+        self.sender.discard()  # and the counter increments since the last checkpoint
         log.info("runner: state rolled back to the last commit (%s)", why)
 
     async def on_revoked(self) -> None:

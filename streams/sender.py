@@ -40,6 +40,11 @@ class CounterBuffer:
         self._pending[bucket] += value
         self._newest[bucket] = max(self._newest.get(bucket, 0), ts_us)
 
+    def clear(self) -> None:
+        """Forget the increments not sent yet (a rollback: their records are taken again)."""
+        self._pending.clear()
+        self._newest.clear()
+
     def drain(self) -> list[tuple[str, dict[str, Any]]]:
         """The (key, record) increments to send, one per counter, attributes and minute."""
         out = []
@@ -84,6 +89,8 @@ class Sender:
         self.otlp_traces = otlp_traces.get_topic_name()
         self.span_events = span_events.get_topic_name()
         self.buffer, self.metrics = buffer, metrics
+        #: the OpenTelemetry counters' increments, added with the checkpoint's (as the topic's)
+        self._metric_counts: Counter[CounterKey] = Counter()
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
         ts = out.timestamp_ms
@@ -126,13 +133,23 @@ class Sender:
         for name, record in out.counter_messages:
             await put(self.counters, name, record)
         if out.counts:
-            self.metrics.add_all(out.counts)
+            self._metric_counts.update(out.counts)
             self.buffer.add(out)
         return await self.batches.flush()
 
+    def discard(self) -> None:
+        """A rollback: the increments since the last checkpoint are neither sent nor exported
+        (the records they came from are taken again, and count then)."""
+        self.buffer.clear()
+        self._metric_counts.clear()
+
     async def flush_counters(self) -> list[asyncio.Future[Any]]:
         """The increments added up since the last flush (the checkpoint sends them with its
-        outputs: a crash before its commit sends them again, at most one checkpoint's)."""
+        outputs, and adds them to the OpenTelemetry counters: a crash before its commit sends
+        them again, at most one checkpoint's)."""
+        if self._metric_counts:
+            self.metrics.add_all(self._metric_counts)
+            self._metric_counts.clear()
         for name, record in self.buffer.drain():
             await self.batches.add(self.counters, name.encode("utf-8"), orjson.dumps(record))
         return await self.batches.flush()

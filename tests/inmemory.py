@@ -298,6 +298,10 @@ class WorldSender:
                 self.buffer.add(out)
         return []
 
+    def discard(self) -> None:
+        """A rollback, as the worker's ``Sender``: the increments not sent yet are forgotten."""
+        self.buffer.clear()
+
     async def flush_counters(self) -> list[asyncio.Future[Any]]:
         """The checkpoint's increments, to ``counters`` (with ``counters=True``)."""
         w = self.world

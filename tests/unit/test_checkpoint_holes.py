@@ -5,6 +5,7 @@ code before its fix."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -337,3 +338,40 @@ def test_a_batch_that_raised_past_the_runner_leaves_nothing_to_commit(
 
     asyncio.run(go())
     assert world.committed == {} and runner.failed_checkpoints == 1
+
+
+def test_a_rollback_sends_no_counter_increment_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage that raises rolls the checkpoint back, and its records are taken again. The
+    increments added up since the last commit (here the pieces of the batch sent before the
+    one that raised) came from records that count again: the counter topic (and the
+    OpenTelemetry counters) must not get them twice. No crash, no failed commit: each
+    counter's increments are those of a run where nothing raised. (Per counter, not per
+    minute: an increment no event time was given for is put in the minute of the newest event
+    its batch handled, and the retake's batches are single records.)"""
+    from tests.scenario import generate
+
+    events = generate(sessions=12, seed=5)
+    process = SessionStage._events
+
+    def run(raise_once: bool) -> Counter[Any]:
+        world = World(Settings(), seed=1, counters=True, piece_bytes=300)
+        world.publish(events)
+        raised: list[int] = []
+
+        def flaky(self: SessionStage, msg: Any, *args: Any) -> None:
+            if raise_once and not raised and msg.offset == 45:
+                raised.append(msg.offset)
+                raise RuntimeError("a transient fault")
+            process(self, msg, *args)
+
+        monkeypatch.setattr(SessionStage, "_events", flaky)
+        world.run()
+        assert raised == ([45] if raise_once else [])
+        assert world.tables.dead_letters == []
+        totals: Counter[Any] = Counter()
+        for (name, attributes, _minute), n in world.increments_by_minute().items():
+            totals[(name, attributes)] += n
+        return totals
+
+    clean = run(raise_once=False)
+    assert run(raise_once=True) == clean
