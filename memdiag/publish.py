@@ -22,8 +22,9 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
-from memdiag.kafka import client_options
+from memdiag.kafka import KafkaUnavailable, client_options
 from memdiag.schemas import MEMORY_KINDS
 from memdiag.settings import Settings
 
@@ -38,6 +39,8 @@ class PublishStats:
     unkeyed_lines: int = 0  # no session key: sent as-is, for the worker to judge
     span_records: int = 0  # OTLP/JSON lines (batches of spans), to otlp_spans
     bytes: int = 0
+    #: the lines in messages the broker acknowledged (a failure says how far it got)
+    acknowledged: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,22 +105,23 @@ async def publish_file(
         request_timeout_ms=30_000,
     )
     await producer.start()
-    pending: list[asyncio.Future[Any]] = []
+    #: each message's delivery, with the number of lines it holds
+    pending: list[tuple[asyncio.Future[Any], int]] = []
     buffers: dict[tuple[str, bytes], tuple[list[bytes], int]] = {}
     buffered_bytes = 0
 
-    async def send(topic: str, key: bytes | None, value: bytes) -> None:
-        pending.append(await producer.send(topic, value=value, key=key))
+    async def send(topic: str, key: bytes | None, value: bytes, lines: int = 1) -> None:
+        pending.append((await producer.send(topic, value=value, key=key), lines))
         stats.messages += 1
         stats.bytes += len(value)
         if len(pending) >= 2_000:
-            await _drain(pending)
+            await _drain(pending, stats)
 
     async def flush_key(k: tuple[str, bytes]) -> None:
         nonlocal buffered_bytes
         lines, size = buffers.pop(k)
         buffered_bytes -= size
-        await send(k[0], k[1], b"[" + b",".join(lines) + b"]")
+        await send(k[0], k[1], b"[" + b",".join(lines) + b"]", len(lines))
 
     try:
         for line in iter_lines(path, progress):
@@ -148,14 +152,36 @@ async def publish_file(
                     await flush_key(key)
         for key in list(buffers):
             await flush_key(key)
-        await _drain(pending)
+        await _drain(pending, stats)
         await producer.flush()
+    except KafkaError as exc:
+        try:  # how far it got: every delivery's outcome, none left unretrieved
+            await _drain(pending, stats)
+        except KafkaError:
+            pass
+        raise KafkaUnavailable(
+            f"the broker stopped acknowledging ({type(exc).__name__}: {exc}) after "
+            f"{stats.acknowledged:,} of the {stats.lines:,} lines read. Publishing the whole "
+            "file again is safe for the tables: an event the worker already took changes no "
+            "state and no row (docs/rules.md); a line it refused is dead-lettered again."
+        ) from exc
     finally:
         await producer.stop()
     return stats
 
 
-async def _drain(pending: list[asyncio.Future[Any]]) -> None:
-    if pending:
-        await asyncio.gather(*pending)
-        pending.clear()
+async def _drain(pending: list[tuple[asyncio.Future[Any], int]], stats: PublishStats) -> None:
+    """Wait for every delivery; count the lines of those acknowledged; raise the first
+    failure after all are in (so no future's error goes unretrieved)."""
+    if not pending:
+        return
+    results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
+    failure: BaseException | None = None
+    for (_, lines), result in zip(pending, results, strict=True):
+        if isinstance(result, BaseException):
+            failure = failure or result
+        else:
+            stats.acknowledged += lines
+    pending.clear()
+    if failure is not None:
+        raise failure

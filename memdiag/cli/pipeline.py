@@ -189,6 +189,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         "unkeyed_lines": stats.unkeyed_lines,
         "span_records": stats.span_records,
         "bytes": stats.bytes,
+        "acknowledged": stats.acknowledged,
     }
     if args.json:
         print_json(result)
