@@ -29,7 +29,15 @@ from typing import Any
 import duckdb
 
 from memdiag.analytics.metrics import METRICS, Metric, Paired, fmt, paired
-from memdiag.analytics.scores import Judged, Side, UnknownRun, load_side, side, side_dict
+from memdiag.analytics.scores import (
+    Judged,
+    Side,
+    UnknownRun,
+    load_side,
+    runs_of,
+    side,
+    side_dict,
+)
 
 PASS, REGRESSION, CANNOT_JUDGE, ERROR = "pass", "regression", "cannot_judge", "error"
 STATUS = {PASS: 0, REGRESSION: 1, CANNOT_JUDGE: 2, ERROR: 2}
@@ -553,6 +561,16 @@ def run_gate(
         return cannot_judge(
             f"the baseline and the candidate are one {kind} ({given!r}) and one condition: "
             f"name two, or two conditions of the {kind}",
+            policy,
+        )
+    shared = set(runs_of(base)) & set(runs_of(cand))
+    if shared and base[0].condition == cand[0].condition:
+        listed = ", ".join(repr(r) for r in sorted(shared)[:5]) + (" …" if len(shared) > 5 else "")
+        return cannot_judge(
+            f"{len(shared)} run(s) are on both sides under one condition ({listed}): their "
+            "answers would be compared with themselves. Name sides that share no run (a run "
+            "group used as a side is a configuration's repeats: the baseline's runs belong "
+            "in a group of their own)",
             policy,
         )
     v = judge(base, cand, policy)

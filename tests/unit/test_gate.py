@@ -574,3 +574,26 @@ def test_run_ids_that_look_like_markup_print(
     status, text = gate(capsys, "--db", str(tmp_path / "m.duckdb"), "--baseline", "x[/y]-base",
                         "--candidate", "[bold]cand", "--policy", str(policy))  # fmt: skip
     assert status == 0 and "x[/y]-base [full] → [bold]cand [full]" in text
+
+
+def test_a_run_on_both_sides_cannot_be_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline run that is also in the candidate's run group (a sweep's group, say) would
+    be compared with itself: every difference 0, a pass. The gate cannot judge that (exit 2),
+    as it cannot judge a run against itself."""
+    sink = DuckDBSink(tmp_path / "g.duckdb")
+    sink.init()
+    grouped = [
+        {**row(name, a, n), "run_group_id": "sweep"}
+        for name, rate, seed in (("base", 0.6, 1), ("worse", 0.3, 2))
+        for n, a in enumerate(run(rate, seed=seed))
+    ]
+    sink.write(grouped)
+    policy = tmp_path / "gate.toml"
+    policy.write_text(GOOD)
+    status, text = gate(capsys, "--db", str(tmp_path / "g.duckdb"), "--baseline", "base",
+                        "--candidate-group", "sweep", "--policy", str(policy), "--json")  # fmt: skip
+    doc = json.loads(text)
+    assert status == 2 and doc["verdict"] != "pass", doc
+    assert "1 run(s) are on both sides under one condition ('base')" in doc["reason"]
