@@ -115,7 +115,7 @@ def make_file(sessions: int) -> Path:
         source = BUILD / "sample-runs.jsonl"
         source.write_text("\n".join(extra) + "\n")
         subprocess.run([sys.executable, "-m", "memdiag.cli", "run", "--input", str(source),
-                        "--db", str(db), "--quiet"], check=True, env=env,
+                        "--db", str(db), "--quiet", "--append"], check=True, env=env,
                        stdout=subprocess.DEVNULL)  # fmt: skip
     return db
 

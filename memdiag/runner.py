@@ -184,15 +184,67 @@ def spawn_child(
     return Child(name, proc, log_path, log_file)
 
 
+def rows_in(path: Path) -> int:
+    """How many rows the DuckDB file at ``path`` holds in all its tables (0: no file)."""
+    if not path.exists():
+        return 0
+    import duckdb
+
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            tables = con.execute(
+                "SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT internal"
+            ).fetchall()
+            total = 0
+            for names in tables:
+                schema, table = (n.replace('"', '""') for n in names)
+                row = con.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchone()  # noqa: S608
+                total += row[0] if row else 0
+            return total
+    except duckdb.Error as exc:
+        raise PipelineError(f"--db {path}: cannot be read as a DuckDB file ({exc})") from None
+
+
+#: What ``run`` does with a --db that holds rows: refuse (None), add to it, or start it over.
+APPEND, REPLACE = "append", "replace"
+
+
+def check_db(path: Path, existing: str | None, embedded: bool) -> None:
+    """A run on the embedded broker starts with no state: into a file that holds another
+    run's rows, its events would be judged without the earlier ones (no search before the
+    first, weights back at 1.0) and the file would mix the two. Refused unless the caller
+    says ``append`` (rows of unrelated data, say) or ``replace`` (the file is removed)."""
+    if existing == REPLACE:
+        for stale in (path, path.with_name(path.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        return
+    if existing == APPEND or not embedded:
+        return  # a lasting broker keeps the worker's state: a run there adds to it
+    n = rows_in(path)
+    if n:
+        raise PipelineError(
+            f"{path} already holds {n:,} rows. A run on the embedded broker starts with no "
+            "state (no earlier searches, turns or weights), so its events would be judged "
+            "without the ones already in the file, and the file would mix the two. Give a new "
+            "--db, --replace to start the file over, or --append to add to it anyway (data "
+            "that shares no session, memory or run with the file); a worker on a lasting "
+            "broker (MEMDIAG_BROKER) adds to a file with its state kept."
+        )
+
+
 def run_pipeline(
     input_path: Path,
     settings: Settings,
     say: Say,
     progress: ProgressFn | None = None,
     timeout: float = 600.0,
+    existing: str | None = None,
 ) -> RunResult:
+    """The whole pipeline on one file. ``existing``: what to do with a --db that holds rows
+    (:func:`check_db`)."""
     if not input_path.is_file():
         raise PipelineError(f"no such input file: {input_path}")
+    check_db(Path(settings.duckdb_path), existing, not os.environ.get("MEMDIAG_BROKER"))
     started = time.monotonic()
     stages: dict[str, float] = {}
     with broker_for(settings, say) as s, tempfile.TemporaryDirectory(prefix="memdiag-run-") as d:

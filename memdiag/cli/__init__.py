@@ -293,6 +293,23 @@ def _json_usage(p: argparse.ArgumentParser) -> Any:
 
 def _common_run(p: argparse.ArgumentParser) -> None:
     _db_and_json(p, "print the summary as JSON")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--replace",
+        dest="existing",
+        action="store_const",
+        const="replace",
+        help="remove --db first if it exists (a run on the embedded broker starts with no "
+        "state, so it refuses a file that already holds rows)",
+    )
+    existing.add_argument(
+        "--append",
+        dest="existing",
+        action="store_const",
+        const="append",
+        help="add to a --db that already holds rows: for data that shares no session, "
+        "memory or run with it (the run's state starts empty)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument(
         "--timeout",

@@ -29,7 +29,12 @@ def _run_pipeline(args: argparse.Namespace) -> Any:
 
     with FileProgress(args, "publishing") as progress:
         return run_pipeline(
-            Path(args.input), settings_of(args), notifier(args), progress, args.timeout
+            Path(args.input),
+            settings_of(args),
+            notifier(args),
+            progress,
+            args.timeout,
+            existing=args.existing,
         )
 
 
@@ -95,8 +100,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     require_report_extra()  # its HTML report: say so before the pipeline runs, not after
     args.input = str(sample_path())
-    if not args.db:
+    if not args.db:  # the demo's own file: made again each time
         args.db = "memdiag-demo.duckdb"
+        args.existing = args.existing or "replace"
     notifier(args)(f"demo: the bundled sample ({args.input}) into {args.db}")
     if args.json:
         return cmd_run(args)

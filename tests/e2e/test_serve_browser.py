@@ -69,7 +69,7 @@ def memdiag_run(source: Path, db: Path) -> subprocess.Popen[str]:
     env.pop("MEMDIAG_BROKER", None)  # the embedded broker, as a newcomer runs it
     return subprocess.Popen(
         [sys.executable, "-m", "memdiag.cli", "run", "--input", str(source), "--db", str(db),
-         "--quiet"],
+         "--quiet", "--append"],  # each file adds sessions of its own to the live one
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
