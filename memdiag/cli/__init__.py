@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from typing import Any, NoReturn
@@ -347,14 +348,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     except Exception as exc:  # noqa: BLE001 - a user-facing command: say what, not a traceback
+        from rich.markup import escape
+
         from memdiag.broker import BrokerError
         from memdiag.kafka import KafkaUnavailable
         from memdiag.runner import PipelineError
 
+        if isinstance(exc, BrokenPipeError):  # `| head` closed the pipe: what it wanted is out
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         failed = BrokerError | PipelineError | KafkaUnavailable
-        if isinstance(exc, failed) or type(exc).__name__ == "DatabaseError":
-            from rich.markup import escape
-
+        if isinstance(exc, failed) or type(exc).__name__ in ("DatabaseError", "IOException"):
             err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)  # one line
+            return 1
+        if isinstance(exc, OSError) and exc.filename is not None:  # a path the user gave
+            why = exc.strerror or str(exc)
+            err.print(
+                f"[red]error:[/red] {escape(str(exc.filename))}: {escape(why)}", soft_wrap=True
+            )
             return 1
         raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import socket
 
 from rich.markup import escape
 
@@ -51,6 +52,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except (PolicyError, OSError) as exc:
             err.print(f"[red]error:[/red] --policy {escape(args.policy)}: {escape(str(exc))}")
             return 2
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    where = f"http://{host}:{args.port}/"
+    taken = _cannot_listen(args.host, args.port)
+    if taken:
+        err.print(f"[red]error:[/red] cannot listen on {escape(where)}: {escape(taken)}. Is "
+                  "memdiag serve running there already? Pick another with --port.")  # fmt: skip
+        return 2
     import uvicorn
 
     if args.nice:
@@ -58,8 +66,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     db = settings.duckdb_path
     app = create_app(db, token=token, loopback=loopback, policy=args.policy, refresh=refresh,
                      stream_window=settings.followup_window_seconds)  # fmt: skip
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    where = f"http://{host}:{args.port}/"
     err.print(
         f"memdiag serve: {escape(db)} at [bold]{where}[/bold]"
         + (" (token required: append ?token=... once)" if token else "")
@@ -74,6 +80,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.log_level == "debug",
     )
     return 0
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (taken, not this machine's), or None; asked
+    before the server starts, which would say it in a log line after its banner."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return str(exc)
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, not {port}")
+    return port
 
 
 def add_serve(add: object) -> None:
@@ -98,7 +131,7 @@ def add_serve(add: object) -> None:
         default="127.0.0.1",
         help="address to bind (default 127.0.0.1; another needs MEMDIAG_SERVE_TOKEN)",
     )
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--port", type=_port, default=8765, help="port (default 8765)")
     p.add_argument(
         "--policy",
         metavar="FILE",

@@ -1,0 +1,56 @@
+"""A user's path mistakes are one line saying what and where, never a traceback: an output
+path in a folder that does not exist, and a folder given as the database."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from memdiag.analytics.sink import DuckDBSink
+from memdiag.cli import main
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    sink = DuckDBSink(tmp_path / "m.duckdb")
+    sink.init()
+    return tmp_path / "m.duckdb"
+
+
+def test_an_output_path_that_cannot_be_written_is_one_line(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "no" / "such" / "r.html"
+    assert main(["report", "html", "--db", str(db), "--out", str(target)]) == 1
+    said = capsys.readouterr().err
+    assert "error:" in said and "r.html" in said and "No such file or directory" in said
+    assert "Traceback" not in said
+
+
+def test_a_folder_as_the_database_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--db", str(tmp_path)]) == 1
+    said = capsys.readouterr().err
+    assert "error:" in said and "Is a directory" in said and "Traceback" not in said
+
+
+
+def test_serve_on_a_port_it_cannot_have_is_one_line(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("uvicorn")
+    with pytest.raises(SystemExit) as out_of_range:
+        main(["serve", "--db", str(db), "--port", "99999"])
+    assert out_of_range.value.code == 2
+    assert "a port is 1 to 65535, not 99999" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--db", str(db), "--port", str(port)]) == 2
+    said = capsys.readouterr().err
+    assert f"cannot listen on http://127.0.0.1:{port}/" in said and "in use" in said
+    assert "memdiag serve:" not in said  # no banner for a server that never started
