@@ -464,6 +464,7 @@ class Runner:
                     done = progress.committed.get(tp)
                     if done is not None and tp not in cp.offsets:
                         cp.offsets[tp] = done
+                        cp.recommitted.add(tp)
 
     async def _commit(self) -> None:
         self._repairs_due()

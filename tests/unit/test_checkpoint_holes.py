@@ -375,3 +375,48 @@ def test_a_rollback_sends_no_counter_increment_twice(monkeypatch: pytest.MonkeyP
 
     clean = run(raise_once=False)
     assert run(raise_once=True) == clean
+
+
+def test_a_commit_of_unknown_outcome_with_repairs_is_rolled_back_not_fatal() -> None:
+    """A checkpoint with repairs commits their quiet partition again at its committed offsets
+    (the repairs' guard). When a commit's outcome is unknown and the broker then says the
+    moved partitions did not land, that re-commit reads as landed either way: it must not make
+    the commit look landed in part, which stops the worker. It did not land: roll back."""
+    world = World(Settings())
+    quiet = same_partition(world, 2)
+    busy = [f"b{i}" for i in range(400) if partition_for(f"b{i}", world.partitions) == 1][:2]
+    for n, sid in enumerate(quiet):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+        world.append(world.events, sid, event(sid, 1, T0 + 1000 + n), timestamp_ms=T0 + 1000 + n)
+    for n, sid in enumerate(busy):
+        world.append(world.events, sid, event(sid, 0, T0 + 2000 + n), timestamp_ms=T0 + 2000 + n)
+    world.now_ms = T0 + 60_000
+    p0, p1 = TP(world.events, 0), TP(world.events, 1)
+    log0, log1 = world.logs[(world.events, 0)], world.logs[(world.events, 1)]
+    runner = world.runner
+    commit = world.kafka.commit
+
+    async def unknown(offsets: Any) -> None:
+        raise TimeoutError("no answer")
+
+    async def go() -> None:
+        g = world.generation
+        await runner._start(g)
+        await runner._handle([(g, p0, log0[0:2])])
+        await runner._commit()
+        await runner._handle([(g, p0, log0[2:4])])
+        world.kafka.refuse_next_commit = True
+        await runner._commit()  # p0's keys are queued for repair
+        assert world.table.repairs.get(0)
+        world.position[p0] = 2
+        await runner._start(g)
+        await runner._handle([(g, p1, log1[0:2])])
+        world.kafka.commit = unknown  # type: ignore[method-assign]
+        await runner._commit()  # p0 re-committed as it is, p1's move never landed
+        world.kafka.commit = commit  # type: ignore[method-assign]
+
+    asyncio.run(go())
+    assert runner.failed_checkpoints == 2  # rolled back, not stopped
+    assert world.committed[p0] == 2 and p1 not in world.committed
+    world.run()  # and everything goes on
+    assert (world.committed[p0], world.committed[p1]) == (4, 2)
