@@ -4,6 +4,15 @@ time rather than by events is when to forget an idle session or trace
 records, capped by the wall clock, so a worker that was down and catches up forgets nothing
 whose events are still in its backlog, and a producer with a clock in the future cannot age
 anybody. Pure code: no Faust, no Kafka.
+
+Exactness. Which sessions (or traces) a sweep forgets decides whether a later event of one is
+applied or dead-lettered as late, so the sweeps must be a function of the partition's records
+alone: not of how a fetch cut them into batches, nor of where a restart, a rollback or a
+rebalance took them up again. So a partition's clock and the period of its last sweep are
+state, kept in the stage's table under :data:`CLOCK_KEY` and its name, committed with it; a rollback
+reads them back as committed. A sweep runs before the first record that moves the clock into
+a new period of :attr:`Clocks.sweep_every_ms`, whatever batch it is in. (Only the wall-clock
+cap is outside the records: a producer whose clock runs ahead of the worker's.)
 """
 
 from __future__ import annotations
@@ -14,6 +23,16 @@ from memdiag.contract.envelope import StateStore
 
 #: How far a partition's processing clock must move between two sweeps, at most (ms).
 SWEEP_EVERY_MS = 60_000
+
+#: Where a stage keeps a partition's clock and the period of its last sweep, ``[now_ms,
+#: period]``, in its table: this, the stage's name and the partition (no session, trace or
+#: tombstone key starts with ``~``; the name and the partition keep them apart in one store,
+#: as the tests' and benchmarks' one dict for every partition is)
+CLOCK_KEY = "~clock:"
+
+
+def clock_key(name: str, partition: int) -> str:
+    return f"{CLOCK_KEY}{name}:{partition}"
 
 
 def expiry_index(
@@ -37,32 +56,59 @@ def expiry_index(
 
 class Clocks:
     """Per partition: the processing-time clock (newest Kafka timestamp, capped by the wall
-    clock) and an index of what expires when, rebuilt from the store after a rebalance."""
+    clock), the period of its last sweep, and an index of what expires when, rebuilt from
+    the store after a rebalance."""
 
-    def __init__(self, sweep_every_ms: int = SWEEP_EVERY_MS) -> None:
+    def __init__(self, sweep_every_ms: int = SWEEP_EVERY_MS, name: str = "sessions") -> None:
         self.sweep_every_ms = sweep_every_ms
+        self.name = name
         self.now: dict[int, int] = {}
         self.expiry: dict[int, dict[str, int]] = {}  # partition -> key -> last seen (ms)
-        self._last_sweep: dict[int, int] = {}
+        self._swept: dict[int, int] = {}  # partition -> period of its last sweep
+        self._changed: set[int] = set()  # partitions whose clock is not in the store yet
 
     def clear(self) -> None:
         """Back to a start: a rollback (a failed checkpoint) or a rebalance is a restart from
-        the committed offsets, and the clock is a function of the records processed since.
-        A clock kept across a rollback would sweep the rerun with the dropped checkpoint's
-        newest time, and forget sessions whose later events are still to come again (#38)."""
+        the committed offsets, and the clocks are read back as that state has them (a clock
+        kept across a rollback would sweep the rerun with the dropped checkpoint's newest
+        time, #38; one started from 0 would sweep at the rerun's first record)."""
         self.now.clear()
         self.expiry.clear()
-        self._last_sweep.clear()
+        self._swept.clear()
+        self._changed.clear()
+
+    def load(self, partition: int, store: StateStore) -> None:
+        """The partition's clock as its state has it (once after each start)."""
+        if partition in self._swept:
+            return
+        raw = store.get(clock_key(self.name, partition), partition)
+        now, period = orjson.loads(raw) if raw is not None else (0, -1)
+        self.now[partition] = max(self.now.get(partition, 0), now)
+        self._swept[partition] = period
 
     def advance(self, partition: int, timestamp_ms: int | None, wall_ms: int) -> int:
         now = self.now.get(partition, 0)
         if timestamp_ms is not None and timestamp_ms > now:
-            now = self.now[partition] = min(timestamp_ms, wall_ms)
+            capped = min(timestamp_ms, wall_ms)
+            if capped > now:
+                now = self.now[partition] = capped
+                self._changed.add(partition)
         return now
 
     def due(self, partition: int) -> bool:
-        now = self.now.get(partition, 0)
-        if now - self._last_sweep.get(partition, 0) < self.sweep_every_ms:
+        """Whether the clock entered a new sweep period (ask before each record is applied:
+        the sweep then runs before it). The partition's clock must be :meth:`load` ed."""
+        period = self.now.get(partition, 0) // self.sweep_every_ms
+        if period <= self._swept.get(partition, -1):
             return False
-        self._last_sweep[partition] = now
+        self._swept[partition] = period
+        self._changed.add(partition)
         return True
+
+    def save(self, store: StateStore) -> None:
+        """Write the clocks that moved since the last save into the state (with every
+        write-back, so a commit holds the clocks its records moved)."""
+        for partition in sorted(self._changed):
+            value = [self.now.get(partition, 0), self._swept.get(partition, -1)]
+            store.put(clock_key(self.name, partition), orjson.dumps(value), partition)
+        self._changed.clear()

@@ -83,7 +83,7 @@ class TraceStage:
         self._keep_ms = settings.keep_ms
         self._sessions = Decoder(SESSION_KINDS, settings.topics.events, 1 << 62)
         self._memory = Decoder(MEMORY_KINDS, settings.topics.memory, 1 << 62)
-        self.clocks = Clocks(min(60_000, max(1, self._keep_ms // 4)))
+        self.clocks = Clocks(min(60_000, max(1, self._keep_ms // 4)), name="traces")
         self._cache: dict[str, tuple[Trace, int]] = {}  # (trace, its bytes)
         self._cached_bytes = 0
 
@@ -114,7 +114,13 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]] = {}
         ended: set[int] = set()
         for msg in msgs:
+            self.clocks.load(msg.partition, store)
             now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall)
+            if self.clocks.due(msg.partition):  # before the record, wherever its batch begins
+                for trace in touched.values():
+                    self._write(trace, store)  # a sweep reads the store
+                touched.clear()
+                self._sweep(msg.partition, store, out, sessions)
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
             by_trace: dict[str, list[dict[str, Any]]] = {}
@@ -132,8 +138,7 @@ class TraceStage:
             self.end_of_input(partition, store, touched, out)
         for trace in touched.values():
             self._write(trace, store)
-        for partition in {m.partition for m in msgs}:
-            self._sweep(partition, store, out, sessions)
+        self.clocks.save(store)
         partitions: dict[int, list[dict[str, Any]]] = {}
         for session_id, records in sessions.items():
             partitions.setdefault(self._partition_of(session_id), []).extend(records)
@@ -371,9 +376,8 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]],
     ) -> None:
         """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
-        of its processing time; the spans still waiting in one are dead-lettered (given up)."""
-        if not self.clocks.due(partition):
-            return
+        of its processing time; the spans still waiting in one are dead-lettered (given up).
+        The caller asks first whether a sweep is due (:meth:`Clocks.due`)."""
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
         why = ("it never arrived within MEMDIAG_SESSION_KEEP_HOURS (is that service's tracing "

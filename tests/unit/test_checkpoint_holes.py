@@ -420,3 +420,48 @@ def test_a_commit_of_unknown_outcome_with_repairs_is_rolled_back_not_fatal() -> 
     assert world.committed[p0] == 2 and p1 not in world.committed
     world.run()  # and everything goes on
     assert (world.committed[p0], world.committed[p1]) == (4, 2)
+
+
+def test_the_sweeps_are_the_same_after_a_rollback_as_without_it() -> None:
+    """Which sessions a sweep forgets decides whether a later event is applied or is late,
+    so a rerun must sweep where the first run did. Before, a rollback started the clocks
+    over (a sweep due at the rerun's first record) and sweeps ran at the end of a batch: a
+    session's event applied (its row delivered) in the first attempt was dead-lettered as
+    late in the rerun, and counted twice. The clock and its last sweep are state now, and a
+    sweep runs before the first record of a new period: both runs find the same."""
+    hour = 3_600_000
+
+    def run(refuse: bool) -> tuple[list[str], list[str]]:
+        world = World(Settings(session_keep_hours=1.0))
+        s, x, y = same_partition(world, 3)
+        for sid, n, at in ((s, 0, T0), (x, 0, T0 + hour - 30_000), (y, 0, T0 + hour + 10_000),
+                           (s, 1, T0 + hour + 20_000)):  # fmt: skip
+            world.append(world.events, sid, event(sid, n, at), timestamp_ms=at)
+        world.now_ms = T0 + 2 * hour
+        tp, log, runner = TP(world.events, 0), world.logs[(world.events, 0)], world.runner
+
+        async def go() -> None:
+            g = world.generation
+            await runner._start(g)
+            await runner._handle([(g, tp, log[0:1])])
+            await runner._commit()
+            await runner._handle([(g, tp, log[1:2])])
+            await runner._commit()
+            await runner._handle([(g, tp, log[2:4])])
+            if refuse:
+                world.kafka.refuse_next_commit = True
+                await runner._commit()
+                await runner._start(g)
+                await runner._handle([(g, tp, log[2:3])])  # cut differently this time
+                await runner._handle([(g, tp, log[3:4])])
+            await runner._commit()
+
+        asyncio.run(go())
+        late = [orjson.loads(d["payload"])["event_id"] for d in world.tables.dead_letters]
+        return sorted(world.tables.searches), late
+
+    first = run(refuse=False)
+    assert run(refuse=True) == first
+    searches, late = first
+    # s's second event, s idle for more than the keep time of 1 h: late, and not a row
+    assert len(late) == 1 and late[0].endswith("-1") and late[0] not in searches

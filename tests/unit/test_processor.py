@@ -11,6 +11,7 @@ from memdiag.contract.envelope import DictStore, InMessage
 from memdiag.schemas.deadletters import dead_letter_id, digest, failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.settings import Settings
+from memdiag.streams.clocks import clock_key
 from memdiag.streams.session.states import HEAD, TOMBSTONE
 from memdiag.streams.stages.sessions import SessionStage
 
@@ -70,7 +71,7 @@ def test_a_followup_pair_in_one_message_writes_its_session_once() -> None:
     ]
     assert rows[2]["evaluated"] is False and rows[2]["source"] == "viewer"
     p.settle(store)  # as the runner does before each commit
-    assert store.writes == 1
+    assert store.writes == 1 + 1  # the session, and its partition's clock
     assert out.counts[(SEARCH_CALLS, (("source", "agent"),))] == 2
     assert out.counts[(SEARCH_CALLS, (("source", "viewer"),))] == 1
     assert out.counts[(FOLLOWUPS, ())] == 1
@@ -87,7 +88,7 @@ def test_a_batch_of_messages_writes_each_touched_session_once() -> None:
     ]
     out = p.process(msgs, store)
     p.settle(store)  # as the runner does before each commit
-    assert store.writes == 2
+    assert store.writes == 2 + 1  # each session once, and their partition's clock
     assert [r["is_followup"] for r in out.diagnostics["s1"]] == [False, True]
 
 
@@ -121,6 +122,7 @@ def test_events_of_another_partition_are_rerouted_with_their_publish_time() -> N
         ),
         store,
     )
+    p.settle(store)
     assert list(out.diagnostics) == ["here"]
     [(key, raws, published)] = out.reroute
     assert (key, published) == ("there", PUBLISHED_MS)
@@ -128,7 +130,7 @@ def test_events_of_another_partition_are_rerouted_with_their_publish_time() -> N
     assert orjson.loads(orjson.dumps(raws)) == [
         search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)
     ]
-    assert list(store.data) == [HEAD + "here"]
+    assert sorted(store.data) == [HEAD + "here", clock_key("sessions", 0)]
 
 
 def test_an_event_too_deep_to_re_encode_is_rerouted_as_it_was_sent() -> None:
@@ -203,10 +205,13 @@ def test_idle_sessions_are_forgotten_in_processing_time_and_leave_a_tombstone() 
     p = SessionStage(SETTINGS, everything_here, wall(now))
     store = DictStore()
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
-    # a day and a half of event time later, in the same minute of processing time: kept
-    p.process(msg(search("b", "2026-11-21T09:00:00Z", "q", ["o"], sid="new"), key=b"new"), store)
+    # a day and a half of event time later, two hours later in processing time: kept
+    p.process(msg(search("b", "2026-11-21T09:00:00Z", "q", ["o"], sid="new"), key=b"new",
+                  published_ms=PUBLISHED_MS + 2 * HOUR_MS), store)  # fmt: skip
     p.settle(store)  # as the runner does before each commit
     assert HEAD + "old" in store.data
+    # idle for more than MEMDIAG_SESSION_KEEP_HOURS (24) of processing time: "old" is
+    # forgotten before the next record is applied; "new" (23 h) is not
     later = PUBLISHED_MS + 25 * HOUR_MS
     p.process(msg(search("c", "2026-11-21T09:00:01Z", "q", ["o"], sid="new", ), key=b"new",
                   published_ms=later), store)  # fmt: skip
@@ -239,11 +244,13 @@ def test_the_forgetting_index_is_rebuilt_from_the_store_after_a_rebalance() -> N
     store = DictStore()
     p = SessionStage(SETTINGS, everything_here, wall(now))
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
+    p.settle(store)
     other = SessionStage(SETTINGS, lambda _: 1, wall(now))
     other.process(
         msg(search("z", "2026-11-20T00:00:00Z", "q", ["o"], sid="elsewhere"), partition=1,
             key=b"elsewhere"), store
     )  # fmt: skip
+    other.settle(store)
     p.reset()
     p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new",
                   published_ms=PUBLISHED_MS + 30 * HOUR_MS), store)  # fmt: skip
@@ -253,9 +260,9 @@ def test_the_forgetting_index_is_rebuilt_from_the_store_after_a_rebalance() -> N
 
 def test_state_is_compact_json_without_texts() -> None:
     store = DictStore()
-    SessionStage(SETTINGS, everything_here).process(
-        msg(search("a", "2026-11-21T09:30:00Z", "private words", ["o1"])), store
-    )
+    stage = SessionStage(SETTINGS, everything_here)
+    stage.process(msg(search("a", "2026-11-21T09:30:00Z", "private words", ["o1"])), store)
+    stage.settle(store)
     state = orjson.loads(store.data[HEAD + "s1"])
     assert state["p"] == 0 and "private" not in store.data[HEAD + "s1"].decode()
 
