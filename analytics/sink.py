@@ -504,7 +504,7 @@ def _write_table(
         latest = {tuple(r[c] for c in spec.key): r for r in records}
     rows = list(latest.values())
     gone = [r for r in rows if r.get("retracted")] if spec.retract else []
-    if gone:
+    if gone and spec.retract is not None:
         rows = [r for r in rows if not r.get("retracted")]
         key_schema = pa.schema([spec.schema.field(c) for c in spec.key])
         keys = pa.Table.from_pydict({c: [r[c] for r in gone] for c in spec.key}, key_schema)

@@ -5,14 +5,15 @@ records, capped by the wall clock, so a worker that was down and catches up forg
 whose events are still in its backlog, and a producer with a clock in the future cannot age
 anybody. Pure code: no Faust, no Kafka.
 
-Exactness. Which sessions (or traces) a sweep forgets decides whether a later event of one is
-applied or dead-lettered as late, so the sweeps must be a function of the partition's records
-alone: not of how a fetch cut them into batches, nor of where a restart, a rollback or a
-rebalance took them up again. So a partition's clock and the period of its last sweep are
-state, kept in the stage's table under :data:`CLOCK_KEY` and its name, committed with it; a rollback
-reads them back as committed. A sweep runs before the first record that moves the clock into
-a new period of :attr:`Clocks.sweep_every_ms`, whatever batch it is in. (Only the wall-clock
-cap is outside the records: a producer whose clock runs ahead of the worker's.)
+Restarts. Which sessions (or traces) a sweep forgets decides whether a later event of one is
+applied or dead-lettered as late, so a rerun must not sweep sooner than the first run did. A
+partition's clock and the time of its last sweep are state, kept in the stage's table under
+:func:`clock_key` and committed with it: a restart, a rollback or a rebalance takes them up
+as the committed records left them (a clock started from nothing swept at the rerun's first
+batch, with the rerun's time: an event the first run applied could then be late). A sweep
+still runs at the end of a batch, at most once :attr:`Clocks.sweep_every_ms` of the clock,
+so where a batch ends can still decide an event that comes just past its session's keep
+time (the records of the stage's several topics meet in fetch order, which no rule fixes).
 """
 
 from __future__ import annotations
@@ -56,35 +57,35 @@ def expiry_index(
 
 class Clocks:
     """Per partition: the processing-time clock (newest Kafka timestamp, capped by the wall
-    clock), the period of its last sweep, and an index of what expires when, rebuilt from
-    the store after a rebalance."""
+    clock), the time of its last sweep, and an index of what expires when, rebuilt from the
+    store after a rebalance."""
 
     def __init__(self, sweep_every_ms: int = SWEEP_EVERY_MS, name: str = "sessions") -> None:
         self.sweep_every_ms = sweep_every_ms
         self.name = name
         self.now: dict[int, int] = {}
         self.expiry: dict[int, dict[str, int]] = {}  # partition -> key -> last seen (ms)
-        self._swept: dict[int, int] = {}  # partition -> period of its last sweep
+        self._last_sweep: dict[int, int] = {}
         self._changed: set[int] = set()  # partitions whose clock is not in the store yet
 
     def clear(self) -> None:
         """Back to a start: a rollback (a failed checkpoint) or a rebalance is a restart from
         the committed offsets, and the clocks are read back as that state has them (a clock
         kept across a rollback would sweep the rerun with the dropped checkpoint's newest
-        time, #38; one started from 0 would sweep at the rerun's first record)."""
+        time, #38; one started from nothing would sweep at the rerun's first batch)."""
         self.now.clear()
         self.expiry.clear()
-        self._swept.clear()
+        self._last_sweep.clear()
         self._changed.clear()
 
     def load(self, partition: int, store: StateStore) -> None:
         """The partition's clock as its state has it (once after each start)."""
-        if partition in self._swept:
+        if partition in self._last_sweep:
             return
         raw = store.get(clock_key(self.name, partition), partition)
-        now, period = orjson.loads(raw) if raw is not None else (0, -1)
+        now, last_sweep = orjson.loads(raw) if raw is not None else (0, 0)
         self.now[partition] = max(self.now.get(partition, 0), now)
-        self._swept[partition] = period
+        self._last_sweep[partition] = last_sweep
 
     def advance(self, partition: int, timestamp_ms: int | None, wall_ms: int) -> int:
         now = self.now.get(partition, 0)
@@ -96,12 +97,10 @@ class Clocks:
         return now
 
     def due(self, partition: int) -> bool:
-        """Whether the clock entered a new sweep period (ask before each record is applied:
-        the sweep then runs before it). The partition's clock must be :meth:`load` ed."""
-        period = self.now.get(partition, 0) // self.sweep_every_ms
-        if period <= self._swept.get(partition, -1):
+        now = self.now.get(partition, 0)
+        if now - self._last_sweep.get(partition, 0) < self.sweep_every_ms:
             return False
-        self._swept[partition] = period
+        self._last_sweep[partition] = now
         self._changed.add(partition)
         return True
 
@@ -109,6 +108,6 @@ class Clocks:
         """Write the clocks that moved since the last save into the state (with every
         write-back, so a commit holds the clocks its records moved)."""
         for partition in sorted(self._changed):
-            value = [self.now.get(partition, 0), self._swept.get(partition, -1)]
+            value = [self.now.get(partition, 0), self._last_sweep.get(partition, 0)]
             store.put(clock_key(self.name, partition), orjson.dumps(value), partition)
         self._changed.clear()

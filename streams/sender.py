@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from faust.types import TopicT
 
+from memdiag.contract import TOO_LARGE
 from memdiag.contract.envelope import CounterKey, Output
 from memdiag.streams.metrics import Counters
 from memdiag.streams.produce import Batches
@@ -53,6 +54,24 @@ class CounterBuffer:
         self._pending.clear()
         self._newest.clear()
         return out
+
+
+class OutputTooLarge(Exception):
+    """A record a stage made is larger than a Kafka message may be (:data:`MAX_RECORD_BYTES`):
+    no broker would take it, and a checkpoint that sends it would fail again at every retry.
+    The runner takes the batch again one message at a time and dead-letters the message
+    whose output it is (``too_large``)."""
+
+    def __init__(self, topic: str, size: int):
+        super().__init__(
+            f"processing it made a record of {size:,} bytes for {topic}, more than a Kafka "
+            f"message may hold ({MAX_RECORD_BYTES:,} bytes): the event (or its session) carries "
+            "too much (a failure_context, long id lists): trim it at the producer"
+        )
+        self.topic, self.size = topic, size
+
+    #: what the dead letter of the message says (``memdiag.schemas.deadletters``)
+    dead_letter_reason = TOO_LARGE
 
 
 class Sender:
@@ -103,6 +122,8 @@ class Sender:
         ) -> None:  # fmt: skip
             k = key.encode("utf-8") if isinstance(key, str) else key
             for data in _messages(value, dumps):
+                if len(data) + len(k or b"") > MAX_RECORD_BYTES:
+                    raise OutputTooLarge(topic, len(data) + len(k or b""))
                 await add(topic, k, data, partition, timestamp_ms, headers)
 
         for key, records in out.diagnostics.items():
@@ -158,6 +179,10 @@ class Sender:
 #: The largest message memdiag sends of several records: under the 1 MiB a broker takes by
 #: default (``message.max.bytes``), with room for the record batch around it.
 MAX_MESSAGE_BYTES = 512 * 1024
+#: The largest record memdiag sends: a broker's default ``message.max.bytes`` (1,048,588)
+#: less the record batch around it. A record larger than this (one record alone: a list is
+#: split) is :class:`OutputTooLarge`.
+MAX_RECORD_BYTES = 1_000_000
 
 
 def _messages(value: Any, dumps: Any) -> list[bytes]:

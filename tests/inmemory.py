@@ -35,6 +35,7 @@ from memdiag.schemas.deadletters import failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
+from memdiag.streams import sender as sender_module
 from memdiag.streams.checkpoint import RECORD_LIMIT, TP, CommitRefused
 from memdiag.streams.runner import Runner, StageSpec
 from memdiag.streams.sender import CounterBuffer
@@ -261,6 +262,10 @@ class WorldSender:
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
         w = self.world
+        for key, records in out.diagnostics.items():  # as the worker's Sender: none too large
+            for data in sender_module._messages(records, orjson.dumps):
+                if len(data) + len(key.encode()) > sender_module.MAX_RECORD_BYTES:
+                    raise sender_module.OutputTooLarge("diagnostics", len(data))
         for records in out.diagnostics.values():
             for record in records:
                 w.tables.add(record)
@@ -520,7 +525,10 @@ class World:
     async def _run(self, max_batch: int, max_rounds: int, settle: bool) -> None:
         for _ in range(max_rounds):
             try:
-                if self.pending():
+                # a rollback (a stage raised, a checkpoint failed) stops the runner's progress:
+                # it starts again from the committed offsets, as the worker's loop does, even
+                # when every record was fetched already
+                if self.pending() or self.runner.progress.generation != self.generation:
                     await self._step(max_batch)
                     continue
                 if self.runner.checkpoint.empty():
@@ -536,6 +544,8 @@ class World:
         if runner.progress.generation != self.generation:
             await runner._start(self.generation)
         tps = self.pending()
+        if not tps:
+            return
         chosen = self.rng.sample(tps, self.rng.randint(1, len(tps)))
         runs = []
         for tp in chosen:

@@ -154,8 +154,8 @@ class SessionStates:
     def sweep(self, partition: int, store: StateStore, out: Output) -> None:
         """Forget the sessions of ``partition`` idle for MEMDIAG_SESSION_KEEP_HOURS of its
         processing time (leaving a tombstone), and the tombstones that have served. The
-        caller asks first whether a sweep is due (:meth:`Clocks.due`, before each record),
-        and writes what it holds before: this reads the store."""
+        caller asks first whether a sweep is due (:meth:`Clocks.due`), and writes what it
+        holds before: this reads the store."""
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
         keep = self._keep_ms

@@ -137,17 +137,11 @@ class SessionStage:
         wall = self._wall_ms()
         states = self.states
         try:
-            clocks = states.clocks
             for msg in msgs:
                 # what a held session grows by, about: the events' bytes
                 self.held_bytes += len(msg.value or b"")
-                partition = msg.partition
-                clocks.load(partition, store)
-                clocks.advance(partition, msg.timestamp_ms, wall)
-                if clocks.due(partition):  # before the record: where it is in its partition
-                    self._write_back(touched, store)  # a sweep reads the store
-                    states.sweep(partition, store, out)
-                    self._decoded_at = states.decoded  # what the sweep decoded is not held
+                states.clocks.load(msg.partition, store)  # once after each start
+                states.clocks.advance(msg.partition, msg.timestamp_ms, wall)
                 if msg.timestamp_ms is not None:
                     out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
                 if msg.topic == self._verdicts_topic:
@@ -156,8 +150,13 @@ class SessionStage:
                     self._span_events(msg, store, touched, out)
                 else:
                     self._events(msg, store, touched, out)
-            if len(touched) >= self.HOLD_MAX:
-                self._write_back(touched, store)
+            due = [p for p in sorted({m.partition for m in msgs}) if states.clocks.due(p)]
+            if due or len(touched) >= self.HOLD_MAX:
+                self._write_back(touched, store)  # a sweep reads the store
+            for partition in due:
+                states.sweep(partition, store, out)
+            if due:  # what the sweeps decoded is not held
+                self._decoded_at = states.decoded
         except BaseException:
             # a held session may be half changed: every one goes, and with them the changes
             # of this checkpoint's earlier batches, so the checkpoint must not commit

@@ -114,13 +114,8 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]] = {}
         ended: set[int] = set()
         for msg in msgs:
-            self.clocks.load(msg.partition, store)
+            self.clocks.load(msg.partition, store)  # once after each start
             now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall)
-            if self.clocks.due(msg.partition):  # before the record, wherever its batch begins
-                for trace in touched.values():
-                    self._write(trace, store)  # a sweep reads the store
-                touched.clear()
-                self._sweep(msg.partition, store, out, sessions)
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
             by_trace: dict[str, list[dict[str, Any]]] = {}
@@ -138,6 +133,8 @@ class TraceStage:
             self.end_of_input(partition, store, touched, out)
         for trace in touched.values():
             self._write(trace, store)
+        for partition in {m.partition for m in msgs}:
+            self._sweep(partition, store, out, sessions)
         self.clocks.save(store)
         partitions: dict[int, list[dict[str, Any]]] = {}
         for session_id, records in sessions.items():
@@ -376,8 +373,9 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]],
     ) -> None:
         """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
-        of its processing time; the spans still waiting in one are dead-lettered (given up).
-        The caller asks first whether a sweep is due (:meth:`Clocks.due`)."""
+        of its processing time; the spans still waiting in one are dead-lettered (given up)."""
+        if not self.clocks.due(partition):
+            return
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
         why = ("it never arrived within MEMDIAG_SESSION_KEEP_HOURS (is that service's tracing "

@@ -424,11 +424,11 @@ def test_a_commit_of_unknown_outcome_with_repairs_is_rolled_back_not_fatal() -> 
 
 def test_the_sweeps_are_the_same_after_a_rollback_as_without_it() -> None:
     """Which sessions a sweep forgets decides whether a later event is applied or is late,
-    so a rerun must sweep where the first run did. Before, a rollback started the clocks
-    over (a sweep due at the rerun's first record) and sweeps ran at the end of a batch: a
+    so a rerun must not sweep sooner than the first run did. Before, a rollback started the
+    clocks over: a sweep was due at the end of the rerun's first batch, with its time, and a
     session's event applied (its row delivered) in the first attempt was dead-lettered as
-    late in the rerun, and counted twice. The clock and its last sweep are state now, and a
-    sweep runs before the first record of a new period: both runs find the same."""
+    late in the rerun, and counted twice. The clock and its last sweep are state now, taken up
+    as committed: both runs apply it."""
     hour = 3_600_000
 
     def run(refuse: bool) -> tuple[list[str], list[str]]:
@@ -463,5 +463,34 @@ def test_the_sweeps_are_the_same_after_a_rollback_as_without_it() -> None:
     first = run(refuse=False)
     assert run(refuse=True) == first
     searches, late = first
-    # s's second event, s idle for more than the keep time of 1 h: late, and not a row
-    assert len(late) == 1 and late[0].endswith("-1") and late[0] not in searches
+    assert late == [] and len(searches) == 4
+
+
+def test_an_output_too_large_to_send_dead_letters_its_message_and_the_rest_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record no broker takes (over MAX_RECORD_BYTES: here a session_diagnostic with a big
+    failure_context) failed its checkpoint at every retry, forever, and every partition
+    with it. It is found as a stage's exception is: the batch is taken again one message at a
+    time, the message whose output it is goes to the dead letters as ``too_large`` with what
+    to trim, and everything else is processed."""
+    from memdiag.streams import sender
+
+    monkeypatch.setattr(sender, "MAX_RECORD_BYTES", 6_000)
+    world = World(Settings())
+    sids = same_partition(world, 3)
+    for n, sid in enumerate(sids):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+        outcome = {"kind": "session_outcome", "event_id": f"{sid}-o", "session_id": sid,
+                   "ts": datetime.fromtimestamp((T0 + 10 + n) / 1000, UTC).isoformat(),
+                   "outcome": "rejected", "tool_calls": [], "files_modified": [], "errors": [],
+                   "failure_context": {"log": "x" * (8_000 if sid == sids[1] else 10)}}  # fmt: skip
+        world.append(world.events, sid, outcome, timestamp_ms=T0 + 10 + n)
+    world.now_ms = T0 + 60_000
+    world.run()
+    [dead] = world.tables.dead_letters
+    assert dead["reason"] == "too_large" and "failure_context" in dead["detail"]
+    assert orjson.loads(dead["payload"])["event_id"] == f"{sids[1]}-o"
+    diagnosed = {r["session_id"] for r in world.records if r["kind"] == "session_diagnostic"}
+    assert diagnosed == {sids[0], sids[2]}
+    assert len(world.tables.searches) == 3

@@ -117,7 +117,6 @@ class Pipe:
             smsgs.append(InMessage(SETTINGS.topics.span_events, partition, i, None,
                                    orjson.dumps(r), published_ms))  # fmt: skip
         self._take(self.sessions.process(smsgs, self.store))
-        self.sessions.settle(self.store)  # as the runner does before each commit
         return self
 
     def _take(self, out: Any) -> None:
