@@ -30,6 +30,28 @@ class DatabaseError(RuntimeError):
 
 
 @cache
+def schema_missing(con: duckdb.DuckDBPyConnection, exc: Exception) -> DatabaseError:
+    """The error for a file without part of memdiag's schema: an older memdiag's (which the
+    sink upgrades), or one memdiag never wrote (no table of its own at all)."""
+    first = str(exc).splitlines()[0]
+    try:
+        ours = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name IN "
+            "('searches', 'session_diagnostics', 'dead_letters', 'judgements')"
+        ).fetchone()
+    except duckdb.Error:
+        ours = None
+    if ours is not None and ours[0] == 0:
+        return DatabaseError(
+            f"this DuckDB file holds none of memdiag's tables ({first}): point --db at the "
+            "file memdiag's sink writes (MEMDIAG_DUCKDB_PATH), or `memdiag run` into it"
+        )
+    return DatabaseError(
+        f"this DuckDB file lacks part of memdiag's schema ({first}); it was written by an "
+        "older memdiag: start `memdiag sink` on it once to upgrade it"
+    )
+
+
 def sql(name: str) -> str:
     """A statement from ``analytics/sql/NAME.sql``."""
     return resources.files(__package__).joinpath("sql", f"{name}.sql").read_text("utf-8")

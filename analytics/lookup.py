@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from memdiag.analytics.db import DatabaseError, sql
+from memdiag.analytics.db import schema_missing, sql
 
 #: what each kind of id is called in a sentence, and the SQL that lists them
 #: (``analytics/sql/ids_KIND.sql``)
@@ -90,10 +90,7 @@ def lookup(con: duckdb.DuckDBPyConnection, kind: str, value: str) -> tuple[bool,
             f"WITH ids AS ({ids}) {sql('lookup')}", {"id": value, "n": CLOSEST}
         ).fetchone()
     except duckdb.CatalogException as exc:
-        raise DatabaseError(
-            f"this DuckDB file lacks part of memdiag's schema ({str(exc).splitlines()[0]}); "
-            "it was written by an older memdiag: start `memdiag sink` on it once to upgrade it"
-        ) from exc
+        raise schema_missing(con, exc) from exc
     _, known, closest = row if row is not None else (False, 0, [])
     return False, int(known or 0), list(closest or [])
 

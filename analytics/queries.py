@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from memdiag.analytics.db import DatabaseError, sql
+from memdiag.analytics.db import DatabaseError, schema_missing, sql
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -151,11 +151,7 @@ def rows(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[
             raise
         if isinstance(exc, duckdb.BinderException) and "Referenced column" not in str(exc):
             raise
-        raise DatabaseError(
-            f"this DuckDB file lacks part of memdiag's schema ({str(exc).splitlines()[0]}); "
-            "it was written by "
-            "an older memdiag: start `memdiag sink` on it once to upgrade it"
-        ) from exc
+        raise schema_missing(con, exc) from exc
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 

@@ -169,15 +169,51 @@ def cmd_sink(args: argparse.Namespace) -> int:
 # -- publish ---------------------------------------------------------------------------
 
 
+def _not_json_lines(path: Path) -> str | None:
+    """What is wrong with a file whose first line is not a JSON document (a pretty-printed
+    array or object, most often): every line would be dead-lettered as not JSON."""
+    import orjson
+
+    with path.open("rb") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                orjson.loads(line)
+                return None
+            except orjson.JSONDecodeError:
+                pass
+            shape = "not JSON"
+            if line.startswith(b"["):
+                shape = "one JSON array over many lines"
+            elif line.startswith(b"{"):
+                shape = "JSON over many lines"
+            return (
+                f"the first line of {path} is not a JSON document ({shape}?). memdiag takes JSON "
+                "Lines, one event a line; each line that is not JSON is dead-lettered as "
+                f"not_json. An array converts with: jq -c '.[]' {path} > events.jsonl"
+            )
+    return None
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     from memdiag.kafka import ensure_topics, wait_for_kafka
     from memdiag.publish import publish_file
 
     settings = settings_of(args)
     path = Path(args.file)
+    if path.is_dir():
+        err.print(
+            f"[red]error:[/red] {path} is a folder: give a JSON Lines file (one event a line)"
+        )
+        return 2
     if not path.is_file():
         err.print(f"[red]error:[/red] no such file: {path}")
         return 2
+    hint = _not_json_lines(path)
+    if hint:
+        err.print(f"[yellow]warning:[/yellow] {hint}")
 
     async def go(progress: FileProgress) -> Any:
         await wait_for_kafka(settings, "memdiag publish", give_up_after=10.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from memdiag.analytics.sink import DuckDBSink
@@ -54,3 +55,33 @@ def test_serve_on_a_port_it_cannot_have_is_one_line(
     said = capsys.readouterr().err
     assert f"cannot listen on http://127.0.0.1:{port}/" in said and "in use" in said
     assert "memdiag serve:" not in said  # no banner for a server that never started
+
+
+def test_a_file_memdiag_never_wrote_is_named_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other.duckdb"
+    with duckdb.connect(str(other)) as con:
+        con.execute("CREATE TABLE orders (id INTEGER)")
+    assert main(["status", "--db", str(other)]) == 1
+    said = capsys.readouterr().err
+    assert "holds none of memdiag's tables" in said and "older memdiag" not in said
+
+
+def test_publish_refuses_a_folder_and_an_empty_batch_and_names_a_file_that_is_not_json_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memdiag.cli.pipeline import _not_json_lines
+
+    assert main(["publish", str(tmp_path)]) == 2
+    assert "is a folder: give a JSON Lines file" in capsys.readouterr().err
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"kind": "search"}\n\n{"kind": "search"}\n')
+    with pytest.raises(SystemExit) as empty:
+        main(["publish", str(events), "--batch-size", "0"])
+    assert empty.value.code == 2 and "at least 1, not 0" in capsys.readouterr().err
+    assert _not_json_lines(events) is None
+    pretty = tmp_path / "arr.json"
+    pretty.write_text('[\n  {"kind": "search",\n   "event_id": "e1"}\n]\n')
+    hint = _not_json_lines(pretty)
+    assert hint is not None and "one JSON array over many lines" in hint and "jq -c" in hint
