@@ -29,7 +29,6 @@ class DatabaseError(RuntimeError):
     """The DuckDB file cannot be used; the message says what to do."""
 
 
-@cache
 def schema_missing(con: duckdb.DuckDBPyConnection, exc: Exception) -> DatabaseError:
     """The error for a file without part of memdiag's schema: an older memdiag's (which the
     sink upgrades), or one memdiag never wrote (no table of its own at all)."""
@@ -52,6 +51,7 @@ def schema_missing(con: duckdb.DuckDBPyConnection, exc: Exception) -> DatabaseEr
     )
 
 
+@cache
 def sql(name: str) -> str:
     """A statement from ``analytics/sql/NAME.sql``."""
     return resources.files(__package__).joinpath("sql", f"{name}.sql").read_text("utf-8")

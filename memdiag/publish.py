@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from memdiag.kafka import KafkaUnavailable, client_options
 from memdiag.schemas import MEMORY_KINDS
@@ -159,6 +159,13 @@ async def publish_file(
             await _drain(pending, stats)
         except KafkaError:
             pass
+        if isinstance(exc, MessageSizeTooLargeError):
+            raise KafkaUnavailable(
+                f"the broker refused a message as too large ({exc}) after {stats.acknowledged:,} "
+                f"of the {stats.lines:,} lines read: a line of {path} (or --batch-size lines of "
+                "one session) is over its message.max.bytes. Publishing again stops at the same "
+                "place: trim or remove that line, or a smaller --batch-size"
+            ) from exc
         raise KafkaUnavailable(
             f"the broker stopped acknowledging ({type(exc).__name__}: {exc}) after "
             f"{stats.acknowledged:,} of the {stats.lines:,} lines read. Publishing the whole "

@@ -17,21 +17,14 @@ from memdiag.settings import Settings
 
 def failed_output(msg: InMessage, exc: BaseException, settings: Settings) -> Output:
     """The output for a message whose processing raised: it is dead-lettered whole
-    (``processing_error``, or the exception's ``dead_letter_reason``), so the agent goes on
-    and the message does not vanish."""
+    (``processing_error``), so the agent goes on and the message does not vanish."""
     out = Output()
-    # an exception that says what was wrong with the input (a record its processing made
-    # too large to send: ``memdiag.streams.sender.OutputTooLarge``) names its own reason
-    reason = getattr(exc, "dead_letter_reason", PROCESSING_ERROR)
-    if reason == PROCESSING_ERROR:
-        detail = (
-            f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
-            "processed. This is a memdiag bug: report it with this payload"
-        )
-    else:
-        detail = f"the worker did not process this message: {exc}"
+    detail = (
+        f"the worker failed on this message ({type(exc).__name__}: {exc}); it was not "
+        "processed. This is a memdiag bug: report it with this payload"
+    )
     payload = msg.value or b""
-    rejected = Rejected(0, reason, detail, payload)
+    rejected = Rejected(0, PROCESSING_ERROR, detail, payload)
     where = (msg.partition, msg.offset, "message", digest(payload))
     add_dead_letter(out, msg, rejected, settings, identity=where)
     return out

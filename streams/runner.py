@@ -37,7 +37,7 @@ from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.procs import settles
 from memdiag.streams.checkpoint import TP, Checkpoint, CheckpointFailed, Table, Transport
 from memdiag.streams.progress import AHEAD, FOREIGN, Progress
-from memdiag.streams.sender import OutputTooLarge, Sender
+from memdiag.streams.sender import Sender
 
 log = logging.getLogger("memdiag.worker")
 
@@ -411,15 +411,7 @@ class Runner:
                     self.suspect[tp] = max(self.suspect.get(tp, 0), end)
                 self._drop("a stage raised")
                 return False
-            try:
-                await self._send(out)
-            except OutputTooLarge:  # as a stage that raised: the message that made it is found
-                log.warning("%s: a batch of %d made a record too large to send; taking it "
-                            "again one message at a time", spec.name, len(msgs))  # fmt: skip
-                for tp, end in ends.items():
-                    self.suspect[tp] = max(self.suspect.get(tp, 0), end)
-                self._drop("a stage made a record too large to send")
-                return False
+            await self._send(out)
             del out  # sent: not held while the next piece is processed
         cp.offsets.update(ends)
         return True
@@ -433,7 +425,6 @@ class Runner:
             return  # that commit failed: everything is taken again
         spec = self.stage_of[msg.topic]
         store: Any = self.checkpoint.view(spec.table) if spec.table is not None else None
-        failed: Exception | None = None
         try:
             out = spec.stage.process([msg], store)
             if store is not None:  # its state written here, so that a write that fails is
@@ -441,20 +432,10 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - never let one message stop the worker
             log.exception("%s failed on %s/%d/%d; dead-lettered", spec.name, msg.topic,
                           msg.partition, msg.offset)  # fmt: skip
-            failed = exc
-        if failed is None:
-            try:
-                await self._send(out)
-            except OutputTooLarge as exc:  # not an error of the worker's: of the input
-                log.warning("%s: %s/%d/%d made a record too large to send; dead-lettered",
-                            spec.name, msg.topic, msg.partition, msg.offset)  # fmt: skip
-                self.kafka.discard()  # what of its output was sent before the part that failed
-                self.sender.discard()
-                failed = exc
-        if failed is not None:
             self.checkpoint = Checkpoint(self.tables)
             spec.stage.reset()
-            await self._send(spec.on_failure(msg, failed))
+            out = spec.on_failure(msg, exc)
+        await self._send(out)
         self.checkpoint.offsets[_tp(msg)] = msg.offset + 1
         await self._commit()
 
@@ -502,6 +483,7 @@ class Runner:
             self._drop(str(exc))
             return
         self.checkpoints += 1
+        self.sender.committed()
         self.progress.committed_to(cp.offsets)
         self.checkpoint = Checkpoint(self.tables)
 

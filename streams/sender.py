@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 from faust.types import TopicT
 
-from memdiag.contract import TOO_LARGE
 from memdiag.contract.envelope import CounterKey, Output
 from memdiag.streams.metrics import Counters
 from memdiag.streams.produce import Batches
@@ -56,24 +55,6 @@ class CounterBuffer:
         return out
 
 
-class OutputTooLarge(Exception):
-    """A record a stage made is larger than a Kafka message may be (:data:`MAX_RECORD_BYTES`):
-    no broker would take it, and a checkpoint that sends it would fail again at every retry.
-    The runner takes the batch again one message at a time and dead-letters the message
-    whose output it is (``too_large``)."""
-
-    def __init__(self, topic: str, size: int):
-        super().__init__(
-            f"processing it made a record of {size:,} bytes for {topic}, more than a Kafka "
-            f"message may hold ({MAX_RECORD_BYTES:,} bytes): the event (or its session) carries "
-            "too much (a failure_context, long id lists): trim it at the producer"
-        )
-        self.topic, self.size = topic, size
-
-    #: what the dead letter of the message says (``memdiag.schemas.deadletters``)
-    dead_letter_reason = TOO_LARGE
-
-
 class Sender:
     """Sends a stage's :class:`Output` to its topics in record batches it fills itself
     (:class:`memdiag.streams.produce.Batches`: Faust's ``Topic.send`` wraps each message in
@@ -108,7 +89,7 @@ class Sender:
         self.otlp_traces = otlp_traces.get_topic_name()
         self.span_events = span_events.get_topic_name()
         self.buffer, self.metrics = buffer, metrics
-        #: the OpenTelemetry counters' increments, added with the checkpoint's (as the topic's)
+        #: the OpenTelemetry counters' increments since the last commit, added once it landed
         self._metric_counts: Counter[CounterKey] = Counter()
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
@@ -122,8 +103,6 @@ class Sender:
         ) -> None:  # fmt: skip
             k = key.encode("utf-8") if isinstance(key, str) else key
             for data in _messages(value, dumps):
-                if len(data) + len(k or b"") > MAX_RECORD_BYTES:
-                    raise OutputTooLarge(topic, len(data) + len(k or b""))
                 await add(topic, k, data, partition, timestamp_ms, headers)
 
         for key, records in out.diagnostics.items():
@@ -164,13 +143,16 @@ class Sender:
         self.buffer.clear()
         self._metric_counts.clear()
 
-    async def flush_counters(self) -> list[asyncio.Future[Any]]:
-        """The increments added up since the last flush (the checkpoint sends them with its
-        outputs, and adds them to the OpenTelemetry counters: a crash before its commit sends
-        them again, at most one checkpoint's)."""
+    def committed(self) -> None:
+        """The checkpoint committed: its increments go to the OpenTelemetry counters (which
+        cannot take one back, so they wait for the commit)."""
         if self._metric_counts:
             self.metrics.add_all(self._metric_counts)
             self._metric_counts.clear()
+
+    async def flush_counters(self) -> list[asyncio.Future[Any]]:
+        """The increments added up since the last flush (the checkpoint sends them with its
+        outputs: a crash, a failed delivery or a refused commit after it sends them again)."""
         for name, record in self.buffer.drain():
             await self.batches.add(self.counters, name.encode("utf-8"), orjson.dumps(record))
         return await self.batches.flush()
@@ -179,10 +161,6 @@ class Sender:
 #: The largest message memdiag sends of several records: under the 1 MiB a broker takes by
 #: default (``message.max.bytes``), with room for the record batch around it.
 MAX_MESSAGE_BYTES = 512 * 1024
-#: The largest record memdiag sends: a broker's default ``message.max.bytes`` (1,048,588)
-#: less the record batch around it. A record larger than this (one record alone: a list is
-#: split) is :class:`OutputTooLarge`.
-MAX_RECORD_BYTES = 1_000_000
 
 
 def _messages(value: Any, dumps: Any) -> list[bytes]:

@@ -35,7 +35,6 @@ from memdiag.schemas.deadletters import failed_output
 from memdiag.schemas.decode import parse_ts
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
-from memdiag.streams import sender as sender_module
 from memdiag.streams.checkpoint import RECORD_LIMIT, TP, CommitRefused
 from memdiag.streams.runner import Runner, StageSpec
 from memdiag.streams.sender import CounterBuffer
@@ -262,10 +261,6 @@ class WorldSender:
 
     async def send(self, out: Output) -> list[asyncio.Future[Any]]:
         w = self.world
-        for key, records in out.diagnostics.items():  # as the worker's Sender: none too large
-            for data in sender_module._messages(records, orjson.dumps):
-                if len(data) + len(key.encode()) > sender_module.MAX_RECORD_BYTES:
-                    raise sender_module.OutputTooLarge("diagnostics", len(data))
         for records in out.diagnostics.values():
             for record in records:
                 w.tables.add(record)
@@ -306,6 +301,10 @@ class WorldSender:
     def discard(self) -> None:
         """A rollback, as the worker's ``Sender``: the increments not sent yet are forgotten."""
         self.buffer.clear()
+
+    def committed(self) -> None:
+        """The worker's ``Sender`` adds the checkpoint's increments to its OpenTelemetry
+        counters here; the world has none."""
 
     async def flush_counters(self) -> list[asyncio.Future[Any]]:
         """The checkpoint's increments, to ``counters`` (with ``counters=True``)."""

@@ -205,9 +205,8 @@ INPUT_REASONS = (
 #: What to do about each dead-letter reason ("" for a reason this version does not know):
 #: the dead-letters page and ``memdiag query dead-letters`` say it beside the samples.
 DEAD_LETTER_ADVICE = {
-    TOO_LARGE: "the producer sent an event over MEMDIAG_MAX_EVENT_BYTES, or one whose output "
-    "would be over 1 MB (the detail says which): trim what it carries (long texts, big id "
-    "lists, a failure_context), or raise the limit if such events are meant",
+    TOO_LARGE: "the producer sent an event over MEMDIAG_MAX_EVENT_BYTES: trim what it carries "
+    "(long texts, big id lists), or raise the limit if such events are meant",
     NOT_JSON: "the producer wrote something that is not UTF-8 JSON (a log line, a truncated "
     "write, NaN): fix its serialiser; the payload shows the bytes",
     NOT_AN_EVENT: "the message is JSON but neither an event object nor an array of them: send "

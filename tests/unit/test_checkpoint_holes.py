@@ -465,32 +465,3 @@ def test_the_sweeps_are_the_same_after_a_rollback_as_without_it() -> None:
     searches, late = first
     assert late == [] and len(searches) == 4
 
-
-def test_an_output_too_large_to_send_dead_letters_its_message_and_the_rest_goes_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A record no broker takes (over MAX_RECORD_BYTES: here a session_diagnostic with a big
-    failure_context) failed its checkpoint at every retry, forever, and every partition
-    with it. It is found as a stage's exception is: the batch is taken again one message at a
-    time, the message whose output it is goes to the dead letters as ``too_large`` with what
-    to trim, and everything else is processed."""
-    from memdiag.streams import sender
-
-    monkeypatch.setattr(sender, "MAX_RECORD_BYTES", 6_000)
-    world = World(Settings())
-    sids = same_partition(world, 3)
-    for n, sid in enumerate(sids):
-        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
-        outcome = {"kind": "session_outcome", "event_id": f"{sid}-o", "session_id": sid,
-                   "ts": datetime.fromtimestamp((T0 + 10 + n) / 1000, UTC).isoformat(),
-                   "outcome": "rejected", "tool_calls": [], "files_modified": [], "errors": [],
-                   "failure_context": {"log": "x" * (8_000 if sid == sids[1] else 10)}}  # fmt: skip
-        world.append(world.events, sid, outcome, timestamp_ms=T0 + 10 + n)
-    world.now_ms = T0 + 60_000
-    world.run()
-    [dead] = world.tables.dead_letters
-    assert dead["reason"] == "too_large" and "failure_context" in dead["detail"]
-    assert orjson.loads(dead["payload"])["event_id"] == f"{sids[1]}-o"
-    diagnosed = {r["session_id"] for r in world.records if r["kind"] == "session_diagnostic"}
-    assert diagnosed == {sids[0], sids[2]}
-    assert len(world.tables.searches) == 3

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka.errors import KafkaTimeoutError
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
 from memdiag import publish
 from memdiag.kafka import KafkaUnavailable
@@ -56,9 +56,19 @@ def events_file(tmp_path: Path, sessions: int, each: int) -> Path:
     with path.open("wb") as f:
         for s in range(sessions):
             for n in range(each):
-                f.write(orjson.dumps({"kind": "search", "event_id": f"e{s}-{n}",
-                                      "session_id": f"s{s}", "query": "q",
-                                      "ts": "2026-11-20T10:00:00Z", "result_ids": []}) + b"\n")
+                f.write(
+                    orjson.dumps(
+                        {
+                            "kind": "search",
+                            "event_id": f"e{s}-{n}",
+                            "session_id": f"s{s}",
+                            "query": "q",
+                            "ts": "2026-11-20T10:00:00Z",
+                            "result_ids": [],
+                        }
+                    )
+                    + b"\n"
+                )
     return path
 
 
@@ -84,3 +94,15 @@ def test_a_hung_broker_is_one_clear_error_that_says_how_far_it_got(
     assert "again is safe" in message
     assert broker.stopped
     assert unretrieved == []
+
+
+def test_a_message_the_broker_refuses_as_too_large_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class TooLarge(HungBroker):
+        async def send(self, topic: str, value: bytes, key: bytes | None) -> asyncio.Future[Any]:
+            raise MessageSizeTooLargeError("the message is 2000000 bytes")
+
+    monkeypatch.setattr(publish, "AIOKafkaProducer", TooLarge(0, 0))
+    with pytest.raises(KafkaUnavailable, match="refused a message as too large.*trim or remove"):
+        asyncio.run(publish.publish_file(events_file(tmp_path, 1, 1), Settings()))
