@@ -25,8 +25,8 @@ from memdiag.contract.envelope import StateStore
 #: How far a partition's processing clock must move between two sweeps, at most (ms).
 SWEEP_EVERY_MS = 60_000
 
-#: Where a stage keeps a partition's clock and the period of its last sweep, ``[now_ms,
-#: period]``, in its table: this, the stage's name and the partition (no session, trace or
+#: Where a stage keeps a partition's clock and the time of its last sweep, ``[now_ms,
+#: last_sweep_ms]``, in its table: this, the stage's name and the partition (no session, trace or
 #: tombstone key starts with ``~``; the name and the partition keep them apart in one store,
 #: as the tests' and benchmarks' one dict for every partition is)
 CLOCK_KEY = "~clock:"
