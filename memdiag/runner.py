@@ -202,6 +202,11 @@ def rows_in(path: Path) -> int:
                 total += row[0] if row else 0
             return total
     except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            raise PipelineError(
+                f"--db {path} is in use by another process (a sink or a reader that writes): "
+                f"stop it, or give another --db ({str(exc).splitlines()[0]})"
+            ) from None
         raise PipelineError(f"--db {path}: cannot be read as a DuckDB file ({exc})") from None
 
 

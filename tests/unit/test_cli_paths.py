@@ -52,8 +52,11 @@ def test_serve_on_a_port_it_cannot_have_is_one_line(
         taken.listen()
         port = taken.getsockname()[1]
         assert main(["serve", "--db", str(db), "--port", str(port)]) == 2
+        # a name with two addresses (127.0.0.1 and ::1): each is bound, so each is asked
+        assert main(["serve", "--db", str(db), "--host", "localhost", "--port", str(port)]) == 2
     said = capsys.readouterr().err
     assert f"cannot listen on http://127.0.0.1:{port}/" in said and "in use" in said
+    assert f"cannot listen on http://localhost:{port}/" in said
     assert "memdiag serve:" not in said  # no banner for a server that never started
 
 

@@ -53,3 +53,24 @@ def test_a_file_that_is_not_duckdb_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_text("not a database")
     with pytest.raises(PipelineError, match="cannot be read as a DuckDB file"):
         check_db(bad, None, embedded=True)
+
+
+def test_a_file_another_process_writes_is_named_in_use(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = holding(tmp_path / "busy.duckdb", 1)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('held', flush=True); time.sleep(30)", str(db)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(PipelineError, match="is in use by another process"):
+            check_db(db, None, embedded=True)
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
