@@ -87,7 +87,17 @@ class Clocks:
         self.now[partition] = max(self.now.get(partition, 0), now)
         self._last_sweep[partition] = last_sweep
 
-    def advance(self, partition: int, timestamp_ms: int | None, wall_ms: int) -> int:
+    def advance(
+        self,
+        partition: int,
+        timestamp_ms: int | None,
+        wall_ms: int,
+        store: StateStore | None = None,
+    ) -> int:
+        """Move the clock to a record's timestamp (capped by the wall clock); with ``store``,
+        the clock is first read back from the state, once after each start."""
+        if store is not None and partition not in self._last_sweep:
+            self.load(partition, store)
         now = self.now.get(partition, 0)
         if timestamp_ms is not None and timestamp_ms > now:
             capped = min(timestamp_ms, wall_ms)

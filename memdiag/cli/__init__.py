@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from memdiag import __version__
 from memdiag.cli.alerting import cmd_alert
-from memdiag.cli.common import REPORT_EXTRA, err
+from memdiag.cli.common import REPORT_EXTRA, err, whole_number
 from memdiag.cli.pipeline import (
     cmd_demo,
     cmd_publish,
@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     publish.add_argument("file", metavar="FILE.jsonl")
     publish.add_argument(
-        "--batch-size", type=_positive, default=500, help="most events per message (default 500)"
+        "--batch-size",
+        type=whole_number(1),
+        default=500,
+        help="most events per message (default 500)",
     )
     publish.add_argument("--json", action="store_true", help="print the result as JSON")
     publish.add_argument("--quiet", action="store_true", help="no progress output")
@@ -290,16 +293,6 @@ def _json_usage(p: argparse.ArgumentParser) -> Any:
         usage_error(message)
 
     return error
-
-
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {n}")
-    return n
 
 
 def _common_run(p: argparse.ArgumentParser) -> None:

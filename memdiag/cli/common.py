@@ -42,6 +42,22 @@ def require_report_extra() -> None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
+def whole_number(low: int, high: int | None = None, what: str = "a whole number") -> Any:
+    """An argparse ``type``: a whole number from ``low`` to ``high`` (no bound: None)."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {value!r}") from None
+        if n < low or (high is not None and n > high):
+            bounds = f"at least {low}" if high is None else f"{what} is {low} to {high}"
+            raise argparse.ArgumentTypeError(f"{bounds}, not {n}")
+        return n
+
+    return parse
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
     if getattr(args, "db", None):

@@ -9,7 +9,7 @@ import socket
 
 from rich.markup import escape
 
-from memdiag.cli.common import err, settings_of
+from memdiag.cli.common import err, settings_of, whole_number
 
 #: what the `serve` extra installs
 SERVE_EXTRA = ("starlette", "uvicorn")
@@ -102,16 +102,6 @@ def _cannot_listen(host: str, port: int) -> str | None:
     return None
 
 
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, not {port}")
-    return port
-
-
 def add_serve(add: object) -> None:
     """The `serve` command's parser."""
     p = add(  # type: ignore[operator]
@@ -134,7 +124,9 @@ def add_serve(add: object) -> None:
         default="127.0.0.1",
         help="address to bind (default 127.0.0.1; another needs MEMDIAG_SERVE_TOKEN)",
     )
-    p.add_argument("--port", type=_port, default=8765, help="port (default 8765)")
+    p.add_argument(
+        "--port", type=whole_number(1, 65535, "a port"), default=8765, help="port (default 8765)"
+    )
     p.add_argument(
         "--policy",
         metavar="FILE",

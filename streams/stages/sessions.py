@@ -140,8 +140,7 @@ class SessionStage:
             for msg in msgs:
                 # what a held session grows by, about: the events' bytes
                 self.held_bytes += len(msg.value or b"")
-                states.clocks.load(msg.partition, store)  # once after each start
-                states.clocks.advance(msg.partition, msg.timestamp_ms, wall)
+                states.clocks.advance(msg.partition, msg.timestamp_ms, wall, store)
                 if msg.timestamp_ms is not None:
                     out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
                 if msg.topic == self._verdicts_topic:

@@ -114,8 +114,7 @@ class TraceStage:
         sessions: dict[str, list[dict[str, Any]]] = {}
         ended: set[int] = set()
         for msg in msgs:
-            self.clocks.load(msg.partition, store)  # once after each start
-            now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall)
+            now = self.clocks.advance(msg.partition, msg.timestamp_ms, wall, store)
             if msg.timestamp_ms is not None:
                 out.timestamp_ms = max(out.timestamp_ms or 0, msg.timestamp_ms)
             by_trace: dict[str, list[dict[str, Any]]] = {}

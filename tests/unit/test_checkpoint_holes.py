@@ -160,31 +160,14 @@ def test_repairs_are_written_without_waiting_for_their_partitions_traffic() -> N
     going) kept them pending, however many checkpoints committed. Now every checkpoint writes
     them, with their partition's committed offsets in the header, so each key's latest record
     is one the committed offsets cover."""
-    world = World(Settings())
-    quiet = same_partition(world, 2)
-    busy = [f"b{i}" for i in range(400) if partition_for(f"b{i}", world.partitions) == 1][:4]
-    for n, sid in enumerate(quiet):
-        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
-    for n, sid in enumerate(quiet):
-        at = T0 + 1000 + n
-        world.append(world.events, sid, event(sid, 1, at), timestamp_ms=at)
-    for n, sid in enumerate(busy):
-        at = T0 + 2000 + n
-        world.append(world.events, sid, event(sid, 0, at), timestamp_ms=at)
-    world.now_ms = T0 + 60_000
+    world, busy = quiet_and_busy(4)
     p0, p1 = TP(world.events, 0), TP(world.events, 1)
-    log0, log1 = world.logs[(world.events, 0)], world.logs[(world.events, 1)]
+    log1 = world.logs[(world.events, 1)]
     runner = world.runner
 
     async def go() -> None:
         g = world.generation
-        await runner._start(g)
-        await runner._handle([(g, p0, log0[0:2])])
-        await runner._commit()
-        await runner._handle([(g, p0, log0[2:4])])
-        world.kafka.refuse_next_commit = True
-        await runner._commit()  # its changelog records are in the log, uncovered
-        assert world.table.repairs.get(0)
+        await queue_repairs(world)  # its changelog records are in the log, uncovered
         world.position[p0] = 2  # the quiet partition's records are taken again ...
         await runner._start(g)
         for i in range(len(busy)):  # ... but only the busy partition gets new records
@@ -232,6 +215,39 @@ def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> No
 
 def world_events() -> str:
     return Settings().topics.events
+
+
+def quiet_and_busy(busy: int) -> tuple[World, list[str]]:
+    """Two sessions on partition 0 with two searches each (a second apart), and ``busy``
+    sessions on partition 1, each with one search after them."""
+    world = World(Settings())
+    quiet = same_partition(world, 2)
+    on_1 = [f"b{i}" for i in range(400) if partition_for(f"b{i}", world.partitions) == 1]
+    for n, sid in enumerate(quiet):
+        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+    for n, sid in enumerate(quiet):
+        at = T0 + 1000 + n
+        world.append(world.events, sid, event(sid, 1, at), timestamp_ms=at)
+    for n, sid in enumerate(on_1[:busy]):
+        at = T0 + 2000 + n
+        world.append(world.events, sid, event(sid, 0, at), timestamp_ms=at)
+    world.now_ms = T0 + 60_000
+    return world, on_1[:busy]
+
+
+async def queue_repairs(world: World) -> None:
+    """Partition 0's first two records committed, its next two in a checkpoint whose commit
+    is refused: their changelog records are in the log, uncovered, and their keys queued for
+    repair."""
+    runner, g = world.runner, world.generation
+    p0, log0 = TP(world.events, 0), world.logs[(world.events, 0)]
+    await runner._start(g)
+    await runner._handle([(g, p0, log0[0:2])])
+    await runner._commit()
+    await runner._handle([(g, p0, log0[2:4])])
+    world.kafka.refuse_next_commit = True
+    await runner._commit()
+    assert world.table.repairs.get(0)
 
 
 def three_sessions() -> tuple[World, list[str]]:
@@ -382,17 +398,9 @@ def test_a_commit_of_unknown_outcome_with_repairs_is_rolled_back_not_fatal() -> 
     (the repairs' guard). When a commit's outcome is unknown and the broker then says the
     moved partitions did not land, that re-commit reads as landed either way: it must not make
     the commit look landed in part, which stops the worker. It did not land: roll back."""
-    world = World(Settings())
-    quiet = same_partition(world, 2)
-    busy = [f"b{i}" for i in range(400) if partition_for(f"b{i}", world.partitions) == 1][:2]
-    for n, sid in enumerate(quiet):
-        world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
-        world.append(world.events, sid, event(sid, 1, T0 + 1000 + n), timestamp_ms=T0 + 1000 + n)
-    for n, sid in enumerate(busy):
-        world.append(world.events, sid, event(sid, 0, T0 + 2000 + n), timestamp_ms=T0 + 2000 + n)
-    world.now_ms = T0 + 60_000
+    world, _ = quiet_and_busy(2)
     p0, p1 = TP(world.events, 0), TP(world.events, 1)
-    log0, log1 = world.logs[(world.events, 0)], world.logs[(world.events, 1)]
+    log1 = world.logs[(world.events, 1)]
     runner = world.runner
     commit = world.kafka.commit
 
@@ -401,13 +409,7 @@ def test_a_commit_of_unknown_outcome_with_repairs_is_rolled_back_not_fatal() -> 
 
     async def go() -> None:
         g = world.generation
-        await runner._start(g)
-        await runner._handle([(g, p0, log0[0:2])])
-        await runner._commit()
-        await runner._handle([(g, p0, log0[2:4])])
-        world.kafka.refuse_next_commit = True
-        await runner._commit()  # p0's keys are queued for repair
-        assert world.table.repairs.get(0)
+        await queue_repairs(world)  # p0's keys are queued for repair
         world.position[p0] = 2
         await runner._start(g)
         await runner._handle([(g, p1, log1[0:2])])
@@ -464,4 +466,3 @@ def test_the_sweeps_are_the_same_after_a_rollback_as_without_it() -> None:
     assert run(refuse=True) == first
     searches, late = first
     assert late == [] and len(searches) == 4
-
