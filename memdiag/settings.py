@@ -110,6 +110,9 @@ def setting(env: str, default: Any, doc: str, *, secret: bool = False) -> Any:
                                                               "secret": secret})  # fmt: skip
 
 
+#: the smallest MEMDIAG_MAX_OUTPUT_BYTES: a trimmed row keeps its ids and counts whole
+MIN_OUTPUT_BYTES = 16 * 1024
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -218,6 +221,14 @@ class Settings:
         "MEMDIAG_DEADLETTER_PAYLOAD_BYTES",
         64 * 1024,
         "how much of a bad payload a dead letter keeps.",
+    )
+    max_output_bytes: int = setting(
+        "MEMDIAG_MAX_OUTPUT_BYTES",
+        1_000_000,
+        "a row the worker sends for DuckDB (a session diagnostic, a judgement) larger than "
+        "this is trimmed to fit, its largest lists and texts first, and says so in its "
+        "``failure_context`` (docs/topics.md). Keep it under the broker's "
+        "``message.max.bytes`` (Apache Kafka: 1,048,588), which refuses a larger record.",
     )
     store_text: bool = setting(
         "MEMDIAG_STORE_TEXT", False, "``1`` keeps raw query and response texts in DuckDB."
@@ -503,6 +514,11 @@ class Settings:
                             ("MEMDIAG_DECODED_CACHE_MB", self.decoded_cache_mb)):  # fmt: skip
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
+        if self.max_output_bytes < MIN_OUTPUT_BYTES:
+            raise ConfigError(
+                f"MEMDIAG_MAX_OUTPUT_BYTES must be at least {MIN_OUTPUT_BYTES:,} (a row keeps "
+                f"its ids and counts whole), got {self.max_output_bytes:,}"
+            )
         if self.detector not in DETECTORS:
             raise ConfigError(f"MEMDIAG_DETECTOR={self.detector!r}: use {' or '.join(DETECTORS)}")
         if not 0.0 <= self.similarity_threshold <= 1.0:

@@ -6,6 +6,7 @@ delivery before it commits."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from typing import Any
 
@@ -13,9 +14,12 @@ import orjson
 from faust.types import TopicT
 
 from memdiag.contract.envelope import CounterKey, Output
+from memdiag.streams.fit import fit
 from memdiag.streams.metrics import Counters
 from memdiag.streams.produce import Batches
 from memdiag.streams.stages.counters import increments, minute_of
+
+log = logging.getLogger(__name__)
 
 
 class CounterBuffer:
@@ -77,8 +81,11 @@ class Sender:
         buffer: CounterBuffer,
         metrics: Counters,
         graph_weights: TopicT,
+        max_output_bytes: int = 1_000_000,
     ):
         self.batches = batches
+        #: MEMDIAG_MAX_OUTPUT_BYTES: a record over it is trimmed (memdiag.streams.fit)
+        self.max_output_bytes = max_output_bytes
         self.diagnostics, self.deadletter, self.weights = (
             diagnostics.get_topic_name(), deadletter.get_topic_name(), weights.get_topic_name()
         )  # fmt: skip
@@ -96,17 +103,19 @@ class Sender:
         ts = out.timestamp_ms
         add = self.batches.add
         dumps = orjson.dumps
+        limit = self.max_output_bytes
 
         async def put(
             topic: str, key: str | bytes | None, value: Any, timestamp_ms: int | None = None,
-            headers: Any = None, partition: int | None = None,
+            headers: Any = None, partition: int | None = None, trim: bool = False,
         ) -> None:  # fmt: skip
             k = key.encode("utf-8") if isinstance(key, str) else key
-            for data in _messages(value, dumps):
+            # only rows for the sink are trimmed: the internal topics carry state and events
+            for data in _messages(value, dumps, limit if trim else _NO_LIMIT, topic, key):
                 await add(topic, k, data, partition, timestamp_ms, headers)
 
         for key, records in out.diagnostics.items():
-            await put(self.diagnostics, key, records)
+            await put(self.diagnostics, key, records, trim=True)
         for obs_id, records in out.steps.items():
             await put(self.steps, obs_id, records, ts)
         for session_id, records in out.verdicts.items():
@@ -119,12 +128,12 @@ class Sender:
             await put(self.span_events, None, records, ts, partition=partition)
         for obs_id, records in out.weights.items():
             for record in records:  # one message per update: the memory system applies each
-                await put(self.weights, obs_id, record)
+                await put(self.weights, obs_id, record, trim=True)
         for graph_key, records in out.graph_weights.items():
             for record in records:  # keyed entity:ID or edge:SOURCE|TARGET|RELATIONSHIP
-                await put(self.graph_weights, graph_key, record)
+                await put(self.graph_weights, graph_key, record, trim=True)
         for dl_key, record in out.deadletters:
-            await put(self.deadletter, dl_key, record)
+            await put(self.deadletter, dl_key, record, trim=True)
         for topic, reroute in ((self.events, out.reroute), (self.memory, out.reroute_memory)):
             for key, raws, timestamp_ms in reroute:
                 # back onto its topic, keyed so Kafka's partitioner puts it where its state
@@ -161,14 +170,46 @@ class Sender:
 #: The largest message memdiag sends of several records: under the 1 MiB a broker takes by
 #: default (``message.max.bytes``), with room for the record batch around it.
 MAX_MESSAGE_BYTES = 512 * 1024
+#: the limit of the internal topics' records: never trimmed (they carry events and state)
+_NO_LIMIT = 1 << 62
 
 
-def _messages(value: Any, dumps: Any) -> list[bytes]:
+def _messages(value: Any, dumps: Any, limit: int, topic: str, key: Any) -> list[bytes]:
     """``value`` as one message, or a list of records as several, each under
-    :data:`MAX_MESSAGE_BYTES` (a record larger than that goes alone): a batch's outputs for
-    one key can be many, and a message the broker refuses would fail every checkpoint."""
+    :data:`MAX_MESSAGE_BYTES` (a record larger than that goes alone, trimmed to ``limit`` if
+    it is over: :func:`memdiag.streams.fit.fit`): a batch's outputs for one key can be many,
+    and a message the broker refuses would fail every checkpoint."""
     data: bytes = dumps(value)
-    if len(data) <= MAX_MESSAGE_BYTES or not isinstance(value, list) or len(value) < 2:
+    n = len(data)
+    if n <= MAX_MESSAGE_BYTES and n <= limit:
         return [data]
-    half = len(value) // 2
-    return _messages(value[:half], dumps) + _messages(value[half:], dumps)
+    if isinstance(value, list) and len(value) > 1:
+        half = len(value) // 2
+        return _messages(value[:half], dumps, limit, topic, key) + _messages(
+            value[half:], dumps, limit, topic, key
+        )
+    if len(data) <= limit:
+        return [data]
+    one = isinstance(value, list)  # a list of one record: its brackets count
+    record = value[0] if one else value
+    if not isinstance(record, dict):
+        return [data]
+    fitted, notes = fit(record, limit, dumps, overhead=2 * one)
+    _trimmed(topic, key, record, notes, len(data))
+    return [dumps([fitted] if one else fitted)]
+
+
+def _trimmed(topic: str, key: Any, record: dict[str, Any], notes: dict[str, str],
+             size: int) -> None:  # fmt: skip
+    """Say what was trimmed of a record over MEMDIAG_MAX_OUTPUT_BYTES (or that nothing could
+    be: the broker will refuse it if its own limit is lower)."""
+    what = f"{record.get('kind', 'record')} {key!r} on {topic} ({size:,} bytes)"
+    if notes:
+        fields = "; ".join(f"{name}: {note}" for name, note in notes.items())
+        log.warning("a %s is over MEMDIAG_MAX_OUTPUT_BYTES and was trimmed: %s", what, fields)
+    else:
+        log.error(
+            "a %s is over MEMDIAG_MAX_OUTPUT_BYTES and has nothing to trim; it is sent whole, "
+            "and a broker whose message.max.bytes is lower refuses it",
+            what,
+        )

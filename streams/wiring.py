@@ -75,7 +75,7 @@ def register(w: Wiring) -> Runner:
     sender = Sender(
         batches, w.diagnostics, w.deadletter, w.weights, w.events, w.steps, w.verdicts,
         w.counters, w.memory, w.otlp_traces, w.span_events, CounterBuffer(), Counters(),
-        w.graph_weights,
+        w.graph_weights, settings.max_output_bytes,
     )  # fmt: skip
 
     def on_failure(msg: InMessage, exc: BaseException) -> Output:

@@ -8,6 +8,8 @@ with what it rebuilt: DuckDB holds the reference's rows.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from aiokafka import AIOKafkaConsumer
 
 from memdiag.streams.app import STATE_TABLE
 from memdiag.streams.checkpoint import RECORD_LIMIT
+from memdiag.streams.fit import TRUNCATED
 from memdiag.streams.store import PART_HEADER
 from tests.compare import differences, from_duckdb, from_reference
 from tests.integration.conftest import Pipeline
@@ -91,3 +94,47 @@ def test_a_state_value_longer_than_a_record_is_rebuilt_on_a_fresh_machine(
     assert differences(expected, from_duckdb(pipeline.query)) == []
     (row,) = pipeline.query("SELECT outcome FROM session_diagnostics WHERE session_id = 'ses_long'")
     assert row == ("rejected",)
+
+
+def test_a_diagnostic_over_the_output_limit_lands_trimmed(pipeline: Pipeline) -> None:
+    """A failed session that injected thousands of memories and carries a big
+    ``failure_context``: its diagnostic is over MEMDIAG_MAX_OUTPUT_BYTES (here 32 KiB, so the
+    embedded broker, which takes larger records, shows it as Apache Kafka with its 1 MiB
+    default would). It lands trimmed, says so, and the worker goes on with the next session."""
+    limit = 32 * 1024
+    pipeline.settings = dataclasses.replace(pipeline.settings, max_output_bytes=limit)
+    observations = [{"id": f"obs_big_{i:05d}", "content": "c"} for i in range(4_000)]
+    context = {"trace": [f"frame {i}: deploy.py line {i}" for i in range(3_000)]}
+
+    def session(sid: str, obs: list[dict[str, str]], failure: Any) -> list[dict[str, Any]]:
+        return [
+            {"kind": "injection", "event_id": f"{sid}-inj", "ts": ts(1), "session_id": sid,
+             "turn_id": "t1", "observations": obs},
+            {"kind": "response", "event_id": f"{sid}-res", "ts": ts(2), "session_id": sid,
+             "turn_id": "t1", "text": "done"},
+            {"kind": "session_outcome", "event_id": f"{sid}-out", "ts": ts(3),
+             "session_id": sid, "outcome": "rejected", "tool_calls": [], "files_modified": [],
+             "errors": [], "failure_context": failure},
+        ]  # fmt: skip
+
+    big = session("ses_big", observations, context)
+    small = session("ses_small", observations[:2], {"why": "tests failed"})
+    pipeline.start("worker", "sink")
+    pipeline.publish_events(big + small)
+    pipeline.drain(timeout=120)
+    rows = dict(pipeline.query(
+        "SELECT session_id, failure_context FROM session_diagnostics"))  # fmt: skip
+    assert json.loads(rows["ses_small"]) == {"why": "tests failed"}
+    note = json.loads(rows["ses_big"])[TRUNCATED]
+    assert note["limit"] == limit and note["bytes"] > limit
+    assert set(note["fields"]) == {"failure_context", "injected_observation_ids",
+                                   "ignored_observation_ids"}  # fmt: skip
+    (kept,) = pipeline.query(
+        "SELECT injected_observation_ids FROM session_diagnostics WHERE session_id = 'ses_big'"
+    )[0]
+    assert 0 < len(kept) < 4_000 and kept == [o["id"] for o in observations[: len(kept)]]
+    log = (pipeline.workdir / "worker.log").read_text()
+    assert "session_diagnostic 'ses_big'" in log and "was trimmed" in log
+    # nothing was refused for it: no dead letter, both sessions' diagnostics are there
+    assert pipeline.query("SELECT count(*) FROM dead_letters") == [(0,)]
+    assert len(rows) == 2
