@@ -10,22 +10,31 @@ Consecutive events of one key are packed into one message (a JSON array) of at m
 only order Kafka promises anyway. The publisher does not judge events: a line that is not
 JSON, or has no usable key, is sent as it is (unkeyed, alone) and the worker dead-letters it
 with a reason, so nothing vanishes and the worker stays the one judge.
+
+One thing only the broker can judge: a message over its ``message.max.bytes`` (Apache Kafka:
+1 MiB by default), or over the producer's 8 MiB. A refused batch is sent again line by line;
+a line refused alone goes to the dead letters in its place (``too_large``, its start as the
+payload), and the publishing goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 
+from memdiag.contract import TOO_LARGE
 from memdiag.kafka import KafkaUnavailable, client_options
 from memdiag.schemas import MEMORY_KINDS
+from memdiag.schemas.deadletters import dead_letter_id, digest
+from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
@@ -41,6 +50,23 @@ class PublishStats:
     bytes: int = 0
     #: the lines in messages the broker acknowledged (a failure says how far it got)
     acknowledged: int = 0
+    #: lines the broker refused as too large for one message: dead-lettered in their place
+    too_large: int = 0
+
+
+class Line(NamedTuple):
+    number: int  # among the file's non-empty lines, from 1
+    payload: bytes
+
+
+class Sent(NamedTuple):
+    """A message on its way, and what to do if the broker refuses it as too large."""
+
+    future: asyncio.Future[Any]
+    topic: str
+    key: bytes | None
+    lines: list[Line]  # its lines, sent again one by one (or dead-lettered) if refused
+    counts: int  # the lines it stands for once acknowledged
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,46 +131,85 @@ async def publish_file(
         request_timeout_ms=30_000,
     )
     await producer.start()
-    #: each message's delivery, with the number of lines it holds
-    pending: list[tuple[asyncio.Future[Any], int]] = []
-    buffers: dict[tuple[str, bytes], tuple[list[bytes], int]] = {}
+    pending: list[Sent] = []
+    pending_bytes = 0
+    buffers: dict[tuple[str, bytes], tuple[list[Line], int]] = {}
     buffered_bytes = 0
 
-    async def send(topic: str, key: bytes | None, value: bytes, lines: int = 1) -> None:
-        pending.append((await producer.send(topic, value=value, key=key), lines))
+    async def send(topic: str, key: bytes | None, value: bytes, lines: list[Line],
+                   counts: int | None = None) -> None:  # fmt: skip
+        nonlocal pending_bytes
+        try:
+            future = await producer.send(topic, value=value, key=key)
+        except MessageSizeTooLargeError as exc:  # over the producer's own max_request_size
+            if not lines:  # a dead letter: no smaller form of it to send
+                raise
+            await refused(topic, key, lines, exc)
+            return
+        pending.append(Sent(future, topic, key, lines, len(lines) if counts is None else counts))
         stats.messages += 1
         stats.bytes += len(value)
-        if len(pending) >= 2_000:
-            await _drain(pending, stats)
+        pending_bytes += len(value)
+        if len(pending) >= 2_000 or pending_bytes > 32 * 1024 * 1024:
+            await drain()
+
+    async def drain() -> None:
+        """Wait for what was sent; send the refused-as-too-large again (line by line) or to
+        the dead letters, until nothing is pending; raise the first other failure."""
+        nonlocal pending_bytes
+        while pending:
+            batch = pending[:]
+            pending.clear()
+            pending_bytes = 0
+            failure: BaseException | None = None
+            for sent, exc in await _drain(batch, stats):
+                if isinstance(exc, TOO_LARGE_ERRORS) and sent.lines and failure is None:
+                    await refused(sent.topic, sent.key, sent.lines, exc)
+                else:
+                    failure = failure or exc
+            if failure is not None:
+                await _drain(pending, stats)  # every outcome read, none left unretrieved
+                raise failure
+
+    async def refused(topic: str, key: bytes | None, lines: list[Line], exc: Exception) -> None:
+        if len(lines) > 1:  # a batch: each of its lines alone (the order of a key's events
+            for line in lines:  # does not matter to the worker: it orders by event time)
+                await send(topic, key, b"[" + line.payload + b"]", [line])
+            return
+        (line,) = lines
+        stats.too_large += 1
+        letter = too_large_letter(topic, key, line, settings, exc)
+        await send(settings.topics.deadletter, key, orjson.dumps(letter), [], counts=1)
 
     async def flush_key(k: tuple[str, bytes]) -> None:
         nonlocal buffered_bytes
         lines, size = buffers.pop(k)
         buffered_bytes -= size
-        await send(k[0], k[1], b"[" + b",".join(lines) + b"]", len(lines))
+        await send(k[0], k[1], b"[" + b",".join(line.payload for line in lines) + b"]", lines)
 
     try:
-        for line in iter_lines(path, progress):
+        for payload in iter_lines(path, progress):
             stats.lines += 1
-            r = route(line, settings)
+            line = Line(stats.lines, payload)
+            r = route(payload, settings)
             if r.topic == settings.topics.otlp_spans:
                 stats.span_records += 1
-                await send(r.topic, None, r.payload)
+                await send(r.topic, None, r.payload, [line])
                 continue
             if not r.batchable or r.key is None:
                 stats.unkeyed_lines += r.key is None
                 stats.events += 1
-                await send(r.topic, r.key, r.payload)
+                await send(r.topic, r.key, r.payload, [line])
                 continue
             stats.events += 1
             k = (r.topic, r.key)
             lines, size = buffers.get(k, ([], 0))
-            if lines and size + len(line) + 1 > max_batch_bytes:
+            if lines and size + len(payload) + 1 > max_batch_bytes:
                 await flush_key(k)
                 lines, size = [], 0
             lines.append(line)
-            buffers[k] = (lines, size + len(line) + 1)
-            buffered_bytes += len(line) + 1
+            buffers[k] = (lines, size + len(payload) + 1)
+            buffered_bytes += len(payload) + 1
             if len(lines) >= batch_size:
                 await flush_key(k)
             elif buffered_bytes > 64 * 1024 * 1024:  # bound memory on huge files
@@ -152,19 +217,15 @@ async def publish_file(
                     await flush_key(key)
         for key in list(buffers):
             await flush_key(key)
-        await _drain(pending, stats)
+        await drain()
         await producer.flush()
     except KafkaError as exc:
-        try:  # how far it got: every delivery's outcome, none left unretrieved
-            await _drain(pending, stats)
-        except KafkaError:
-            pass
-        if isinstance(exc, MessageSizeTooLargeError):
+        await _drain(pending, stats)  # how far it got: every delivery's outcome, none unread
+        if isinstance(exc, TOO_LARGE_ERRORS):  # a dead letter refused: nothing else to do
             raise KafkaUnavailable(
                 f"the broker refused a message as too large ({exc}) after {stats.acknowledged:,} "
-                f"of the {stats.lines:,} lines read: a line of {path} (or --batch-size lines of "
-                "one session) is over its message.max.bytes. Publishing again stops at the same "
-                "place: trim or remove that line, or a smaller --batch-size"
+                f"of the {stats.lines:,} lines read, even the dead letter of a line too large "
+                "for it: its message.max.bytes is below what memdiag needs (64 KB and more)"
             ) from exc
         raise KafkaUnavailable(
             f"the broker stopped acknowledging ({type(exc).__name__}: {exc}) after "
@@ -177,18 +238,51 @@ async def publish_file(
     return stats
 
 
-async def _drain(pending: list[tuple[asyncio.Future[Any], int]], stats: PublishStats) -> None:
-    """Wait for every delivery; count the lines of those acknowledged; raise the first
-    failure after all are in (so no future's error goes unretrieved)."""
+#: what the broker (or the producer, over its max_request_size) says of a message too large
+TOO_LARGE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError)
+
+
+def too_large_letter(
+    topic: str, key: bytes | None, line: Line, settings: Settings, exc: Exception
+) -> dict[str, Any]:
+    """The dead letter of a line no message can carry, as the worker writes one: the same
+    line published again (a rerun of the file) is the same row."""
+    limit = settings.deadletter_payload_bytes
+    payload = line.payload
+    return {
+        "dead_letter_id": dead_letter_id(
+            topic, settings.topic_prefix, "publish", line.number, digest(payload)
+        ),
+        "topic": topic,
+        "partition": None,
+        "offset": None,
+        "batch_index": None,
+        "key": key.decode("utf-8", "replace") if key is not None else None,
+        "reason": TOO_LARGE,
+        "detail": (
+            f"the broker refused line {line.number:,} of the published file ({len(payload):,} "
+            f"bytes) as too large for one message ({type(exc).__name__}): memdiag publish "
+            "sent it here in its place. Trim what the event carries (long texts, big id "
+            "lists), or raise the broker's message.max.bytes and MEMDIAG_MAX_EVENT_BYTES"
+        ),
+        "payload": payload[:limit].decode("utf-8", "replace"),
+        "payload_bytes": len(payload),
+        "payload_truncated": len(payload) > limit,
+        "ts": format_ts(time.time_ns() // 1000),
+    }
+
+
+async def _drain(pending: list[Sent], stats: PublishStats) -> list[tuple[Sent, BaseException]]:
+    """Wait for every delivery; count the lines of those acknowledged; the failed ones, with
+    their errors (every future's outcome is read, so none goes unretrieved)."""
     if not pending:
-        return
-    results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
-    failure: BaseException | None = None
-    for (_, lines), result in zip(pending, results, strict=True):
+        return []
+    results = await asyncio.gather(*(sent.future for sent in pending), return_exceptions=True)
+    failed = []
+    for sent, result in zip(pending, results, strict=True):
         if isinstance(result, BaseException):
-            failure = failure or result
+            failed.append((sent, result))
         else:
-            stats.acknowledged += lines
+            stats.acknowledged += sent.counts
     pending.clear()
-    if failure is not None:
-        raise failure
+    return failed

@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         "memdiag.memory keyed by agent_id, batching consecutive events of one key into one "
         "message; a line that is an OTLP/JSON TracesData goes whole to memdiag.otlp_spans. "
         "Lines that are not valid events are sent too: the worker dead-letters them with a "
-        "reason.",
+        "reason. A line the broker refuses as too large for one message (message.max.bytes) "
+        "goes to memdiag.deadletter in its place (too_large), and publishing goes on.",
     )
     publish.add_argument("file", metavar="FILE.jsonl")
     publish.add_argument(

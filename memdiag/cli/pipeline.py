@@ -232,6 +232,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         "span_records": stats.span_records,
         "bytes": stats.bytes,
         "acknowledged": stats.acknowledged,
+        "too_large": stats.too_large,
     }
     if args.json:
         print_json(result)
@@ -250,4 +251,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+        if stats.too_large:
+            out.print(
+                f"{stats.too_large:,} lines were too large for the broker (its "
+                f"message.max.bytes): they went to {settings.topics.deadletter} in their place "
+                "(reason too_large); `memdiag query dead-letters` shows them"
+            )
     return 0

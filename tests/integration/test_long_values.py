@@ -14,9 +14,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from memdiag.publish import publish_file
 from memdiag.streams.app import STATE_TABLE
 from memdiag.streams.checkpoint import RECORD_LIMIT
 from memdiag.streams.fit import TRUNCATED
@@ -138,3 +140,28 @@ def test_a_diagnostic_over_the_output_limit_lands_trimmed(pipeline: Pipeline) ->
     # nothing was refused for it: no dead letter, both sessions' diagnostics are there
     assert pipeline.query("SELECT count(*) FROM dead_letters") == [(0,)]
     assert len(rows) == 2
+
+
+def test_publish_dead_letters_a_line_no_message_can_carry(pipeline: Pipeline) -> None:
+    """``memdiag publish`` of a file with one 9 MiB line among ordinary ones, through the real
+    producer (its max_request_size is 8 MiB): the line is dead-lettered in its place, and
+    every other event lands as usual."""
+    events = [
+        {"kind": "search", "event_id": f"q{i}", "ts": ts(i), "session_id": "ses_pub",
+         "query": "deploy", "result_ids": ["obs_1"]}
+        for i in range(4)
+    ]  # fmt: skip
+    huge = {"kind": "response", "event_id": "huge", "ts": ts(9), "session_id": "ses_pub",
+            "turn_id": "t1", "text": "y" * (9 * 1024 * 1024)}  # fmt: skip
+    path = pipeline.workdir / "events.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in [*events[:2], huge, *events[2:]]) + b"\n")
+    pipeline.start("worker", "sink")
+    stats = asyncio.run(publish_file(path, pipeline.settings))
+    assert stats.too_large == 1 and stats.acknowledged == 5
+    pipeline.drain(timeout=120)
+    assert pipeline.query("SELECT count(*) FROM searches") == [(4,)]
+    ((reason, key, size, detail),) = pipeline.query(
+        "SELECT reason, key, payload_bytes, detail FROM dead_letters"
+    )
+    assert (reason, key, size) == ("too_large", "ses_pub", len(orjson.dumps(huge)))
+    assert "line 3 of the published file" in detail

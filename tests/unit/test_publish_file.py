@@ -96,7 +96,71 @@ def test_a_hung_broker_is_one_clear_error_that_says_how_far_it_got(
     assert unretrieved == []
 
 
-def test_a_message_the_broker_refuses_as_too_large_says_so(
+class SmallBroker(HungBroker):
+    """A broker with a ``message.max.bytes``: a larger message fails its delivery with
+    MESSAGE_TOO_LARGE; the producer refuses one over ``max_request`` when it is sent."""
+
+    def __init__(self, max_bytes: int, max_request: int = 10**9) -> None:
+        super().__init__(answered=10**9, refuse_after=10**9)
+        self.max_bytes, self.max_request = max_bytes, max_request
+        self.messages: list[tuple[str, bytes]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes | None) -> asyncio.Future[Any]:
+        if len(value) > self.max_request:
+            raise MessageSizeTooLargeError(f"the message is {len(value)} bytes")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if len(value) > self.max_bytes:
+            future.set_exception(MessageSizeTooLargeError())
+        else:
+            self.messages.append((topic, value))
+            future.set_result(None)
+        return future
+
+
+def big_lines_file(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """Two sessions of three events each; the second event of s0 carries 100 KB."""
+    lines = []
+    for s in range(2):
+        for n in range(3):
+            event = {"kind": "response", "event_id": f"e{s}-{n}", "session_id": f"s{s}",
+                     "turn_id": "t", "ts": "2026-11-20T10:00:00Z",
+                     "text": "x" * (100_000 if (s, n) == (0, 1) else 10)}  # fmt: skip
+            lines.append(orjson.dumps(event))
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path, lines
+
+
+@pytest.mark.parametrize("where", ["broker", "producer"])
+def test_a_line_too_large_for_one_message_is_dead_lettered_and_the_rest_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The broker refuses the batch holding the big line: its lines go again one by one, and
+    the big one, refused alone, is dead-lettered (``too_large``) in its place. Over the
+    producer's own max_request_size, the same without a round trip."""
+    broker = SmallBroker(80_000) if where == "broker" else SmallBroker(10**9, max_request=80_000)
+    monkeypatch.setattr(publish, "AIOKafkaProducer", broker)
+    path, lines = big_lines_file(tmp_path)
+    settings = Settings()
+    stats = asyncio.run(publish.publish_file(path, settings, batch_size=3))
+    assert stats.too_large == 1 and stats.acknowledged == 6 and stats.lines == 6
+    events = [e for t, v in broker.messages if t == settings.topics.events
+              for e in orjson.loads(v)]  # fmt: skip
+    assert sorted(e["event_id"] for e in events) == ["e0-0", "e0-2", "e1-0", "e1-1", "e1-2"]
+    (letter,) = [orjson.loads(v) for t, v in broker.messages if t == settings.topics.deadletter]
+    assert letter["reason"] == "too_large" and letter["key"] == "s0"
+    assert letter["payload_bytes"] == len(lines[1]) and letter["topic"] == settings.topics.events
+    assert "line 2 of the published file" in letter["detail"]
+    assert lines[1].decode().startswith(letter["payload"])
+    # publishing the file again is the same dead letter (one row in DuckDB)
+    again = SmallBroker(broker.max_bytes, broker.max_request)
+    monkeypatch.setattr(publish, "AIOKafkaProducer", again)
+    asyncio.run(publish.publish_file(path, settings, batch_size=3))
+    (second,) = [orjson.loads(v) for t, v in again.messages if t == settings.topics.deadletter]
+    assert second["dead_letter_id"] == letter["dead_letter_id"]
+
+
+def test_a_broker_that_refuses_even_the_dead_letter_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class TooLarge(HungBroker):
@@ -104,5 +168,5 @@ def test_a_message_the_broker_refuses_as_too_large_says_so(
             raise MessageSizeTooLargeError("the message is 2000000 bytes")
 
     monkeypatch.setattr(publish, "AIOKafkaProducer", TooLarge(0, 0))
-    with pytest.raises(KafkaUnavailable, match="refused a message as too large.*trim or remove"):
+    with pytest.raises(KafkaUnavailable, match="refused a message as too large.*dead letter"):
         asyncio.run(publish.publish_file(events_file(tmp_path, 1, 1), Settings()))
