@@ -231,12 +231,12 @@ class Snapshots:
             for p in (target, wal_target):
                 p.unlink(missing_ok=True)
             self._stamp = stamps
-            detail = (
-                f"{self.path} is not a DuckDB file memdiag can read ({str(exc).splitlines()[0]})"
-            )
+            # DuckDB names the file it opened, the copy: the user knows theirs
+            said = str(exc).splitlines()[0].replace(str(target), str(self.path))
+            detail = f"{self.path} is not a DuckDB file memdiag can read ({said})"
             if self._current is not None:  # it was one a moment ago: keep that, try again
                 log.warning("a snapshot of %s did not open (%s); keeping the one before",
-                            self.path, str(exc).splitlines()[0])  # fmt: skip
+                            self.path, said)  # fmt: skip
                 self._stamp = None  # the next change (or interval) tries again
                 self._last_copy = time.monotonic()
                 return False

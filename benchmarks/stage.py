@@ -79,7 +79,7 @@ def stage_round(msgs: list[InMessage]) -> float:
     for n, i in enumerate(range(0, len(msgs), BATCH), 1):
         out = stage.process(msgs[i : i + BATCH], store)
         for records in out.diagnostics.values():
-            _messages(records, orjson.dumps)
+            _messages(records, orjson.dumps, 1_000_000, "diagnostics", None)
         if n % SETTLE_EVERY == 0:
             stage.settle(store)
     stage.settle(store)

@@ -424,7 +424,8 @@ def create_app(
         return await render(request, pages.dead_letters)
 
     async def go(request: Request) -> Response:
-        """The search box: the page of a session, memory or agent of that id."""
+        """The search box: the page of a session, memory, agent, run or run group of that
+        id."""
         from starlette.responses import RedirectResponse
 
         from memdiag.analytics.lookup import lookup
@@ -440,6 +441,7 @@ def create_app(
                 ("recall_memory", paths.memory_path),
                 ("agent", paths.agent_path),
                 ("run", lambda r: paths.runs_path(r, None)),
+                ("run_group", lambda g: "/runs?" + urlencode({"baseline_group": g})),
             ):
                 if lookup(cur, kind, wanted)[0]:
                     return path(wanted)

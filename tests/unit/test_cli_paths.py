@@ -77,7 +77,8 @@ def test_publish_refuses_a_folder_and_an_empty_batch_and_names_a_file_that_is_no
     from memdiag.cli.pipeline import _not_json_lines
 
     assert main(["publish", str(tmp_path)]) == 2
-    assert "is a folder: give a JSON Lines file" in capsys.readouterr().err
+    said = " ".join(capsys.readouterr().err.split())  # wrapped to the terminal's width
+    assert "is a folder: give a JSON Lines file" in said
     events = tmp_path / "e.jsonl"
     events.write_text('{"kind": "search"}\n\n{"kind": "search"}\n')
     with pytest.raises(SystemExit) as empty:

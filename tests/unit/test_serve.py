@@ -239,6 +239,8 @@ def test_a_file_that_is_not_duckdb_or_older_says_so(tmp_path: Path, db: Path) ->
     with TestClient(create_app(str(junk)), base_url="http://127.0.0.1") as c:
         r = c.get("/sessions/x")
         assert r.status_code == 503 and "not a DuckDB file" in r.text
+        # the page names the user's file, never the view's private copy of it
+        assert ".duckdb" not in r.text.replace(str(junk), "") and "/v1.duckdb" not in r.text
         assert c.get("/healthz").json()["state"] == NOT_DUCKDB
     old = tmp_path / "old.duckdb"
     shutil.copy(db, old)
@@ -490,3 +492,23 @@ def test_the_caveats_are_kept_a_minute(db: Path) -> None:
         finally:
             status_module.proxy_strength = real  # type: ignore[assignment]
     assert len(calls) == 2  # once per filter within the minute
+
+
+def test_the_search_box_goes_to_each_kind_of_id(db: Path, tmp_path: Path) -> None:
+    """/go?id=...: a session, a memory, an agent, a run, a run group (its runs compared from
+    it); an unknown id goes to the session 404, which lists the closest sessions."""
+    grouped = shutil.copy(db, tmp_path / "grouped.duckdb")
+    with duckdb.connect(str(grouped)) as con:
+        con.execute("UPDATE judgements SET run_group_id = 'nightly <1>' WHERE run_id = ?", [RUN_A])
+    with TestClient(create_app(str(grouped)), base_url="http://127.0.0.1:8765",
+                    follow_redirects=False) as c:  # fmt: skip
+        for wanted, page in (
+            (HOSTILE, f"/sessions/{quote(HOSTILE, safe='')}"),
+            (OBS, f"/memories/{quote(OBS, safe='')}"),
+            (RUN_A, f"/runs?baseline={quote(RUN_A, safe='')}"),
+            ("nightly <1>", "/runs?baseline_group=nightly+%3C1%3E"),
+            ("no-such-id", "/sessions/no-such-id"),
+        ):
+            r = c.get("/go", params={"id": wanted})
+            assert r.status_code == 303 and r.headers["location"] == page, (wanted, r.headers)
+        assert c.get("/runs?baseline_group=nightly+%3C1%3E").status_code == 200

@@ -209,10 +209,17 @@ def test_a_key_with_many_records_is_sent_in_messages_the_broker_takes() -> None:
 
     from memdiag.streams.sender import MAX_MESSAGE_BYTES, _messages
 
+    def messages(value: object, limit: int = 1_000_000) -> list[bytes]:
+        return _messages(value, orjson.dumps, limit, "memdiag.diagnostics", "s1")
+
     rows = [{"kind": "search", "event_id": f"e{i}", "query": "q" * 300} for i in range(5000)]
-    parts = _messages(rows, orjson.dumps)
+    parts = messages(rows)
     assert len(parts) > 1 and all(len(p) <= MAX_MESSAGE_BYTES for p in parts)
     assert [r for p in parts for r in orjson.loads(p)] == rows
     big = [{"text": "x" * (MAX_MESSAGE_BYTES + 1)}]
-    assert _messages(big, orjson.dumps) == [orjson.dumps(big)]
-    assert _messages({"one": 1}, orjson.dumps) == [b'{"one":1}']
+    assert messages(big) == [orjson.dumps(big)]  # under the output limit: whole, alone
+    assert messages({"one": 1}) == [b'{"one":1}']
+    # under a limit below the split size, the messages are split to it
+    small = messages(rows, limit=100_000)
+    assert all(len(p) <= 100_000 for p in small) and len(small) > len(parts)
+    assert [r for p in small for r in orjson.loads(p)] == rows
