@@ -12,6 +12,7 @@ one list in event time, which the terminal and the HTML page both render.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ import duckdb
 from memdiag.analytics.db import DatabaseError
 from memdiag.analytics.lookup import NotFound, lookup
 from memdiag.analytics.queries import rows
-from memdiag.contract import FAILED_OUTCOMES
+from memdiag.contract import FAILED_OUTCOMES, TRUNCATED
 from memdiag.contract.categories import classify
 from memdiag.contract.words import SEMANTIC, is_used
 
@@ -194,7 +195,16 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
         )
         # The rule as memdiag applies it now; a file written under other rules may differ.
         outcome["rule"] = fired.reason
-        if fired.category != diag["failure_category"]:
+        trimmed = _trimmed(diag["failure_context"])
+        if fired.category != diag["failure_category"] and isinstance(trimmed, dict):
+            # the worker classified the whole outcome; the row keeps only part of its lists
+            fields = ", ".join(sorted(trimmed.get("fields") or ()))
+            outcome["rule"] = (
+                f"stored as {diag['failure_category']}, by the rules on the whole outcome; "
+                f"the row was trimmed to fit one Kafka message ({fields}), and its part "
+                f"gives {fired.category}: {fired.reason}"
+            )
+        elif fired.category != diag["failure_category"]:
             outcome["rule"] = (
                 f"stored as {diag['failure_category']}; today's rules give {fired.category}: "
                 f"{fired.reason}"
@@ -280,3 +290,15 @@ def timeline(ex: dict[str, Any]) -> list[dict[str, Any]]:
     for ts, _, item in items:
         item["at"] = (ts - start).total_seconds() if start is not None else 0.0
     return [item for _, _, item in items]
+
+
+def _trimmed(context: Any) -> dict[str, Any] | None:
+    """What the worker trimmed of a row too large for one Kafka message (its note in
+    ``failure_context``, which DuckDB holds as JSON text); None for a whole row."""
+    if isinstance(context, str) and TRUNCATED in context:
+        try:
+            context = json.loads(context)
+        except ValueError:
+            return None
+    note = context.get(TRUNCATED) if isinstance(context, dict) else None
+    return note if isinstance(note, dict) else None

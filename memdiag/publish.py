@@ -42,31 +42,36 @@ ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
 
 @dataclass
 class PublishStats:
-    lines: int = 0
+    """What a publish did. Lines dead-lettered as too large count in ``too_large`` (and in
+    ``acknowledged``), not in ``events`` or ``span_records``."""
+
+    lines: int = 0  # non-empty lines read
     events: int = 0
-    messages: int = 0
+    messages: int = 0  # messages the broker acknowledged on the input topics
     unkeyed_lines: int = 0  # no session key: sent as-is, for the worker to judge
     span_records: int = 0  # OTLP/JSON lines (batches of spans), to otlp_spans
-    bytes: int = 0
-    #: the lines in messages the broker acknowledged (a failure says how far it got)
+    bytes: int = 0  # the bytes of those messages
+    #: the lines the broker acknowledged, on their topic or as dead letters (a failure says
+    #: how far it got)
     acknowledged: int = 0
     #: lines the broker refused as too large for one message: dead-lettered in their place
     too_large: int = 0
 
 
 class Line(NamedTuple):
-    number: int  # among the file's non-empty lines, from 1
+    number: int  # its line number in the file, from 1
     payload: bytes
 
 
 class Sent(NamedTuple):
     """A message on its way, and what to do if the broker refuses it as too large."""
 
-    future: asyncio.Future[Any]
+    future: asyncio.Future[Any] | None  # None: the producer refused it before sending it
     topic: str
     key: bytes | None
-    lines: list[Line]  # its lines, sent again one by one (or dead-lettered) if refused
-    counts: int  # the lines it stands for once acknowledged
+    lines: list[Line]  # its lines, sent again one at a time if it is refused as too large
+    batched: bool  # a JSON array of its lines (else: one line as it was read)
+    size: int  # its bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +106,18 @@ def route(line: bytes, settings: Settings) -> Routed:
     return Routed(t.events, key, line, key is not None)
 
 
-def iter_lines(path: Path, progress: ProgressFn | None = None) -> Iterator[bytes]:
+def iter_lines(path: Path, progress: ProgressFn | None = None) -> Iterator[tuple[int, bytes]]:
+    """Each non-empty line, stripped, with its line number in the file (from 1)."""
     total = path.stat().st_size
     done = 0
     with path.open("rb") as f:
-        for raw in f:
+        for number, raw in enumerate(f, 1):
             done += len(raw)
             line = raw.strip()
             if progress is not None:
                 progress(done, total)
             if line:
-                yield line
+                yield number, line
 
 
 async def publish_file(
@@ -133,73 +139,78 @@ async def publish_file(
     await producer.start()
     pending: list[Sent] = []
     pending_bytes = 0
+    #: messages refused as too large, whose lines go again one at a time at the next drain
+    refused: list[Sent] = []
     buffers: dict[tuple[str, bytes], tuple[list[Line], int]] = {}
     buffered_bytes = 0
 
     async def send(topic: str, key: bytes | None, value: bytes, lines: list[Line],
-                   counts: int | None = None) -> None:  # fmt: skip
+                   batched: bool) -> None:  # fmt: skip
         nonlocal pending_bytes
         try:
             future = await producer.send(topic, value=value, key=key)
-        except MessageSizeTooLargeError as exc:  # over the producer's own max_request_size
-            if not lines:  # a dead letter: no smaller form of it to send
-                raise
-            await refused(topic, key, lines, exc)
+        except MessageSizeTooLargeError:  # over the producer's own max_request_size
+            refused.append(Sent(None, topic, key, lines, batched, len(value)))
             return
-        pending.append(Sent(future, topic, key, lines, len(lines) if counts is None else counts))
-        stats.messages += 1
-        stats.bytes += len(value)
+        pending.append(Sent(future, topic, key, lines, batched, len(value)))
         pending_bytes += len(value)
         if len(pending) >= 2_000 or pending_bytes > 32 * 1024 * 1024:
             await drain()
 
     async def drain() -> None:
-        """Wait for what was sent; send the refused-as-too-large again (line by line) or to
-        the dead letters, until nothing is pending; raise the first other failure."""
+        """Wait for every message sent; raise the first failure that is not "too large";
+        then send each line of the refused messages again on its own."""
         nonlocal pending_bytes
-        while pending:
-            batch = pending[:]
-            pending.clear()
-            pending_bytes = 0
-            failure: BaseException | None = None
-            for sent, exc in await _drain(batch, stats):
-                if isinstance(exc, TOO_LARGE_ERRORS) and sent.lines and failure is None:
-                    await refused(sent.topic, sent.key, sent.lines, exc)
-                else:
-                    failure = failure or exc
-            if failure is not None:
-                await _drain(pending, stats)  # every outcome read, none left unretrieved
-                raise failure
+        failed = await _drain(pending, stats)
+        pending_bytes = 0
+        for sent, exc in failed:
+            if not isinstance(exc, TOO_LARGE_ERRORS):
+                raise exc
+            refused.append(sent)
+        while refused:
+            sent = refused.pop(0)
+            for line in sent.lines:
+                await alone(sent, line)
 
-    async def refused(topic: str, key: bytes | None, lines: list[Line], exc: Exception) -> None:
-        if len(lines) > 1:  # a batch: each of its lines alone (the order of a key's events
-            for line in lines:  # does not matter to the worker: it orders by event time)
-                await send(topic, key, b"[" + line.payload + b"]", [line])
-            return
-        (line,) = lines
-        stats.too_large += 1
-        letter = too_large_letter(topic, key, line, settings, exc)
-        await send(settings.topics.deadletter, key, orjson.dumps(letter), [], counts=1)
+    async def alone(sent: Sent, line: Line) -> None:
+        """One line of a refused message, sent on its own and waited for, with nothing else
+        queued: a batch of its own (the producer packs records sent together into one batch,
+        and the broker judges the batch). Refused again, it is dead-lettered in its place."""
+        value = b"[" + line.payload + b"]" if sent.batched else line.payload
+        try:
+            await (await producer.send(sent.topic, value=value, key=sent.key))
+        except TOO_LARGE_ERRORS as exc:
+            letter = orjson.dumps(too_large_letter(sent.topic, sent.key, line, settings, exc))
+            await (await producer.send(settings.topics.deadletter, value=letter, key=sent.key))
+            stats.too_large += 1
+            if sent.topic == settings.topics.otlp_spans:
+                stats.span_records -= 1
+            else:
+                stats.events -= 1
+        else:
+            stats.messages += 1
+            stats.bytes += len(value)
+        stats.acknowledged += 1
 
     async def flush_key(k: tuple[str, bytes]) -> None:
         nonlocal buffered_bytes
         lines, size = buffers.pop(k)
         buffered_bytes -= size
-        await send(k[0], k[1], b"[" + b",".join(line.payload for line in lines) + b"]", lines)
+        await send(k[0], k[1], b"[" + b",".join(line.payload for line in lines) + b"]", lines, True)
 
     try:
-        for payload in iter_lines(path, progress):
+        for number, payload in iter_lines(path, progress):
             stats.lines += 1
-            line = Line(stats.lines, payload)
+            line = Line(number, payload)
             r = route(payload, settings)
             if r.topic == settings.topics.otlp_spans:
                 stats.span_records += 1
-                await send(r.topic, None, r.payload, [line])
+                await send(r.topic, None, r.payload, [line], False)
                 continue
             if not r.batchable or r.key is None:
                 stats.unkeyed_lines += r.key is None
                 stats.events += 1
-                await send(r.topic, r.key, r.payload, [line])
+                await send(r.topic, r.key, r.payload, [line], False)
                 continue
             stats.events += 1
             k = (r.topic, r.key)
@@ -273,16 +284,20 @@ def too_large_letter(
 
 
 async def _drain(pending: list[Sent], stats: PublishStats) -> list[tuple[Sent, BaseException]]:
-    """Wait for every delivery; count the lines of those acknowledged; the failed ones, with
-    their errors (every future's outcome is read, so none goes unretrieved)."""
+    """Wait for every delivery; count the messages and lines acknowledged; the failed ones,
+    with their errors (every future's outcome is read, so none goes unretrieved)."""
     if not pending:
         return []
-    results = await asyncio.gather(*(sent.future for sent in pending), return_exceptions=True)
+    results = await asyncio.gather(
+        *(sent.future for sent in pending if sent.future is not None), return_exceptions=True
+    )
     failed = []
     for sent, result in zip(pending, results, strict=True):
         if isinstance(result, BaseException):
             failed.append((sent, result))
         else:
-            stats.acknowledged += sent.counts
+            stats.messages += 1
+            stats.bytes += sent.size
+            stats.acknowledged += len(sent.lines)
     pending.clear()
     return failed

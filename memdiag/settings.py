@@ -226,9 +226,10 @@ class Settings:
         "MEMDIAG_MAX_OUTPUT_BYTES",
         1_000_000,
         "a row the worker sends for DuckDB (a session diagnostic, a judgement) larger than "
-        "this is trimmed to fit, its largest lists and texts first, and says so in its "
-        "``failure_context`` (docs/topics.md). Keep it under the broker's "
-        "``message.max.bytes`` (Apache Kafka: 1,048,588), which refuses a larger record.",
+        "this is trimmed to fit, its largest lists and texts first; a session diagnostic says "
+        "so in its ``failure_context``, and the worker logs each (docs/topics.md). Keep it "
+        "under the broker's ``message.max.bytes`` (Apache Kafka: 1,048,588) and the topics' "
+        "``max.message.bytes``, which refuse a larger record.",
     )
     store_text: bool = setting(
         "MEMDIAG_STORE_TEXT", False, "``1`` keeps raw query and response texts in DuckDB."

@@ -167,6 +167,10 @@ LATE_BEYOND_RETENTION = "beyond_retention"
 #: observation's weight and counts do not take it
 LATE_OBSERVATION_WINDOW = "observation_window"
 
+#: the key, in a row trimmed to fit one Kafka message (MEMDIAG_MAX_OUTPUT_BYTES), of what was
+#: trimmed: a session diagnostic's ``failure_context`` holds it (docs/topics.md)
+TRUNCATED = "memdiag_truncated"
+
 # -- dead-letter reasons (the `reason` column and dead_letter_total{reason}) -------------
 
 TOO_LARGE = "too_large"

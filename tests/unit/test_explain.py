@@ -403,3 +403,26 @@ def test_an_older_files_column_is_read_through_the_tables_alias(sql: str, alias:
         con.execute(got)
         prose = "-- what reads from searches\nSELECT disjoint_new_query FROM searches_x"
         assert upgraded(con, prose) == prose
+
+
+def test_a_row_trimmed_to_fit_a_message_is_not_blamed_on_the_rules(tmp_path: Path) -> None:
+    """A failed session whose last tool call (of 3,000) is the failing test run: the worker
+    classifies the whole outcome (test_failure); the row, trimmed to fit one Kafka message,
+    keeps the first calls only. explain says so, rather than "today's rules give other"."""
+    from memdiag.analytics.sink import DuckDBSink
+    from memdiag.streams.fit import fit
+    from tests.unit.test_sessions import Worker
+
+    calls = [{"tool": "bash", "file": f"src/m{i}.py", "success": True} for i in range(3_000)]
+    calls.append({"tool": "pytest", "success": False})
+    w = Worker()
+    w.publish([ev("session_outcome", "big-o", "big", 5, outcome="rejected", tool_calls=calls,
+                  files_modified=[], errors=[])])  # fmt: skip
+    sink = DuckDBSink(tmp_path / "t.duckdb")
+    sink.init()
+    sink.write([fit(r, 32 * 1024)[0] for r in w.records])
+    with duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True) as con:
+        o = explain(con, "big")["outcome"]
+    assert o["failure_category"] == "test_failure"
+    assert o["rule"].startswith("stored as test_failure, by the rules on the whole outcome; "
+                                "the row was trimmed to fit one Kafka message (tool_call_summary)")

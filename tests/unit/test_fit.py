@@ -107,9 +107,50 @@ def test_fit_is_within_the_limit_and_cuts_only_the_tails(
         if name not in notes:
             assert kept == value
         elif isinstance(value, list):
-            assert kept == value[: len(kept)] and len(kept) < len(value)
+            whole = kept if "start of one more" not in notes[name] else kept[:-1]
+            assert whole == value[: len(whole)] and len(whole) < len(value)
+            if whole is not kept:  # the next item, its long texts cut
+                assert is_start(kept[-1], value[len(whole)])
         else:  # free-form JSON: the start of its JSON text
             assert isinstance(kept, str) and orjson.dumps(value).decode().startswith(kept)
+
+
+def is_start(part: Any, item: Any) -> bool:
+    """``part`` is ``item`` with some of its texts cut to a start of themselves."""
+    if isinstance(item, str):
+        return isinstance(part, str) and item.startswith(part)
+    return part.keys() == item.keys() and all(
+        part[k] == v or (isinstance(v, str) and v.startswith(part[k])) for k, v in item.items()
+    )
+
+
+def test_one_huge_item_keeps_its_start_and_the_room_it_leaves_is_used() -> None:
+    """An error with a 900 KB traceback and 30,000 ids: the error keeps the start of its
+    message (not "kept 0 of 1"), and what the fields leave under their common size goes to
+    the others, so the row uses its limit."""
+    row = diagnostic([f"obs_{i:06d}" for i in range(30_000)], None, ["Traceback " * 90_000])
+    out, notes = fit(row, 1_000_000)
+    assert 950_000 < size(out) <= 1_000_000
+    (error,) = out["errors_encountered"]
+    assert is_start(error, row["errors_encountered"][0]) and len(error["message"]) > 100_000
+    assert notes["errors_encountered"] == "kept 0 of 1 items, and the start of one more"
+    assert out["failure_category"] == row["failure_category"]
+
+
+def test_a_failure_context_that_is_a_list_becomes_the_start_of_its_json() -> None:
+    row = diagnostic(["obs_1"], [f"step {i}" for i in range(20_000)], [])
+    out, notes = fit(row, 50_000)
+    preview = out[FREE_FORM][FREE_FORM]
+    assert isinstance(preview, str) and orjson.dumps(row[FREE_FORM]).decode().startswith(preview)
+    assert notes[FREE_FORM].startswith("replaced by the first")
+
+
+def test_a_dead_letter_cut_says_its_payload_is_cut() -> None:
+    letter = {"kind": "dead_letter", "dead_letter_id": "d", "reason": "not_json",
+              "detail": "d" * 300, "payload": "\u0000" * 64_000, "payload_bytes": 64_000,
+              "payload_truncated": False}  # fmt: skip
+    out, notes = fit(letter, 100_000)  # control bytes take 6 characters each in JSON
+    assert "payload" in notes and out["payload_truncated"] is True and size(out) <= 100_000
 
 
 def test_short_texts_and_numbers_are_never_cut() -> None:

@@ -97,28 +97,68 @@ def test_a_hung_broker_is_one_clear_error_that_says_how_far_it_got(
 
 
 class SmallBroker(HungBroker):
-    """A broker with a ``message.max.bytes``: a larger message fails its delivery with
-    MESSAGE_TOO_LARGE; the producer refuses one over ``max_request`` when it is sent."""
+    """A broker with a ``message.max.bytes``, behind a producer that packs what is sent
+    together into one batch per topic (up to ``max_batch``, as aiokafka's ``max_batch_size``)
+    until the sender waits: the broker judges the batch, and refuses every message of a batch
+    over its limit. The producer refuses a message over ``max_request`` when it is sent."""
 
-    def __init__(self, max_bytes: int, max_request: int = 10**9) -> None:
+    def __init__(self, max_bytes: int, max_request: int = 10**9,
+                 max_batch: int = 1024 * 1024) -> None:  # fmt: skip
         super().__init__(answered=10**9, refuse_after=10**9)
-        self.max_bytes, self.max_request = max_bytes, max_request
+        self.max_bytes, self.max_request, self.max_batch = max_bytes, max_request, max_batch
         self.messages: list[tuple[str, bytes]] = []
+        self.batches: list[list[tuple[str, bytes, asyncio.Future[Any]]]] = []
+        self.open: dict[str, list[tuple[str, bytes, asyncio.Future[Any]]]] = {}
 
     async def send(self, topic: str, value: bytes, key: bytes | None) -> asyncio.Future[Any]:
         if len(value) > self.max_request:
             raise MessageSizeTooLargeError(f"the message is {len(value)} bytes")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if len(value) > self.max_bytes:
-            future.set_exception(MessageSizeTooLargeError())
-        else:
-            self.messages.append((topic, value))
-            future.set_result(None)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        batch = self.open.get(topic)
+        if batch and sum(len(v) for _, v, _ in batch) + len(value) > self.max_batch:
+            self.batches.append(self.open.pop(topic))
+        if not self.open and not self.batches:
+            loop.call_soon(self.deliver)  # once the sender waits
+        self.open.setdefault(topic, []).append((topic, value, future))
         return future
+
+    def deliver(self) -> None:
+        for batch in [*self.batches, *self.open.values()]:
+            refused = sum(len(v) for _, v, _ in batch) > self.max_bytes
+            for topic, value, future in batch:
+                if refused:
+                    future.set_exception(MessageSizeTooLargeError())
+                else:
+                    self.messages.append((topic, value))
+                    future.set_result(None)
+        self.batches.clear()
+        self.open.clear()
+
+
+def test_lines_refused_together_go_again_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker that takes 512 KB a message, and one session of 600 events of 1.5 KB: the
+    900 KB message is refused, and its lines, each well under the limit, are taken one at a
+    time (sent together again, the producer would pack them into one refused batch)."""
+    broker = SmallBroker(512 * 1024)
+    monkeypatch.setattr(publish, "AIOKafkaProducer", broker)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(
+        orjson.dumps({"kind": "response", "event_id": f"e{n}", "session_id": "s0",
+                      "turn_id": "t", "ts": "2026-11-20T10:00:00Z", "text": "x" * 1_400})
+        + b"\n" for n in range(600)))  # fmt: skip
+    stats = asyncio.run(publish.publish_file(path, Settings(), batch_size=600))
+    assert stats.too_large == 0 and stats.acknowledged == 600 and stats.events == 600
+    assert stats.messages == 600  # acknowledged: each line alone
+    events = [e for _, v in broker.messages for e in orjson.loads(v)]
+    assert sorted(e["event_id"] for e in events) == sorted(f"e{n}" for n in range(600))
 
 
 def big_lines_file(tmp_path: Path) -> tuple[Path, list[bytes]]:
-    """Two sessions of three events each; the second event of s0 carries 100 KB."""
+    """Two sessions of three events each; the second event of s0 carries 100 KB, on line 3
+    (a blank line before it)."""
     lines = []
     for s in range(2):
         for n in range(3):
@@ -127,7 +167,7 @@ def big_lines_file(tmp_path: Path) -> tuple[Path, list[bytes]]:
                      "text": "x" * (100_000 if (s, n) == (0, 1) else 10)}  # fmt: skip
             lines.append(orjson.dumps(event))
     path = tmp_path / "events.jsonl"
-    path.write_bytes(b"\n".join(lines) + b"\n")
+    path.write_bytes(b"\n\n".join(lines[:2]) + b"\n" + b"\n".join(lines[2:]) + b"\n")
     return path, lines
 
 
@@ -144,13 +184,14 @@ def test_a_line_too_large_for_one_message_is_dead_lettered_and_the_rest_goes_on(
     settings = Settings()
     stats = asyncio.run(publish.publish_file(path, settings, batch_size=3))
     assert stats.too_large == 1 and stats.acknowledged == 6 and stats.lines == 6
+    assert stats.events == 5  # the dead-lettered line is not among the published
     events = [e for t, v in broker.messages if t == settings.topics.events
               for e in orjson.loads(v)]  # fmt: skip
     assert sorted(e["event_id"] for e in events) == ["e0-0", "e0-2", "e1-0", "e1-1", "e1-2"]
     (letter,) = [orjson.loads(v) for t, v in broker.messages if t == settings.topics.deadletter]
     assert letter["reason"] == "too_large" and letter["key"] == "s0"
     assert letter["payload_bytes"] == len(lines[1]) and letter["topic"] == settings.topics.events
-    assert "line 2 of the published file" in letter["detail"]
+    assert "line 3 of the published file" in letter["detail"]  # a blank line before it
     assert lines[1].decode().startswith(letter["payload"])
     # publishing the file again is the same dead letter (one row in DuckDB)
     again = SmallBroker(broker.max_bytes, broker.max_request)
