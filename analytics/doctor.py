@@ -147,13 +147,20 @@ def check_run(
                            "configurations"))  # fmt: skip
     out += _hygiene(con, s, params)
     rejudged = con.execute(
-        _filtered(con, "SELECT count(*) FROM judgement_artifacts WHERE :where:"),
+        _filtered(
+            con,
+            "SELECT count(*), coalesce(sum(n), 0) FROM (SELECT count(*) AS n "
+            "FROM judgement_artifacts WHERE :where: "
+            "GROUP BY run_id, question_id, condition, repeat_index HAVING count(*) > 1)",
+        ),
         params,
     ).fetchone()
-    if rejudged is not None and rejudged[0] > n:
+    if rejudged is not None and rejudged[0]:
+        answers, judgements = rejudged
         out.append(Finding(NOTE, "rejudged", who,
-                           f"{rejudged[0] - n} answers were judged again: the latest judgement "
-                           "of each counts (judgement_artifacts keeps them all)"))  # fmt: skip
+                           f"{answers} answers were judged more than once ({judgements} "
+                           "judgements of them): the latest judgement of each counts "
+                           "(judgement_artifacts keeps them all)"))  # fmt: skip
     return out
 
 
@@ -224,7 +231,8 @@ def check_pair(con: duckdb.DuckDBPyConnection, baseline: Who, candidate: Who) ->
         if only:
             sample = ", ".join(sorted(only)[:5]) + (" …" if len(only) > 5 else "")
             out.append(Finding(WEAK, "unpaired_questions", side,
-                               f"{len(only)} questions have no pair in {other} ({sample}): "
+                               f"{len(only)} question{'s have' if len(only) > 1 else ' has'} "
+                               f"no pair in {other} ({sample}): "
                                "they are left out of the comparison"))  # fmt: skip
 
     def provenance(s: Side) -> tuple[Any, ...]:

@@ -205,7 +205,10 @@ def explain(policy: Policy) -> str:
     """The policy in words."""
     src = f" ({policy.source})" if policy.source else ""
     repeats = (
-        f", each with at least {policy.min_repeats} paired repeats" if policy.min_repeats else ""
+        f", each with at least {policy.min_repeats} paired repeat"
+        f"{'' if policy.min_repeats == 1 else 's'}"
+        if policy.min_repeats
+        else ""
     )
     lines = [
         f"This policy{src} passes a candidate unless the data show one of its metrics "
@@ -228,7 +231,10 @@ def explain(policy: Policy) -> str:
         "both sides or on neither.",
         "",
         f"Per metric, the {LEVEL:.0%} paired bootstrap interval of candidate − baseline "
-        f"({RESAMPLES:,} resamples of the questions, each with all its repeats; seed {SEED}):",
+        f"({RESAMPLES:,} resamples of the questions, each with all its repeats; seed {SEED}). "
+        "Every question weighs the same, however many repeats it has: a side's mean is the "
+        "mean over questions of each question's mean over its answers, and the delta the "
+        "mean over questions of each one's mean difference over its pairs:",
     ]  # fmt: skip
     for r in policy.rules:
         m, x = r.metric, r.max_regression
@@ -470,9 +476,11 @@ def judge(
     # the policy's split and labels first: provenance is checked on what counts
     base, cand = _hygiene(v, base, cand, policy)
     if v.sample.get("left_out") and (not base or not cand):
+        rules = [f'split = "{policy.split}"'] if policy.split else []
+        rules += ["require_reviewed"] if policy.require_reviewed else []
         v.reason = ("cannot judge: no judgement of the "
                     + ("baseline" if not base else "candidate") + " is left under the policy's "
-                    "[sample] split and require_reviewed")  # fmt: skip
+                    "[sample] " + " and ".join(rules))  # fmt: skip
         return v
     refused = _provenance(v, base, cand, policy)
     if refused:

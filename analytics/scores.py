@@ -371,13 +371,19 @@ def compare(
     for k in keys:
         table[base[k].state][cand[k].state] += 1
 
-    def deltas(attr: str) -> dict[str, float | int] | None:
+    def deltas(name: str) -> dict[str, float | int] | None:
+        """The metric's paired delta (its mean: every question weighs the same, as the
+        metrics' table says) and the median of its per-pair differences."""
+        paired, value = metrics[name], METRICS[name].value
         values = [
-            float(getattr(cand[k], attr)) - float(getattr(base[k], attr))
+            float(c) - float(b)
             for k in keys
-            if getattr(cand[k], attr) is not None and getattr(base[k], attr) is not None
+            if (c := value(cand[k])) is not None and (b := value(base[k])) is not None
         ]
-        return describe_deltas(values)
+        described = describe_deltas(values)
+        if described is None or paired is None:
+            return None
+        return {**described, "mean": paired.delta}
 
     p = sign.p_value
     significant, disagreement = _significance(sign, interval.low, interval.high, alpha)
@@ -437,10 +443,12 @@ def _significance(sign: SignTest, low: float, high: float, alpha: float) -> tupl
     by_test = (up > down) - (up < down)
     test_says = sign.p_value < alpha
     if low != low:  # NaN: no interval was asked for (--resamples 0)
-        return test_says, (
-            "no interval was computed (--resamples 0): the sign test alone"
-            if test_says else None
-        )  # fmt: skip
+        if test_says:
+            return True, "no interval was computed (--resamples 0): the sign test alone"
+        return False, (
+            f"sign test p = {sign.p_value:.3g} >= {alpha:g}; no interval was computed "
+            "(--resamples 0)"
+        )
     by_interval = 1 if low > 0 else (-1 if high < 0 else 0)
     if test_says and by_interval == by_test:
         return True, None

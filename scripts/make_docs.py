@@ -49,6 +49,14 @@ def _type(spec: dict[str, Any], defs: dict[str, Any]) -> str:
         return f"{kind} ({limits[0]}–{limits[1]} chars)"
     if "maxLength" in spec:
         return f"{kind} (≤ {spec['maxLength']} chars)"
+    low = spec.get("minimum", spec.get("exclusiveMinimum"))
+    high = spec.get("maximum", spec.get("exclusiveMaximum"))
+    if high is not None and high >= 2**31 - 1:  # the column's storage bound, not a rule
+        high = None
+    if low is not None or high is not None:  # a number's range: out of it is bad_value
+        lo = "" if low is None else f"{'>' if 'exclusiveMinimum' in spec else '≥'} {low}"
+        hi = "" if high is None else f"{'<' if 'exclusiveMaximum' in spec else '≤'} {high}"
+        return f"{kind} ({', '.join(x for x in (lo, hi) if x)})"
     return str(kind)
 
 

@@ -1,9 +1,22 @@
 -- Benchmark runs, newest first, with what makes them comparable: their judged answers (the
--- ones that count), questions, conditions, repeats, re-judged answers (artifacts beyond one per
--- answer), accuracy, time span and provenance. A provenance field that differs within a run
--- lists its values (comma-separated): the run mixes configurations.
+-- ones that count), questions, conditions, repeats, re-judged answers (answers judged more
+-- than once), accuracy (every question weighs the same: the mean over (condition, question)
+-- of each one's share of right answers, conditions pooled), time span and provenance. A
+-- provenance field that differs within a run lists its values (comma-separated): the run
+-- mixes configurations.
 WITH artifacts AS (
-    SELECT run_id, count(*) AS artifacts FROM judgement_artifacts GROUP BY run_id
+    SELECT run_id, count(*) AS rejudged
+    FROM (SELECT run_id FROM judgement_artifacts
+          GROUP BY run_id, question_id, condition, repeat_index HAVING count(*) > 1)
+    GROUP BY run_id
+),
+per_question AS (
+    SELECT run_id, avg(CASE WHEN judge_correct THEN 1.0 ELSE 0.0 END) AS share
+    FROM judgements
+    GROUP BY run_id, condition, question_id
+),
+accuracy AS (
+    SELECT run_id, avg(share) AS accuracy FROM per_question GROUP BY run_id
 )
 SELECT j.run_id,
        count(*) AS judgements,
@@ -11,8 +24,8 @@ SELECT j.run_id,
        string_agg(DISTINCT nullif(j.condition, ''), ', ' ORDER BY nullif(j.condition, ''))
            AS conditions,
        count(DISTINCT j.repeat_index) AS repeats,
-       greatest(coalesce(any_value(a.artifacts), 0) - count(*), 0) AS rejudged,
-       avg(CASE WHEN j.judge_correct THEN 1.0 ELSE 0.0 END) AS accuracy,
+       coalesce(any_value(a.rejudged), 0) AS rejudged,
+       any_value(q.accuracy) AS accuracy,
        avg(j.score) AS mean_score,
        min(j.ts) AS first_at,
        max(j.ts) AS last_at,
@@ -28,6 +41,7 @@ SELECT j.run_id,
        count(*) OVER () AS total
 FROM judgements j
 LEFT JOIN artifacts a USING (run_id)
+LEFT JOIN accuracy q USING (run_id)
 GROUP BY j.run_id
 ORDER BY last_at DESC, j.run_id
 LIMIT $limit;

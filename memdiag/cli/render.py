@@ -204,8 +204,10 @@ def print_run_report(r: dict[str, Any]) -> None:
         rows.append(
             (
                 f"run {escape(run['run_id'])}",
-                f"accuracy {run['accuracy']:.1%} of {run['judgements']:,}; reader failures "
-                f"{run['reader_failures']}, retrieval failures {run['retrieval_failures']}",
+                f"accuracy {run['accuracy']:.1%}; of its {run['judgements']:,} answers, "
+                f"reader failures {run['reader_failures']}, retrieval failures "
+                f"{run['retrieval_failures']}"
+                + (f", unattributed {run['unattributed']}" if run.get("unattributed") else ""),
             )
         )
     dead = ", ".join(f"{k} {v}" for k, v in r["dead_letters_by_reason"].items())
@@ -1618,7 +1620,8 @@ def print_comparison(r: dict[str, Any], args: argparse.Namespace) -> None:
         if d:
             summary.add_row(
                 f"[bold]{label}[/bold]",
-                f"{d['mean']:+,.1f}{unit} mean, {d['median']:+,.1f}{unit} median per pair",
+                f"{d['mean']:+,.1f}{unit} mean (questions weigh the same), "
+                f"{d['median']:+,.1f}{unit} median per pair",
             )
     show(summary)
     states = r["transitions"]["states"]

@@ -933,8 +933,10 @@ RUNS = Question(
     ("runs",),
     "list benchmark runs with their provenance: what makes two of them comparable",
     "Each run in DuckDB, newest first: its judged answers (the one that counts per\n"
-    "question, condition and repeat), questions, conditions, repeats, re-judged answers,\n"
-    "accuracy, mean graded score, time span, and its provenance (run group, suite id,\n"
+    "question, condition and repeat), questions, conditions, repeats, re-judged answers\n"
+    "(judged more than once), accuracy (each question weighs the same, however many\n"
+    "repeats; conditions pooled: `report scores` gives each condition's), mean graded\n"
+    "score, time span, and its provenance (run group, suite id,\n"
     "version and checksum, fixture checksum, config fingerprint, git head, service\n"
     "version). A field a run's judgements disagree on lists every value: the run mixes them.",
     (limit(50, "runs"),),

@@ -576,3 +576,54 @@ def test_significant_only_when_the_test_and_the_interval_agree(
     got, why = sc._significance(test, low, high, 0.05)
     assert got is significant
     assert (why is None) if note is None else (why is not None and note in why)
+
+
+def test_every_figure_of_a_run_weighs_its_questions_the_same(
+    db: DuckDBSink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Uneven repeats (q1 three times, right; q2 once, wrong) and one answer judged three
+    times: the scores file, `runs`, `status`, `compare` and `gate`'s explanation give one
+    accuracy for a run (each question counts once: 50%, not the 75% of its answers), the
+    latency delta's mean is the metric's, and "re-judged" counts answers, not judgements."""
+    from memdiag.analytics import queries
+    from memdiag.analytics.doctor import doctor
+    from memdiag.analytics.status import status
+
+    rows = [judgement("a", "q1", True, repeat=r, latency_ms=100.0) for r in range(3)]
+    rows.append(judgement("a", "q2", False, latency_ms=300.0))
+    rows += [judgement("b", "q1", True, repeat=r, latency_ms=100.0) for r in range(3)]
+    rows.append(judgement("b", "q2", True, latency_ms=100.0))
+    rows += [{**judgement("b", "q2", True, latency_ms=100.0), "event_id": f"again-{n}",
+              "ts": f"2026-11-21T10:0{n}:00Z"} for n in (1, 2)]  # fmt: skip
+    db.write(rows)
+    with duckdb.connect(db.path, read_only=True) as con:
+        scores = sc.scores(con, "a", resamples=200)
+        runs = {r["run_id"]: r for r in queries.runs(con)}
+        recent = {r["run_id"]: r for r in status(con)["runs"]}
+        r = sc.compare(con, "a", "b", resamples=200)
+        findings = doctor(con, sc.side("a"), sc.side("b"))
+    assert scores["conditions"][0]["accuracy"] == 0.5
+    assert scores["conditions"][0]["metrics"]["accuracy"]["mean"] == 0.5
+    assert runs["a"]["accuracy"] == 0.5 and recent["a"]["accuracy"] == 0.5
+    assert r["baseline"]["accuracy"] == 0.5 and r["delta"] == 0.5
+    # latency: q1 moves 0 ms, q2 -200 ms; the mean over questions is -100 (per pair: -50)
+    assert r["metrics"]["latency_ms"]["delta"] == -100.0
+    assert r["latency_ms_delta"] == {"pairs": 4, "mean": -100.0, "median": 0.0}
+    assert runs["b"]["rejudged"] == 1  # one answer, judged three times
+    rejudged = [f.message for f in findings if f.check == "rejudged"]
+    assert rejudged == ["1 answers were judged more than once (3 judgements of them): the "
+                        "latest judgement of each counts (judgement_artifacts keeps them all)"]
+
+
+def test_without_an_interval_the_verdict_names_no_interval(db: DuckDBSink) -> None:
+    """--resamples 0: the verdict rests on the sign test and says so, significant or not
+    (it said "interval spans 0" of an interval it never computed)."""
+    rows = [judgement("a", f"q{i}", i % 2 == 0) for i in range(10)]
+    rows += [judgement("b", f"q{i}", i % 3 == 0) for i in range(10)]
+    db.write(rows)
+    with duckdb.connect(db.path, read_only=True) as con:
+        r = sc.compare(con, "a", "b", resamples=0)
+    assert r["bootstrap_ci"] is None and r["significant"] is False
+    assert r["significance_note"] == (f"sign test p = {r['mcnemar']['p_value']:.3g} >= 0.05; no "
+                                      "interval was computed (--resamples 0)")
+    assert "interval spans" not in r["verdict"] and "--resamples 0" in r["verdict"]
