@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from memdiag.analytics.lookup import lookup
 from memdiag.analytics.queries import upgraded
 from memdiag.analytics.scores import Side
 
@@ -83,8 +84,15 @@ def check_run(
         params,
     ).fetchone()  # type: ignore[misc]
     if n == 0:
-        return [Finding(REFUSE, "no_data", who, "no judgement: check the run id (or group) and "
-                        "condition (memdiag runs lists them)")]  # fmt: skip
+        kind, given = ("run", s.run) if s.run is not None else ("run_group", s.group)
+        found, _, closest = lookup(con, kind, given or "")
+        hint = (
+            f"no such {'run' if kind == 'run' else 'run group'}; the closest known: "
+            + ", ".join(closest)
+            if not found and closest
+            else "check the run id (or group) and condition (memdiag runs lists them)"
+        )
+        return [Finding(REFUSE, "no_data", who, f"no judgement: {hint}")]
     out: list[Finding] = []
     if s.group is not None:
         out.append(Finding(NOTE, "run_group", who,

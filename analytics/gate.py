@@ -28,13 +28,14 @@ from typing import Any
 
 import duckdb
 
+from memdiag.analytics.lookup import SameSides
 from memdiag.analytics.metrics import METRICS, Metric, Paired, fmt, paired
 from memdiag.analytics.scores import (
     Judged,
     Side,
     UnknownRun,
     load_side,
-    runs_of,
+    same_sides,
     side,
     side_dict,
 )
@@ -562,25 +563,10 @@ def run_gate(
     b_side = side(baseline, condition=baseline_condition)
     c_side = side(candidate, condition=candidate_condition)
     base, cand = load_side(con, b_side), load_side(con, c_side)
-    if (b_side.run, b_side.group) == (c_side.run, c_side.group) and (
-        base[0].condition == cand[0].condition
-    ):
-        kind, given = ("run", b_side.run) if b_side.run is not None else ("run group", b_side.group)
-        return cannot_judge(
-            f"the baseline and the candidate are one {kind} ({given!r}) and one condition: "
-            f"name two, or two conditions of the {kind}",
-            policy,
-        )
-    shared = set(runs_of(base)) & set(runs_of(cand))
-    if shared and base[0].condition == cand[0].condition:
-        listed = ", ".join(repr(r) for r in sorted(shared)[:5]) + (" …" if len(shared) > 5 else "")
-        return cannot_judge(
-            f"{len(shared)} run(s) are on both sides under one condition ({listed}): their "
-            "answers would be compared with themselves. Name sides that share no run (a run "
-            "group used as a side is a configuration's repeats: the baseline's runs belong "
-            "in a group of their own)",
-            policy,
-        )
+    try:
+        same_sides(b_side, base, c_side, cand)
+    except SameSides as exc:
+        return cannot_judge(str(exc), policy)
     v = judge(base, cand, policy)
     v.baseline.update(side_dict(b_side, base))
     v.candidate.update(side_dict(c_side, cand))

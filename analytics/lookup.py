@@ -74,6 +74,11 @@ class NeedsCondition(UnknownRun):
     """The run has several conditions and none was chosen: a usage error."""
 
 
+class SameSides(NeedsCondition):
+    """Both sides of a comparison are one run and condition, or share runs under one
+    condition: its answers would be compared with themselves (a usage error)."""
+
+
 def lookup(con: duckdb.DuckDBPyConnection, kind: str, value: str) -> tuple[bool, int, list[str]]:
     """Whether ``value`` is a known id of ``kind``; when it is not, how many ids of that kind
     there are and the closest of them (most similar first): a known id costs one filtered

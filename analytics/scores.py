@@ -26,8 +26,8 @@ import numpy as np
 
 from memdiag import __version__
 from memdiag.analytics import positional
-from memdiag.analytics.lookup import NeedsCondition, UnknownRun, lookup
-from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary
+from memdiag.analytics.lookup import NeedsCondition, SameSides, UnknownRun, lookup
+from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary, total_tokens
 from memdiag.analytics.queries import upgraded
 from memdiag.analytics.stats import SignTest, describe_deltas, sign_test_by_question
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
@@ -201,7 +201,8 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
     repeat_accuracy = {str(r): sum(v) / len(v) for r, v in sorted(by_repeat.items())}
     accs = list(repeat_accuracy.values())
     latencies = [j.latency_ms for j in judged if j.latency_ms is not None]
-    tokens = [j.tokens for j in judged if j.tokens is not None]
+    # tokens as the metric counts them: input + output where both are given, else tokens
+    tokens = [int(t) for j in judged if (t := total_tokens(j)) is not None]
     return {
         "questions": questions,
         "judgements": len(judged),
@@ -343,6 +344,7 @@ def compare(
     b_side = side(baseline, condition=baseline_condition)
     c_side = side(candidate, condition=candidate_condition)
     b_judged, c_judged = load_side(con, b_side), load_side(con, c_side)
+    same_sides(b_side, b_judged, c_side, c_judged)
     base = {(j.question_id, j.repeat_index): j for j in b_judged}
     cand = {(j.question_id, j.repeat_index): j for j in c_judged}
     keys = sorted(base.keys() & cand.keys())
@@ -434,6 +436,28 @@ def compare(
         },
         "verdict": _verdict(delta, p, significant, disagreement, moved, alpha),
     }
+
+
+def same_sides(b_side: Side, base: list[Judged], c_side: Side, cand: list[Judged]) -> None:
+    """:class:`SameSides` when the two sides are one run (or group) and one condition, or
+    share runs under one condition: the answers would be compared with themselves."""
+    if not base or not cand or base[0].condition != cand[0].condition:
+        return
+    if (b_side.run, b_side.group) == (c_side.run, c_side.group):
+        kind, given = ("run", b_side.run) if b_side.run is not None else ("run group", b_side.group)
+        raise SameSides(
+            f"the baseline and the candidate are one {kind} ({given!r}) and one condition: "
+            f"name two, or two conditions of the {kind}"
+        )
+    shared = set(runs_of(base)) & set(runs_of(cand))
+    if shared:
+        listed = ", ".join(repr(r) for r in sorted(shared)[:5]) + (" …" if len(shared) > 5 else "")
+        raise SameSides(
+            f"{len(shared)} run(s) are on both sides under one condition ({listed}): their "
+            "answers would be compared with themselves. Name sides that share no run (a run "
+            "group used as a side is a configuration's repeats: the baseline's runs belong "
+            "in a group of their own)"
+        )
 
 
 def _significance(sign: SignTest, low: float, high: float, alpha: float) -> tuple[bool, str | None]:

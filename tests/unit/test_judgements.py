@@ -460,7 +460,11 @@ def test_doctor_says_what_would_make_a_comparison_weak(
         assert {"too_few_items", "missing_gold", "unattributed", "unpaired_questions",
                 "suite_differs"} <= set(found)  # fmt: skip
         assert found["suite_differs"].level == "refuse"
-        assert [f.check for f in doctor(con, ("zzz", None))] == ["no_data"]
+        (unknown,) = doctor(con, ("zzz", None))
+        assert unknown.check == "no_data"
+        assert unknown.message == "no judgement: no such run; the closest known: a, b, c"
+        (no_condition,) = doctor(con, ("a", "nope"))  # a known run, without that condition
+        assert "check the run id (or group) and condition" in no_condition.message
     assert main(["doctor", "--db", db.path, "--baseline", "a", "--candidate", "b"]) == 1
     assert main(["doctor", "--db", db.path, "--run", "a"]) == 0
     assert "nothing weakens" in capsys.readouterr().out
@@ -627,3 +631,19 @@ def test_without_an_interval_the_verdict_names_no_interval(db: DuckDBSink) -> No
     assert r["significance_note"] == (f"sign test p = {r['mcnemar']['p_value']:.3g} >= 0.05; no "
                                       "interval was computed (--resamples 0)")
     assert "interval spans" not in r["verdict"] and "--resamples 0" in r["verdict"]
+
+
+def test_compare_refuses_a_run_compared_with_itself(
+    db: DuckDBSink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As gate does: one run and one condition on both sides is a usage error (exit 2), not
+    a comparison whose every delta is 0."""
+    from memdiag.cli import main
+
+    db.write([judgement("a", f"q{i}", i % 2 == 0) for i in range(6)])
+    assert main(["compare", "--db", db.path, "--baseline", "a", "--candidate", "a"]) == 2
+    assert "are one run ('a') and one condition" in " ".join(capsys.readouterr().err.split())
+    assert main(["compare", "--db", db.path, "--baseline", "a", "--candidate", "a",
+                 "--json"]) == 2  # fmt: skip
+    said = json.loads(capsys.readouterr().out)
+    assert said["error"] == "usage" and "compared with themselves" not in said["message"]
