@@ -171,15 +171,27 @@ def summary(
         return None
     means = np.array([np.mean(v) for v in per_q.values()], dtype=np.float64)
     ci = paired_bootstrap_ci(np.zeros_like(means), means, resamples, seed)
-    repeat_means = [float(np.mean(v)) for _, v in sorted(per_repeat.items())]
     return {
         "mean": float(means.mean()),
         "answers": sum(len(v) for v in per_q.values()),
         "questions": len(per_q),
-        "stdev_across_repeats": float(np.std(repeat_means, ddof=1)) if len(repeat_means) > 1
-        else 0.0,
+        "stdev_across_repeats": repeat_stdev(per_repeat, len(per_q)),
         "ci": _interval_dict(ci),
-    }  # fmt: skip
+    }
+
+
+def full_repeats(per_repeat: Mapping[int, Sequence[Any]], questions: int) -> list[int]:
+    """The repeat indices that hold an answer of every question: only their means measure
+    what a rerun moves a figure by (a repeat of a few questions has their difficulty in its
+    mean, not the rerun's noise)."""
+    return [r for r, values in sorted(per_repeat.items()) if len(values) >= questions]
+
+
+def repeat_stdev(per_repeat: Mapping[int, Sequence[float]], questions: int) -> float:
+    """The sample standard deviation of the per-repeat means over the full repeats (one
+    answer of every question each); 0 with fewer than two."""
+    means = [float(np.mean(per_repeat[r])) for r in full_repeats(per_repeat, questions)]
+    return float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,15 @@ import numpy as np
 from memdiag import __version__
 from memdiag.analytics import positional
 from memdiag.analytics.lookup import NeedsCondition, SameSides, UnknownRun, lookup
-from memdiag.analytics.metrics import METRICS, as_dicts, paired_all, summary, total_tokens
+from memdiag.analytics.metrics import (
+    METRICS,
+    as_dicts,
+    full_repeats,
+    paired_all,
+    repeat_stdev,
+    summary,
+    total_tokens,
+)
 from memdiag.analytics.queries import upgraded
 from memdiag.analytics.stats import SignTest, describe_deltas, sign_test_by_question
 from memdiag.contract import FAILURE_MODES, READER_FAILURE, RETRIEVAL_FAILURE, UNATTRIBUTED
@@ -199,7 +207,10 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
         )
     questions = len(by_question)
     repeat_accuracy = {str(r): sum(v) / len(v) for r, v in sorted(by_repeat.items())}
-    accs = list(repeat_accuracy.values())
+    # the spread is over the repeats that answered every question (a repeat of a few
+    # questions has their difficulty in its mean); all of them when none did
+    full = full_repeats(by_repeat, len(by_question))
+    accs = [repeat_accuracy[str(r)] for r in full] or list(repeat_accuracy.values())
     latencies = [j.latency_ms for j in judged if j.latency_ms is not None]
     # tokens as the metric counts them: input + output where both are given, else tokens
     tokens = [int(t) for j in judged if (t := total_tokens(j)) is not None]
@@ -219,7 +230,7 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
             "accuracy_by_repeat": repeat_accuracy,
             "min": min(accs),
             "max": max(accs),
-            "stdev": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "stdev": repeat_stdev({r: by_repeat[r] for r in full}, len(by_question)),
             "questions_with_disagreeing_repeats": unstable,
         },
         "latency_ms": (

@@ -647,3 +647,19 @@ def test_compare_refuses_a_run_compared_with_itself(
                  "--json"]) == 2  # fmt: skip
     said = json.loads(capsys.readouterr().out)
     assert said["error"] == "usage" and "compared with themselves" not in said["message"]
+
+
+def test_the_rerun_spread_leaves_out_a_repeat_of_a_few_questions(db: DuckDBSink) -> None:
+    """Ten questions answered twice (repeat 0 all right, repeat 1 all wrong but one) and one
+    of them a third time: the spread is that of repeats 0 and 1; repeat 2, one question,
+    measures that question, not a rerun."""
+    rows = [judgement("a", f"q{i}", True, repeat=0) for i in range(10)]
+    rows += [judgement("a", f"q{i}", i == 0, repeat=1) for i in range(10)]
+    rows.append(judgement("a", "q0", True, repeat=2))
+    db.write(rows)
+    with duckdb.connect(db.path, read_only=True) as con:
+        (c,) = sc.scores(con, "a", resamples=100)["conditions"]
+    two = float(np.std([1.0, 0.1], ddof=1))
+    assert c["spread"]["stdev"] == pytest.approx(two)
+    assert c["metrics"]["accuracy"]["stdev_across_repeats"] == pytest.approx(two)
+    assert c["spread"]["accuracy_by_repeat"] == {"0": 1.0, "1": 0.1, "2": 1.0}
