@@ -166,7 +166,8 @@ def check_run(
     if rejudged is not None and rejudged[0]:
         answers, judgements = rejudged
         out.append(Finding(NOTE, "rejudged", who,
-                           f"{answers} answers were judged more than once ({judgements} "
+                           f"{answers} answer{'s were' if answers > 1 else ' was'} judged "
+                           f"more than once ({judgements} "
                            "judgements of them): the latest judgement of each counts "
                            "(judgement_artifacts keeps them all)"))  # fmt: skip
     return out

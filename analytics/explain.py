@@ -196,9 +196,10 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
         # The rule as memdiag applies it now; a file written under other rules may differ.
         outcome["rule"] = fired.reason
         trimmed = _trimmed(diag["failure_context"])
-        if fired.category != diag["failure_category"] and isinstance(trimmed, dict):
+        cut = set(trimmed.get("fields") or ()) if trimmed else set()
+        if fired.category != diag["failure_category"] and cut & CLASSIFIED_FROM:
             # the worker classified the whole outcome; the row keeps only part of its lists
-            fields = ", ".join(sorted(trimmed.get("fields") or ()))
+            fields = ", ".join(sorted(cut & CLASSIFIED_FROM))
             outcome["rule"] = (
                 f"stored as {diag['failure_category']}, by the rules on the whole outcome; "
                 f"the row was trimmed to fit one Kafka message ({fields}), and its part "
@@ -290,6 +291,10 @@ def timeline(ex: dict[str, Any]) -> list[dict[str, Any]]:
     for ts, _, item in items:
         item["at"] = (ts - start).total_seconds() if start is not None else 0.0
     return [item for _, _, item in items]
+
+
+#: what the failure category is classified from: a row trimmed in one of these is read in part
+CLASSIFIED_FROM = frozenset({"tool_call_summary", "errors_encountered", "files_modified"})
 
 
 def _trimmed(context: Any) -> dict[str, Any] | None:

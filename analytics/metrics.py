@@ -162,35 +162,39 @@ def summary(
     """
     per_q: dict[str, list[float]] = defaultdict(list)
     per_repeat: dict[int, list[float]] = defaultdict(list)
+    asked: dict[int, set[str]] = defaultdict(set)
     for qid, rep, a in answers:
         v = metric.value(a)
         if v is not None:
             per_q[qid].append(v)
             per_repeat[rep].append(v)
+            asked[rep].add(qid)
     if not per_q:
         return None
     means = np.array([np.mean(v) for v in per_q.values()], dtype=np.float64)
     ci = paired_bootstrap_ci(np.zeros_like(means), means, resamples, seed)
+    full = full_repeats(asked, set(per_q))
     return {
         "mean": float(means.mean()),
         "answers": sum(len(v) for v in per_q.values()),
         "questions": len(per_q),
-        "stdev_across_repeats": repeat_stdev(per_repeat, len(per_q)),
+        "stdev_across_repeats": repeat_stdev(per_repeat, full),
+        "repeats_in_spread": len(full),
         "ci": _interval_dict(ci),
     }
 
 
-def full_repeats(per_repeat: Mapping[int, Sequence[Any]], questions: int) -> list[int]:
-    """The repeat indices that hold an answer of every question: only their means measure
-    what a rerun moves a figure by (a repeat of a few questions has their difficulty in its
-    mean, not the rerun's noise)."""
-    return [r for r, values in sorted(per_repeat.items()) if len(values) >= questions]
+def full_repeats(asked: Mapping[int, set[str]], questions: set[str]) -> list[int]:
+    """The repeat indices that answered every question: only their means measure what a
+    rerun moves a figure by (a repeat of a few questions has their difficulty in its mean,
+    not the rerun's noise)."""
+    return [r for r, qs in sorted(asked.items()) if qs >= questions]
 
 
-def repeat_stdev(per_repeat: Mapping[int, Sequence[float]], questions: int) -> float:
-    """The sample standard deviation of the per-repeat means over the full repeats (one
-    answer of every question each); 0 with fewer than two."""
-    means = [float(np.mean(per_repeat[r])) for r in full_repeats(per_repeat, questions)]
+def repeat_stdev(per_repeat: Mapping[int, Sequence[float]], repeats: Sequence[int]) -> float:
+    """The sample standard deviation of the per-repeat means of ``repeats``; 0 with fewer
+    than two (then nothing measured a rerun: ``repeats_in_spread`` says so)."""
+    means = [float(np.mean(per_repeat[r])) for r in repeats]
     return float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
 
 

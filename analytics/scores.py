@@ -192,6 +192,7 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
     per_question = []
     totals = dict.fromkeys((CORRECT, *FAILURE_MODES), 0.0)
     by_repeat: dict[int, list[bool]] = defaultdict(list)
+    asked: dict[int, set[str]] = defaultdict(set)
     unstable = 0
     for qid, js in sorted(by_question.items()):
         n = len(js)
@@ -199,6 +200,7 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
         for j in js:
             counts[j.state] += 1
             by_repeat[j.repeat_index].append(j.correct)
+            asked[j.repeat_index].add(qid)
         for k, v in counts.items():
             totals[k] += v / n
         unstable += 0 < counts[CORRECT] < n
@@ -208,9 +210,9 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
     questions = len(by_question)
     repeat_accuracy = {str(r): sum(v) / len(v) for r, v in sorted(by_repeat.items())}
     # the spread is over the repeats that answered every question (a repeat of a few
-    # questions has their difficulty in its mean); all of them when none did
-    full = full_repeats(by_repeat, len(by_question))
-    accs = [repeat_accuracy[str(r)] for r in full] or list(repeat_accuracy.values())
+    # questions has their difficulty in its mean): with fewer than two, none was measured
+    full = full_repeats(asked, set(by_question))
+    accs = [repeat_accuracy[str(r)] for r in full] or [totals[CORRECT] / questions]
     latencies = [j.latency_ms for j in judged if j.latency_ms is not None]
     # tokens as the metric counts them: input + output where both are given, else tokens
     tokens = [int(t) for j in judged if (t := total_tokens(j)) is not None]
@@ -230,7 +232,8 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
             "accuracy_by_repeat": repeat_accuracy,
             "min": min(accs),
             "max": max(accs),
-            "stdev": repeat_stdev({r: by_repeat[r] for r in full}, len(by_question)),
+            "stdev": repeat_stdev(by_repeat, full),
+            "repeats_used": full,
             "questions_with_disagreeing_repeats": unstable,
         },
         "latency_ms": (
@@ -399,7 +402,7 @@ def compare(
         return {**described, "mean": paired.delta}
 
     p = sign.p_value
-    significant, disagreement = _significance(sign, interval.low, interval.high, alpha)
+    significant, disagreement = _significance(sign, interval.low, interval.high, alpha, delta)
     moved = {
         "reader_failure": sum(row[READER_FAILURE] for row in table.values())
         - sum(table[READER_FAILURE].values()),
@@ -471,15 +474,24 @@ def same_sides(b_side: Side, base: list[Judged], c_side: Side, cand: list[Judged
         )
 
 
-def _significance(sign: SignTest, low: float, high: float, alpha: float) -> tuple[bool, str | None]:
+def _significance(
+    sign: SignTest, low: float, high: float, alpha: float, delta: float
+) -> tuple[bool, str | None]:
     """Significant iff the sign test over questions and the paired interval over questions
     both say so, in the same direction; else None, or why the two disagree."""
     up, down = sign.wrong_to_right, sign.right_to_wrong
     by_test = (up > down) - (up < down)
     test_says = sign.p_value < alpha
+    by_mean = (delta > 0) - (delta < 0)
     if low != low:  # NaN: no interval was asked for (--resamples 0)
-        if test_says:
+        if test_says and by_mean == by_test:
             return True, "no interval was computed (--resamples 0): the sign test alone"
+        if test_says:
+            return False, (
+                "the sign test and the mean point opposite ways: more questions got "
+                f"{'better' if by_test > 0 else 'worse'}, but the mean moved the other way; "
+                "no interval was computed (--resamples 0)"
+            )
         return False, (
             f"sign test p = {sign.p_value:.3g} >= {alpha:g}; no interval was computed "
             "(--resamples 0)"

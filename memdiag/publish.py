@@ -187,6 +187,7 @@ async def publish_file(
                 stats.span_records -= 1
             else:
                 stats.events -= 1
+                stats.unkeyed_lines -= sent.key is None  # it never went to the worker
         else:
             stats.messages += 1
             stats.bytes += len(value)

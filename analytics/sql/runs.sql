@@ -1,7 +1,7 @@
 -- Benchmark runs, newest first, with what makes them comparable: their judged answers (the
 -- ones that count), questions, conditions, repeats, re-judged answers (answers judged more
--- than once), accuracy (every question weighs the same: the mean over (condition, question)
--- of each one's share of right answers, conditions pooled), time span and provenance. A
+-- than once), accuracy and mean score (every question weighs the same: the mean over
+-- (condition, question) of each one's mean, conditions pooled), time span and provenance. A
 -- provenance field that differs within a run lists its values (comma-separated): the run
 -- mixes configurations.
 WITH artifacts AS (
@@ -11,12 +11,15 @@ WITH artifacts AS (
     GROUP BY run_id
 ),
 per_question AS (
-    SELECT run_id, avg(CASE WHEN judge_correct THEN 1.0 ELSE 0.0 END) AS share
+    SELECT run_id, avg(CASE WHEN judge_correct THEN 1.0 ELSE 0.0 END) AS share,
+           avg(score) AS score
     FROM judgements
     GROUP BY run_id, condition, question_id
 ),
 accuracy AS (
-    SELECT run_id, avg(share) AS accuracy FROM per_question GROUP BY run_id
+    -- avg leaves out the questions without a graded score, as the score metric does
+    SELECT run_id, avg(share) AS accuracy, avg(score) AS mean_score
+    FROM per_question GROUP BY run_id
 )
 SELECT j.run_id,
        count(*) AS judgements,
@@ -26,7 +29,7 @@ SELECT j.run_id,
        count(DISTINCT j.repeat_index) AS repeats,
        coalesce(any_value(a.rejudged), 0) AS rejudged,
        any_value(q.accuracy) AS accuracy,
-       avg(j.score) AS mean_score,
+       any_value(q.mean_score) AS mean_score,
        min(j.ts) AS first_at,
        max(j.ts) AS last_at,
        string_agg(DISTINCT j.run_group_id, ', ' ORDER BY j.run_group_id) AS run_group_id,

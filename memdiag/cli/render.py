@@ -1717,7 +1717,9 @@ def print_scores(report: dict[str, Any], args: argparse.Namespace) -> None:
             f"{c['reader_failure_with_evidence']:g}",
             f"{c['retrieval_failure']:g}",
             f"{c['unattributed']:g}",
-            "—" if spread["min"] == spread["max"] else f"{spread['min']:.1%}–{spread['max']:.1%}",
+            "—"
+            if len(spread.get("repeats_used", ())) < 2 or spread["min"] == spread["max"]
+            else f"{spread['min']:.1%}–{spread['max']:.1%}",
         )
     show(t)
     names = [escape(c["condition"]) or "(none)" for c in report["conditions"]]
@@ -1734,7 +1736,11 @@ def print_scores(report: dict[str, Any], args: argparse.Namespace) -> None:
                 cells.append("—")
                 continue
             low, high = (fmt(m.unit, s["ci"][k], bare=True) for k in ("low", "high"))
-            spread_text = fmt(m.unit, s["stdev_across_repeats"], bare=True)
+            spread_text = (
+                fmt(m.unit, s["stdev_across_repeats"], bare=True)
+                if s.get("repeats_in_spread", 2) >= 2
+                else "—"  # fewer than two repeats answered every question: none measured
+            )
             cells.append(
                 escape(f"{fmt(m.unit, s['mean'], bare=True)} [{low}, {high}] ± {spread_text}")
             )

@@ -426,3 +426,23 @@ def test_a_row_trimmed_to_fit_a_message_is_not_blamed_on_the_rules(tmp_path: Pat
     assert o["failure_category"] == "test_failure"
     assert o["rule"].startswith("stored as test_failure, by the rules on the whole outcome; "
                                 "the row was trimmed to fit one Kafka message (tool_call_summary)")
+
+
+def test_a_trim_of_what_the_rules_do_not_read_is_not_blamed(tmp_path: Path) -> None:
+    """Only failure_context was cut (the rules classify from the tool calls, errors and
+    files): a category that differs is the rules' doing, and explain says that."""
+    from memdiag.analytics.sink import DuckDBSink
+    from memdiag.streams.fit import fit
+    from tests.unit.test_sessions import Worker
+
+    w = Worker()
+    w.publish([ev("session_outcome", "ctx-o", "ctx", 5, outcome="rejected",
+                  tool_calls=[{"tool": "pytest", "success": False}], files_modified=[],
+                  errors=[], failure_context={"log": "x" * 60_000})])  # fmt: skip
+    rows = [{**r, "failure_category": "other"} for r in w.records]  # as older rules stored it
+    sink = DuckDBSink(tmp_path / "c.duckdb")
+    sink.init()
+    sink.write([fit(r, 32 * 1024)[0] for r in rows])
+    with duckdb.connect(str(tmp_path / "c.duckdb"), read_only=True) as con:
+        o = explain(con, "ctx")["outcome"]
+    assert o["rule"].startswith("stored as other; today's rules give test_failure")

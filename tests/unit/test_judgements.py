@@ -563,6 +563,9 @@ def test_sign_test_equals_an_independent_one(
     assert got.p_value == pytest.approx(want, rel=1e-12)
 
 
+NAN = float("nan")
+
+
 @pytest.mark.parametrize(
     "test,low,high,significant,note",
     [
@@ -572,12 +575,17 @@ def test_sign_test_equals_an_independent_one(
         (SignTest(0, 15, 3, 6e-5), -0.3, -0.1, False, "point opposite ways"),
         (SignTest(0, 5, 15, 0.0625), 0.05, 0.4, False, "the interval excludes 0 but the sign"),
         (SignTest(2, 3, 15, 1.0), -0.1, 0.1, False, None),  # both say nothing: no note
+        # --resamples 0: the sign test alone, and only when the mean moved its way
+        (SignTest(0, 15, 3, 6e-5), NAN, NAN, True, "the sign test alone"),
+        (SignTest(20, 3, 0, 5e-4), NAN, NAN, False, "point opposite ways"),  # mean +0.04
+        (SignTest(2, 3, 15, 1.0), NAN, NAN, False, "no interval was computed"),
     ],
 )
 def test_significant_only_when_the_test_and_the_interval_agree(
     test: SignTest, low: float, high: float, significant: bool, note: str | None
 ) -> None:
-    got, why = sc._significance(test, low, high, 0.05)
+    delta = (low + high) / 2 if low == low else 0.043  # the interval's middle, or a mean
+    got, why = sc._significance(test, low, high, 0.05, delta)
     assert got is significant
     assert (why is None) if note is None else (why is not None and note in why)
 
@@ -593,8 +601,9 @@ def test_every_figure_of_a_run_weighs_its_questions_the_same(
     from memdiag.analytics.doctor import doctor
     from memdiag.analytics.status import status
 
-    rows = [judgement("a", "q1", True, repeat=r, latency_ms=100.0) for r in range(3)]
-    rows.append(judgement("a", "q2", False, latency_ms=300.0))
+    rows = [{**judgement("a", "q1", True, repeat=r, latency_ms=100.0), "score": 1.0}
+            for r in range(3)]  # fmt: skip
+    rows.append({**judgement("a", "q2", False, latency_ms=300.0), "score": 0.0})
     rows += [judgement("b", "q1", True, repeat=r, latency_ms=100.0) for r in range(3)]
     rows.append(judgement("b", "q2", True, latency_ms=100.0))
     rows += [{**judgement("b", "q2", True, latency_ms=100.0), "event_id": f"again-{n}",
@@ -609,13 +618,14 @@ def test_every_figure_of_a_run_weighs_its_questions_the_same(
     assert scores["conditions"][0]["accuracy"] == 0.5
     assert scores["conditions"][0]["metrics"]["accuracy"]["mean"] == 0.5
     assert runs["a"]["accuracy"] == 0.5 and recent["a"]["accuracy"] == 0.5
+    assert runs["a"]["mean_score"] == 0.5 == scores["conditions"][0]["metrics"]["score"]["mean"]
     assert r["baseline"]["accuracy"] == 0.5 and r["delta"] == 0.5
     # latency: q1 moves 0 ms, q2 -200 ms; the mean over questions is -100 (per pair: -50)
     assert r["metrics"]["latency_ms"]["delta"] == -100.0
     assert r["latency_ms_delta"] == {"pairs": 4, "mean": -100.0, "median": 0.0}
     assert runs["b"]["rejudged"] == 1  # one answer, judged three times
     rejudged = [f.message for f in findings if f.check == "rejudged"]
-    assert rejudged == ["1 answers were judged more than once (3 judgements of them): the "
+    assert rejudged == ["1 answer was judged more than once (3 judgements of them): the "
                         "latest judgement of each counts (judgement_artifacts keeps them all)"]
 
 
@@ -663,3 +673,16 @@ def test_the_rerun_spread_leaves_out_a_repeat_of_a_few_questions(db: DuckDBSink)
     assert c["spread"]["stdev"] == pytest.approx(two)
     assert c["metrics"]["accuracy"]["stdev_across_repeats"] == pytest.approx(two)
     assert c["spread"]["accuracy_by_repeat"] == {"0": 1.0, "1": 0.1, "2": 1.0}
+    assert c["spread"]["repeats_used"] == [0, 1] and c["spread"]["min"] == pytest.approx(0.1)
+    assert c["metrics"]["accuracy"]["repeats_in_spread"] == 2
+
+
+def test_no_rerun_spread_when_no_two_repeats_answered_every_question(db: DuckDBSink) -> None:
+    """q1 only in repeat 0 (right), q2 only in repeat 1 (wrong): no repeat answered both, so
+    nothing measured a rerun; min, max and stdev agree on that (the table shows "—")."""
+    db.write([judgement("a", "q1", True, repeat=0), judgement("a", "q2", False, repeat=1)])
+    with duckdb.connect(db.path, read_only=True) as con:
+        (c,) = sc.scores(con, "a", resamples=100)["conditions"]
+    assert c["spread"]["repeats_used"] == [] and c["spread"]["stdev"] == 0.0
+    assert c["spread"]["min"] == c["spread"]["max"] == c["accuracy"] == 0.5
+    assert c["metrics"]["accuracy"]["repeats_in_spread"] == 0

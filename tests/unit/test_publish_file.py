@@ -211,3 +211,14 @@ def test_a_broker_that_refuses_even_the_dead_letter_says_so(
     monkeypatch.setattr(publish, "AIOKafkaProducer", TooLarge(0, 0))
     with pytest.raises(KafkaUnavailable, match="refused a message as too large.*dead letter"):
         asyncio.run(publish.publish_file(events_file(tmp_path, 1, 1), Settings()))
+
+
+def test_an_unkeyed_line_dead_lettered_is_not_counted_as_sent_to_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = SmallBroker(80_000)
+    monkeypatch.setattr(publish, "AIOKafkaProducer", broker)
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(orjson.dumps({"kind": "response", "text": "x" * 100_000}) + b"\n")
+    stats = asyncio.run(publish.publish_file(path, Settings()))
+    assert (stats.too_large, stats.unkeyed_lines, stats.events) == (1, 0, 0)
