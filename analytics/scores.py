@@ -32,7 +32,6 @@ from memdiag.analytics.metrics import (
     as_dicts,
     full_repeats,
     paired_all,
-    repeat_stdev,
     summary,
     total_tokens,
 )
@@ -232,7 +231,7 @@ def _fold(judged: list[Judged], resamples: int, seed: int) -> dict[str, Any]:
             "accuracy_by_repeat": repeat_accuracy,
             "min": min(accs),
             "max": max(accs),
-            "stdev": repeat_stdev(by_repeat, full),
+            "stdev": statistics.stdev(accs) if len(full) > 1 else 0.0,
             "repeats_used": full,
             "questions_with_disagreeing_repeats": unstable,
         },

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from memdiag.contract.envelope import Output
 from memdiag.streams.fit import FREE_FORM, NOTE_ROOM, SHORT_TEXT, TRUNCATED, fit
 from memdiag.streams.sender import CounterBuffer, Sender
+from tests.unit.test_sender_counts import Topic
 
 ids = st.text("abcdefgh_0123456789", min_size=1, max_size=24)
 json_values = st.recursive(
@@ -160,14 +161,6 @@ def test_short_texts_and_numbers_are_never_cut() -> None:
 
 
 # -- the worker's sender, against a broker that refuses what a broker refuses ---------------
-
-
-class Topic:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def get_topic_name(self) -> str:
-        return self.name
 
 
 class Broker:
