@@ -97,7 +97,10 @@ class SinkRunner:
     def __init__(self, settings: Settings, sink: DuckDBSink | None = None):
         self.settings = settings
         self.sink = sink or DuckDBSink(
-            settings.duckdb_path, storage_version=settings.duckdb_storage_version
+            settings.duckdb_path,
+            storage_version=settings.duckdb_storage_version,
+            topic_prefix=settings.topic_prefix,
+            payload_bytes=settings.deadletter_payload_bytes,
         )
         self.consumer: AIOKafkaConsumer | None = None
         self._first_pending_at: float | None = None

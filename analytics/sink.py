@@ -22,6 +22,8 @@ import orjson
 import pyarrow as pa
 
 from memdiag.analytics.db import STORAGE_VERSION, connect, init_schema, sql, storage_version
+from memdiag.contract import REUSED_EVENT_ID
+from memdiag.schemas.deadletters import dead_letter_id, digest
 
 log = logging.getLogger("memdiag.sink")
 
@@ -54,6 +56,31 @@ class TableSpec:
     #: analytics/sql/<retract>.sql: deletes the rows of the records marked ``retracted``
     #: (the last record of a key decides, as for upserts)
     retract: str | None = None
+    #: for a table keyed by ``event_id``: how another event under an id taken is told from
+    #: the same event again (:func:`_write_reusable`)
+    reuse: Reuse | None = None
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Rows keyed by the ``event_id`` of the event they come from, where two records under
+    one id that differ in ``columns`` come from two events (the producer reused the id): the
+    first taken stays, the other is dead-lettered as ``reused_event_id``."""
+
+    #: the table that holds the rows taken (the statement may write others besides)
+    table: str
+    #: the input topic the events came from (without the prefix): the dead letter's topic
+    topic: str
+    #: the columns that tell two events apart (where both records carry a value: a row
+    #: written by an older memdiag lacks the columns added since); None: every column (a
+    #: row is a function of its event alone)
+    columns: tuple[str, ...] | None = None
+    #: the batch's columns as the table stores them (``(column, SQL type)``), to compare them
+    casts: tuple[tuple[str, str], ...] = ()
+    #: the statement itself writes no record that differs in ``columns`` from the row the
+    #: table holds (a high-volume table: it is read only when the statement's count of rows
+    #: written says it refused some)
+    refuses: bool = False
 
 
 _SEARCH = pa.schema(
@@ -302,8 +329,17 @@ _PIPELINE_BREAK = pa.schema(
 
 #: record kind -> how it is written. A corrected record is the whole record again, so
 #: within a batch the last one of each key wins and nothing depends on the order of tables.
+_TS = (("ts", "TIMESTAMPTZ"),)
+
 SPECS: dict[str, TableSpec] = {
-    "search": TableSpec("upsert_searches", ("event_id",), _SEARCH),
+    # a search's row is sent again as its verdict is corrected: only another session is
+    # another event (the session stage tells a reuse within a session)
+    "search": TableSpec(
+        "upsert_searches",
+        ("event_id",),
+        _SEARCH,
+        reuse=Reuse("searches", "events", ("session_id",), refuses=True),
+    ),
     "retrieval_feedback": TableSpec(
         "upsert_retrieval_feedback",
         ("session_id", "turn_id", "observation_id"),
@@ -329,12 +365,27 @@ SPECS: dict[str, TableSpec] = {
     "graph_weight": TableSpec("upsert_graph_weights", ("id", "session_id"), _GRAPH_WEIGHT),
     # every judgement is an artifact (keyed by its event); the statement keeps, per answer,
     # the one that counts (the latest ts, ties by event_id) in `judgements`
-    "judgement": TableSpec("upsert_judgements", ("event_id",), _JUDGEMENT),
+    "judgement": TableSpec(
+        "upsert_judgements",
+        ("event_id",),
+        _JUDGEMENT,
+        reuse=Reuse("judgement_artifacts", "judgements", casts=_TS),
+    ),
     "memory_pipeline": TableSpec(
         "upsert_memory_pipeline", ("agent_id", "memory_id"), _MEMORY_PIPELINE
     ),
-    "recall_probe": TableSpec("upsert_recall_probes", ("event_id",), _RECALL_PROBE),
-    "ambient_context": TableSpec("upsert_ambient_contexts", ("event_id",), _AMBIENT_CONTEXT),
+    "recall_probe": TableSpec(
+        "upsert_recall_probes",
+        ("event_id",),
+        _RECALL_PROBE,
+        reuse=Reuse("recall_probe_events", "memory", casts=_TS),
+    ),
+    "ambient_context": TableSpec(
+        "upsert_ambient_contexts",
+        ("event_id",),
+        _AMBIENT_CONTEXT,
+        reuse=Reuse("ambient_contexts", "memory", casts=_TS),
+    ),
     "pipeline_agent": TableSpec("upsert_pipeline_agents", ("agent_id",), _PIPELINE_AGENT),
     "pipeline_break": TableSpec("upsert_pipeline_breaks", ("agent_id", "episode"), _PIPELINE_BREAK),
     "pipeline_recovered": TableSpec(
@@ -346,9 +397,18 @@ SPECS: dict[str, TableSpec] = {
 
 class DuckDBSink:
     def __init__(
-        self, path: str | Path, lock_timeout: float = 60.0, storage_version: str = STORAGE_VERSION
+        self,
+        path: str | Path,
+        lock_timeout: float = 60.0,
+        storage_version: str = STORAGE_VERSION,
+        topic_prefix: str = "memdiag.",
+        payload_bytes: int = 64 * 1024,
     ):
+        """``topic_prefix`` and ``payload_bytes`` (MEMDIAG_TOPIC_PREFIX,
+        MEMDIAG_DEADLETTER_PAYLOAD_BYTES): for the dead letters the sink makes itself."""
         self.path = str(path)
+        self.topic_prefix = topic_prefix
+        self.payload_bytes = payload_bytes
         self.lock_timeout = lock_timeout
         self.storage_version = storage_version
         self._buffers: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SPECS}
@@ -429,10 +489,17 @@ class DuckDBSink:
         try:
             con.execute("BEGIN TRANSACTION")
             written = 0
+            reused: list[dict[str, Any]] = []
             for kind, spec in SPECS.items():
                 records = self._buffers[kind]
-                if records:
+                if records and spec.reuse:
+                    n, taken = _write_reusable(con, spec, records)
+                    written += n
+                    reused += [self._reused(kind, r, fields) for r, fields in taken]
+                elif records:
                     written += _write_table(con, spec, records)
+            if reused:
+                written += _write_table(con, SPECS["dead_letter"], reused)
             con.execute("COMMIT")
         except BaseException:
             try:
@@ -447,6 +514,37 @@ class DuckDBSink:
         self.last_flush_seconds = time.perf_counter() - t0
         return written
 
+    def _reused(self, kind: str, record: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+        """The dead letter of a record under an ``event_id`` taken by another event (the
+        one taken first stays): its payload is the record as the worker made it (what the
+        event was, the source offset, are not known here)."""
+        reuse = SPECS[kind].reuse
+        topic = f"{self.topic_prefix}{reuse.topic if reuse else kind}"
+        payload = orjson.dumps(record)
+        event_id = record.get("event_id")
+        limit = self.payload_bytes
+        return {
+            "kind": "dead_letter",
+            # the same reuse written again (a redelivery) is the same row
+            "dead_letter_id": dead_letter_id(
+                topic, self.topic_prefix, "event", event_id, digest(payload)
+            ),
+            "topic": topic,
+            "partition": None,
+            "offset": None,
+            "batch_index": None,
+            "key": None,
+            "reason": REUSED_EVENT_ID,
+            "detail": f"event_id {event_id!r} was already taken by another {kind}, which differs "
+            f"in {', '.join(fields)}; this one was not written (the one taken first stays). "
+            "event_id is the idempotency key: give every distinct event its own. The payload "
+            f"is the {kind} as the worker read it from its event",
+            "payload": payload[:limit].decode("utf-8", "replace"),
+            "payload_bytes": len(payload),
+            "payload_truncated": len(payload) > limit,
+            "ts": record.get("ts"),
+        }
+
     def flush_isolating(self, reject: Callable[[dict[str, Any], str], dict[str, Any]]) -> int:
         """Write the buffer record by record, after :meth:`flush` failed on bad data.
 
@@ -458,14 +556,19 @@ class DuckDBSink:
         con = self._connect()
         written = 0
         rejected: list[dict[str, Any]] = []
+        reused: list[dict[str, Any]] = []
         try:
             for kind, spec in SPECS.items():
                 for record in self._buffers[kind]:
                     con.execute("BEGIN TRANSACTION")
                     try:
-                        _write_table(con, spec, [record])
+                        if spec.reuse:
+                            n, taken = _write_reusable(con, spec, [record])
+                        else:
+                            n, taken = _write_table(con, spec, [record]), []
                         con.execute("COMMIT")
-                        written += 1
+                        written += n
+                        reused += [self._reused(kind, r, fields) for r, fields in taken]
                     except DATA_ERRORS as exc:
                         con.execute("ROLLBACK")
                         rejected.append(reject(record, f"{type(exc).__name__}: {exc}"))
@@ -475,9 +578,9 @@ class DuckDBSink:
                         except duckdb.Error:
                             pass
                         raise
-            if rejected:
+            if rejected or reused:
                 con.execute("BEGIN TRANSACTION")
-                written += _write_table(con, SPECS["dead_letter"], rejected)
+                written += _write_table(con, SPECS["dead_letter"], [*rejected, *reused])
                 con.execute("COMMIT")
         finally:
             con.close()
@@ -492,9 +595,97 @@ class DuckDBSink:
         self._pending = 0
 
 
-def _write_table(
+def _write_reusable(
     con: duckdb.DuckDBPyConnection, spec: TableSpec, records: list[dict[str, Any]]
+) -> tuple[int, list[tuple[dict[str, Any], list[str]]]]:
+    """Write the records of a table keyed by ``event_id`` (:class:`Reuse`): the rows
+    written, and the records of another event under an id taken (not written), each with
+    the columns it differs in from the one taken: the row the table holds, else the
+    batch's first record of that id."""
+    reuse = spec.reuse
+    if reuse is None:
+        raise ValueError(f"{spec.statement}: not a table keyed by event_id")
+    (k,) = spec.key
+    names = list(reuse.columns or (n for n in spec.schema.names if n != k))
+    stored = {} if reuse.refuses else _stored_differences(con, spec, names, records)
+    taken: dict[Any, dict[str, Any]] = {}
+    kept: list[dict[str, Any]] = []
+    reused: list[tuple[dict[str, Any], list[str]]] = []
+    for i, r in enumerate(records):
+        if i in stored:  # the table holds its id
+            differ = stored[i]
+        else:
+            first = taken.setdefault(r[k], r)
+            differ = [n for n in names if _differ(r.get(n), first.get(n))]
+        if differ:
+            reused.append((r, differ))
+        else:
+            kept.append(r)
+    if not kept:
+        return 0, reused
+    if not reuse.refuses:
+        return _write_table(con, spec, kept), reused
+    counted: list[int] = []
+    written = _write_table(con, spec, kept, counted)
+    given = list({r[k]: r for r in kept}.values())  # what the statement was given
+    if counted and counted[0] >= len(given):
+        return written, reused
+    # the statement refused some: those whose id the table holds under other columns
+    holds = _stored_differences(con, spec, names, given)
+    refused = [(given[i], d) for i, d in holds.items() if d]
+    return written - len(refused), [*reused, *refused]
+
+
+def _stored_differences(
+    con: duckdb.DuckDBPyConnection,
+    spec: TableSpec,
+    names: list[str],
+    records: list[dict[str, Any]],
+) -> dict[int, list[str]]:
+    """For each record whose id the table holds: its index, and the columns of ``names``
+    in which it differs from that row (none: the same event)."""
+    reuse = spec.reuse
+    if reuse is None:
+        raise ValueError(f"{spec.statement}: not a table keyed by event_id")
+    (k,) = spec.key
+    cast = dict(reuse.casts)
+
+    def quoted(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def ours(name: str) -> str:
+        return f"CAST(b.{quoted(name)} AS {cast[name]})" if name in cast else f"b.{quoted(name)}"
+
+    columns = {name: [r.get(name) for r in records] for name in spec.schema.names}
+    columns["__i"] = list(range(len(records)))
+    batch = pa.Table.from_pydict(columns, schema=spec.schema.append(pa.field("__i", pa.int64())))
+    checks = ", ".join(  # NULL <> x is NULL: a field one of them lacks is no difference
+        f"CASE WHEN {ours(n)} <> s.{quoted(n)} THEN '{n}' END" for n in names
+    )
+    # the spec's own names, never input
+    join = f"JOIN {reuse.table} s ON s.{quoted(k)} = b.{quoted(k)}"
+    query = f"SELECT b.__i, list_filter([{checks}], lambda x: x IS NOT NULL) FROM batch b {join}"  # noqa: S608
+    con.register("batch", batch)
+    try:
+        return dict(con.execute(query).fetchall())
+    finally:
+        con.unregister("batch")
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Two values of a field, both carried, that differ (a row written by an older memdiag,
+    or a record of a field it did not know, lacks the field: no difference)."""
+    return a is not None and b is not None and a != b
+
+
+def _write_table(
+    con: duckdb.DuckDBPyConnection,
+    spec: TableSpec,
+    records: list[dict[str, Any]],
+    counted: list[int] | None = None,
 ) -> int:
+    """Write ``records`` with the spec's statement; ``counted``: given the number of rows
+    the statement says it wrote (DuckDB's count for an INSERT, updates included)."""
     # ON CONFLICT cannot touch one row twice in a statement: keep the last record per key
     # (the newest: records arrive in partition order, and a key never spans partitions).
     if len(spec.key) == 1:
@@ -520,7 +711,9 @@ def _write_table(
         batch = pa.Table.from_pydict(columns, schema=spec.schema)
         con.register("batch", batch)
         try:
-            con.execute(sql(spec.statement))
+            result = con.execute(sql(spec.statement))
+            if counted is not None:
+                counted += [row[0] for row in result.fetchall()]
         finally:
             con.unregister("batch")
     return len(rows) + len(gone)

@@ -33,6 +33,7 @@ from memdiag.contract import (
     MISSING_FIELD,
     NOT_AN_EVENT,
     NOT_JSON,
+    REUSED_EVENT_ID,
     TOO_LARGE,
     UNKNOWN_KIND,
     WRONG_TYPE,
@@ -48,8 +49,8 @@ from memdiag.schemas.models import (
 )
 
 #: The reasons the decoder gives (the `reason` column, dead_letter_total{reason}): the input
-#: reasons but ``late_event``, which the session stage gives.
-REASONS = tuple(r for r in INPUT_REASONS if r != LATE_EVENT)
+#: reasons but ``late_event`` and ``reused_event_id``, which the session stage gives.
+REASONS = tuple(r for r in INPUT_REASONS if r not in (LATE_EVENT, REUSED_EVENT_ID))
 
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"

@@ -186,6 +186,9 @@ ID_TOO_LONG = "id_too_long"
 NOT_OTLP = "not_otlp"
 #: a valid event that arrived after its session was forgotten (see LATE_SESSION_FORGOTTEN)
 LATE_EVENT = "late_event"
+#: a valid event whose ``event_id`` its session already holds for an event with other content
+#: (the idempotency key reused): the one taken first stays, this one is not applied
+REUSED_EVENT_ID = "reused_event_id"
 #: the worker raised on a message: a memdiag bug, never bad input
 PROCESSING_ERROR = "processing_error"
 #: a record the worker produced but DuckDB refused (a bug or a foreign producer)
@@ -204,6 +207,7 @@ INPUT_REASONS = (
     ID_TOO_LONG,
     NOT_OTLP,
     LATE_EVENT,
+    REUSED_EVENT_ID,
 )
 
 #: What to do about each dead-letter reason ("" for a reason this version does not know):
@@ -232,6 +236,10 @@ DEAD_LETTER_ADVICE = {
     LATE_EVENT: "the event came after its session was forgotten (MEMDIAG_SESSION_KEEP_HOURS "
     "of processing time): find what delayed it (a stuck producer, a replay of old data), or "
     "keep sessions longer",
+    REUSED_EVENT_ID: "the producer gave two different events one event_id (the idempotency "
+    "key: memdiag keeps the first it took and takes the other for a redelivery unless its "
+    "content differs, as here): give every event its own id (a UUID, or a hash of the "
+    "event); the detail names the fields that differ",
     PROCESSING_ERROR: "memdiag failed on this input: a memdiag bug. Report it with the payload "
     "(the event is not processed until a fixed worker replays it)",
     SINK_REJECTED: "DuckDB refused a record the worker produced (a bug, or a foreign producer "

@@ -81,6 +81,20 @@ from memdiag.streams.session.span_turns import SpanTurns
 log = logging.getLogger("memdiag.worker")
 
 #: The hot counters' keys, made once (a search's source is ``agent`` or ``viewer``)
+#: what two events under one ``event_id`` may differ in and still be one event (see
+#: :meth:`Session.differences`)
+_NOT_COMPARED = frozenset({"published_ms", "revision", "vectors"})
+#: a record's fields by the event fields they come from (the rest have the event's names)
+_EVENT_FIELDS = {
+    "query_key": "query",
+    "scope": "agent_id/org_id/project_id",
+    "entity_ids": "graph_entity_ids",
+    "edges": "graph_edge_keys",
+    "words": "text",
+    "files": "files_modified",
+    "helpful": "helpful_observation_ids",
+}
+
 _SEARCH_KEYS: dict[str, CounterKey] = {
     src: counter_key(SEARCH_CALLS, source=src) for src in ("agent", "viewer")
 }
@@ -192,15 +206,18 @@ class Session(SpanTurns):
 
     def ingest(
         self, event: SessionEvent, published_ms: int, out: Output, revision: int = 0
-    ) -> None:
-        """Apply a validated event (nothing if it is a duplicate; an outcome's higher
-        ``revision``, memdiag's own amendment of an outcome from spans, takes the place of
-        the one before)."""
+    ) -> tuple[str, ...]:
+        """Apply a validated event. An outcome's higher ``revision`` (memdiag's own amendment
+        of an outcome from spans) takes the place of the one before. An event whose
+        ``event_id`` the session holds already is not applied: it returns () if it is the
+        same event (a redelivery, or published twice), and otherwise the fields in which it
+        differs from the one taken (:meth:`differences`: the producer reused the id, and the
+        stage dead-letters it)."""
         seq = self._seq_of.get(event.event_id)
         if seq is not None:
             known = self.records[seq]
             if not (isinstance(known, OutcomeRec) and revision > known.revision):
-                return  # a duplicate
+                return self.differences(known, event, revision)
         scope = self.scope(event.agent_id, event.org_id, event.project_id)
         rec = record_of(event, scope, published_ms, self.config.store_text, revision,
                         self.config.embed)  # fmt: skip
@@ -208,6 +225,25 @@ class Session(SpanTurns):
         if self.config.embed is not None:
             self.vector_bytes += vector_bytes(rec)
         self._apply(rec, len(self.records) - 1, out)
+        return ()
+
+    def differences(self, known: LogRecord, event: SessionEvent, revision: int) -> tuple[str, ...]:
+        """The fields in which ``event`` differs from ``known``, the record the session took
+        under its ``event_id``, compared as the session keeps them (its record: keywords and
+        word sets, the query's key; never the publish time, a redelivery's own, nor the
+        semantic detector's vectors, which are not computed again for a duplicate), where
+        both carry a value (the query's text is kept only with MEMDIAG_STORE_TEXT=1, which
+        may have changed since). A different kind is ``("kind",)``."""
+        scope = self._scope_index.get((event.agent_id, event.org_id, event.project_id), -1)
+        rec = record_of(event, scope, 0, self.config.store_text, revision)
+        if type(rec) is not type(known):
+            return ("kind",)
+        differ = (
+            _EVENT_FIELDS.get(name, name)
+            for name in rec.__struct_fields__
+            if name not in _NOT_COMPARED and _differ(getattr(rec, name), getattr(known, name))
+        )
+        return tuple(dict.fromkeys(differ))  # the query's key and its text: one "query"
 
     def ingest_span(self, d: dict[str, Any], scope: Scope, out: Output) -> None:
         """Apply a span retrieval or a span turn (``memdiag.streams.stages.traces``) unless
@@ -540,6 +576,11 @@ class Session(SpanTurns):
         scopes = self.scopes
         return feedback_row(self.session_id, turn_id, obs_id, judged, scopes[judged.scope],
                             scopes[judged.fallback_scope])  # fmt: skip
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Two values of a field, both carried, that differ."""
+    return a is not None and b is not None and a != b
 
 
 def _order(rec: LogRecord) -> tuple[int, str]:

@@ -53,11 +53,12 @@ from memdiag.contract import (
     LATE_EVENT,
     LATE_EVENTS,
     LATE_SESSION_FORGOTTEN,
+    REUSED_EVENT_ID,
 )
 from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.contract.words import SEMANTIC
 from memdiag.schemas import SESSION_KINDS
-from memdiag.schemas.deadletters import add_dead_letter
+from memdiag.schemas.deadletters import add_dead_letter, digest
 from memdiag.schemas.decode import Decoder, Rejected
 from memdiag.schemas.models import SessionEvent, SessionOutcome, from_dict
 from memdiag.semantic import embedder
@@ -229,7 +230,15 @@ class SessionStage:
                 identity = ("event", event.event_id)
                 add_dead_letter(out, msg, late, self.settings, identity=identity)
                 continue
-            session.ingest(event, published_ms, out)
+            differs = session.ingest(event, published_ms, out)
+            if differs:  # another event under an id the session took: not applied
+                detail = _reused_detail(event, session_id, differs)
+                reused = Rejected(acc.index, REUSED_EVENT_ID, detail, acc.payload)
+                # one row per reusing event, whatever message (a replayed re-route's offset is
+                # new) brought it
+                where = ("event", event.event_id, digest(acc.payload))
+                add_dead_letter(out, msg, reused, self.settings, identity=where)
+                continue
             if now_ms > session.last_seen_ms:
                 session.last_seen_ms = now_ms
             ts_us = event.ts_us
@@ -262,6 +271,7 @@ class SessionStage:
                 ts_us = rec.get("end", rec["ts"])
             else:  # a search or an outcome the trace stage made and validated
                 event = _from_spans(rec)
+                # memdiag's own record: one sent again is a redelivery, whatever it says
                 session.ingest(event, published_ms, out, rec.get("revision", 0))
                 ts_us = event.ts_us
             session.last_seen_ms = max(
@@ -309,6 +319,18 @@ _LATE_DETAIL = (
     "processing time) when this event arrived, so it was not applied. Raise "
     "MEMDIAG_SESSION_KEEP_HOURS, or re-publish the whole session under a new session_id"
 )
+
+
+def _reused_detail(event: SessionEvent, session_id: str, differs: tuple[str, ...]) -> str:
+    if differs == ("kind",):
+        other = "an event of another kind"
+    else:
+        other = f"another {event.kind} event, which differs in {', '.join(differs)}"
+    return (
+        f"event_id {event.event_id!r} was already taken in session {session_id!r} by {other}; "
+        "this one was not applied (the event taken first stays). event_id is the idempotency "
+        "key: give every distinct event its own"
+    )
 
 
 def _from_spans(rec: dict[str, Any]) -> SessionEvent:

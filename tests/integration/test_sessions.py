@@ -240,3 +240,53 @@ def test_a_worker_killed_between_the_halves_of_a_turn_still_joins_them(
         "SELECT ignored_observation_ids FROM session_diagnostics "  # noqa: S608
         f"WHERE session_id = '{sid}'"
     ) == [(["obs_9"],)]
+
+
+def test_an_event_id_reused_for_another_event_is_dead_lettered_through_the_broker(
+    pipeline: Pipeline,
+) -> None:
+    """Within a session (the session stage), across sessions and for judgements (the sink):
+    the first event under an id stays, the other is a `reused_event_id` dead letter, once,
+    also when everything is published again."""
+    pipeline.start()
+    sid, other_sid = "ses-reuse", "ses-reuse-2"
+    search = {
+        "kind": "search", "event_id": "ses-reuse-s1", "ts": TS, "session_id": sid,
+        "query": "token expiry", "result_ids": ["obs_7"], "source": "agent",
+    }  # fmt: skip
+    judgement = {
+        "kind": "judgement", "event_id": "j-1", "ts": TS, "run_id": "run-r", "question_id": "q1",
+        "judge_correct": True, "gold_evidence_ids": ["g"], "retrieved_context_ids": ["g"],
+    }  # fmt: skip
+    first = [
+        (sid.encode(), search),
+        (sid.encode(), injection(sid, "t1", [OBS_7])),
+        (sid.encode(), response(sid, "t1")),
+    ]
+    reused = [
+        (sid.encode(), injection(sid, "t1", [OBS_9], eid=f"{sid}-t1-i")),  # the same session
+        (other_sid.encode(), {**search, "session_id": other_sid}),  # another session
+    ]
+    judgements = pipeline.settings.topics.judgements
+    for _ in range(2):  # published again: nothing more
+        pipeline.publish(first)
+        pipeline.publish([(b"run-r", judgement)], topic=judgements)
+        pipeline.drain()
+        pipeline.publish(reused)
+        pipeline.publish([(b"run-r", {**judgement, "judge_correct": False})], topic=judgements)
+        pipeline.drain()
+    assert feedback(pipeline, sid) == {"obs_7": "used"}
+    assert pipeline.query("SELECT session_id FROM searches") == [(sid,)]
+    assert pipeline.query("SELECT judge_correct FROM judgement_artifacts") == [(True,)]
+    assert pipeline.query("SELECT judge_correct FROM judgements") == [(True,)]
+    dead = pipeline.query("SELECT topic, reason, detail FROM dead_letters ORDER BY topic, detail")
+    prefix = pipeline.settings.topic_prefix
+    assert [(t, r) for t, r, _ in dead] == [
+        (f"{prefix}events", "reused_event_id"),
+        (f"{prefix}events", "reused_event_id"),
+        (f"{prefix}judgements", "reused_event_id"),
+    ]
+    details = " ".join(d for _, _, d in dead)
+    assert "another injection event, which differs in observations;" in details
+    assert "another search, which differs in session_id;" in details
+    assert "another judgement, which differs in judge_correct" in details

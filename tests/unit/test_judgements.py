@@ -22,7 +22,7 @@ from memdiag.analytics.stats import (
     paired_bootstrap_ci,
     sign_test_by_question,
 )
-from memdiag.contract import READER_FAILURES, RETRIEVAL_FAILURES
+from memdiag.contract import READER_FAILURES, RETRIEVAL_FAILURES, REUSED_EVENT_ID
 from memdiag.contract.envelope import InMessage
 from memdiag.schemas import load_schema
 from memdiag.settings import Settings
@@ -246,6 +246,57 @@ def test_duplicate_judgement_redelivered_is_one_row(db: DuckDBSink) -> None:
             1,
             "retrieval_failure",
         )
+
+
+@pytest.mark.parametrize("how", ["together", "one by one", "isolating"])
+def test_a_judgement_reusing_an_event_id_is_dead_lettered_and_the_first_stays(
+    tmp_path: Path, how: str
+) -> None:
+    """event_id is the idempotency key: a judgement under a taken id with other content is
+    not a redelivery. The first written stays in both tables; the other is a dead letter,
+    once, however often it comes."""
+    first = judgement("r", "q1", False, retrieved=())
+    other = judgement("r", "q1", True)
+    third = {**judgement("r", "q2", True), "event_id": first["event_id"]}
+    sink = DuckDBSink(tmp_path / "j.duckdb", topic_prefix="p.")
+    sink.init()
+    published = [first, other, third, other, first]
+    if how == "together":
+        sink.write(published)
+    elif how == "one by one":
+        for record in published:
+            sink.write([record])
+    else:  # the path a batch DuckDB refused takes: record by record
+        for record in published:
+            sink.add(record)
+        sink.flush_isolating(lambda r, e: pytest.fail(f"refused {r}: {e}"))
+    sink.write(published)  # redelivered: nothing more
+    with duckdb.connect(sink.path, read_only=True) as con:
+        kept = "SELECT event_id, question_id, judge_correct FROM {}"
+        for table in ("judgements", "judgement_artifacts"):
+            assert con.execute(kept.format(table)).fetchall() == [(first["event_id"], "q1", False)]
+        dead = con.execute(
+            "SELECT topic, reason, detail, payload FROM dead_letters ORDER BY detail"
+        ).fetchall()
+    assert [(t, r) for t, r, _, _ in dead] == [("p.judgements", REUSED_EVENT_ID)] * 2
+    assert "another judgement, which differs in judge_correct, retrieved_context_ids, " in dead[0][2]
+    assert "differs in question_id, judge_correct, retrieved_context_ids, " in dead[1][2]
+    assert {json.loads(p)["question_id"] for _, _, _, p in dead} == {"q1", "q2"}
+
+
+def test_a_judgement_again_with_a_field_its_first_row_lacks_is_the_same_judgement(
+    db: DuckDBSink,
+) -> None:
+    """A row written by an older memdiag lacks the fields added since; a replay by this one
+    carries them: the same event, not a reused id (and the answer's row gains them)."""
+    first = judgement("r", "q1", True)
+    db.write([first])
+    db.write([{**first, "split": "test", "latency_ms": 12.5}])
+    with duckdb.connect(db.path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM dead_letters").fetchone() == (0,)
+        assert con.execute("SELECT split, latency_ms FROM judgements").fetchall() == [
+            ("test", 12.5)
+        ]
 
 
 @pytest.mark.parametrize("together", [True, False])

@@ -71,7 +71,8 @@ def agent_with_a_fall(before: tuple[int, int], after: tuple[int, int],
 
 
 def falls(tmp_path: Path, events: list[dict[str, Any]], **watch: Any) -> list[dict[str, Any]]:
-    con = sink(tmp_path / "f.duckdb", events)
+    """A file of its own each call: two scenarios' probes share event ids."""
+    con = sink(tmp_path / f"f{len(list(tmp_path.iterdir()))}.duckdb", events)
     try:
         return recall_falls(con, RecallWatch(**watch))
     finally:

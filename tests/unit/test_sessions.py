@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +23,22 @@ from memdiag import semantic as sm
 from memdiag.analytics.sink import DuckDBSink
 from memdiag.contract import (
     BAD_TS,
+    DEAD_LETTERS,
     FEEDBACK,
     FEEDBACK_RETRACTED,
     LATE_EVENT,
     LATE_EVENTS,
     LATE_SESSION_FORGOTTEN,
     MISLEADING,
+    REUSED_EVENT_ID,
     SESSION_OUTCOMES,
     UNMATCHED_TURNS,
 )
 from memdiag.contract.envelope import DictStore, InMessage, Output
 from memdiag.schemas.decode import parse_ts
+from memdiag.schemas.models import from_dict
 from memdiag.settings import Settings
-from memdiag.streams.session.session import CHUNK, CHUNK_MAX
+from memdiag.streams.session.session import CHUNK, CHUNK_MAX, Config, Session
 from memdiag.streams.session.states import HEAD, TOMBSTONE, SessionStates, chunk_key
 from memdiag.streams.stages.sessions import HeldStateLost, SessionStage
 from tests.compare import (
@@ -463,6 +467,87 @@ def test_a_forgotten_session_sends_a_late_event_to_dead_letters() -> None:
     assert w.diagnostics() == before  # nothing changed
 
 
+def _the_contract_examples_search() -> dict[str, Any]:
+    return next(e for e in example_events() if e["kind"] == "search")
+
+
+@pytest.mark.parametrize(
+    ("change", "fields"),
+    [
+        ({"observations": [{"id": "other", "content": "memory other"}]}, "observations"),
+        ({"ts": "2026-11-21T10:05:00Z"}, "ts"),
+        ({"turn_id": "t9", "agent_id": "a2"}, "turn_id, agent_id/org_id/project_id"),
+        ({"kind": "response", "text": "x"}, None),  # another kind
+    ],
+)
+def test_an_event_id_reused_for_other_content_is_dead_lettered_and_changes_nothing(
+    change: dict[str, Any], fields: str | None
+) -> None:
+    """event_id is the idempotency key: an event under a taken id is a redelivery only if it
+    is the same event. Another one is not applied (the first stays), and not lost either."""
+    events = session("s", "rejected", ["o"])
+    w = Worker()
+    w.publish(events)
+    before = from_records(w.tables)
+    reused = {**events[0], **change}  # as a response, its observations are a field ignored
+    for keyed in (True, False, True):  # twice as it came, once re-routed: one row
+        w.publish([reused], keyed=keyed)
+    [dead] = w.tables.dead_letters
+    assert dead["reason"] == REUSED_EVENT_ID
+    assert "'s-i' was already taken in session 's'" in dead["detail"]
+    if fields is None:
+        assert "by an event of another kind" in dead["detail"]
+    else:
+        assert f"another injection event, which differs in {fields};" in dead["detail"]
+    assert orjson.loads(dead["payload"]) == reused
+    assert w.counts[(DEAD_LETTERS, (("reason", REUSED_EVENT_ID),))] == 3  # each time it came
+    assert from_records(w.tables) == before
+
+
+def test_the_same_event_again_is_a_redelivery_however_it_is_written() -> None:
+    """Published again later (its own Kafka timestamp), its ts in another offset, with a
+    field memdiag does not read, after its session was written back and read from the store
+    again: the same event, nothing sent and nothing dead-lettered."""
+    search = {**_the_contract_examples_search(), "session_id": "s"}
+    events = [search, *session("s", "rejected", ["o"])]
+    w = Worker(Settings(store_text=True))
+    w.publish(events)
+    before = from_records(w.tables)
+    w.processor.states.forget_decoded()  # read back from the store: the records decoded
+    w.records.clear()
+    w.now_ms += HOUR_MS
+    ts = parse_ts(events[1]["ts"]) // 1_000_000  # type: ignore[operator]
+    again = [{**e, "extra": 1} for e in events]
+    again[1]["ts"] = datetime.fromtimestamp(ts, timezone(timedelta(hours=2))).isoformat()
+    w.publish(again, batch=4)
+    assert not w.tables.dead_letters
+    assert w.records == [] and from_records(w.tables) == before
+
+
+def test_a_field_only_one_of_them_carries_is_no_difference() -> None:
+    """The query's text is kept only under MEMDIAG_STORE_TEXT=1, which may change between
+    the first publish and the next: the same search again is still the same search."""
+    search = {**_the_contract_examples_search(), "session_id": "s"}
+    event = from_dict(search)
+    other = from_dict({**search, "query": "another query altogether"})
+    for store_text in (False, True):
+        session = Session("s", 0, Config(1, 1, 1, store_text=store_text))
+        session.ingest(event, 1, Output())
+        [known] = session.records
+        session.config = Config(1, 1, 1, store_text=not store_text)  # a restart, reconfigured
+        assert session.differences(known, event, 0) == ()
+        assert session.differences(known, other, 0) == ("query",)
+
+
+def test_a_search_reusing_an_id_with_another_query_names_the_query() -> None:
+    search = {**_the_contract_examples_search(), "session_id": "s"}
+    for store_text in (False, True):
+        w = Worker(Settings(store_text=store_text))
+        w.publish([search, {**search, "query": search["query"] + " and more"}])
+        [dead] = w.tables.dead_letters
+        assert "another search event, which differs in query;" in dead["detail"]
+
+
 def test_a_backlog_published_long_ago_forgets_nothing_while_it_is_caught_up() -> None:
     """Processing time is the partition's Kafka timestamps: a worker that was down for days
     and catches up does not forget the sessions whose events are still in its backlog."""
@@ -700,6 +785,8 @@ def test_the_generated_scenario_in_every_mode_gives_the_reference() -> None:
             w.run()
             got = from_records(w.tables)
             assert differences(expected, got) == [], (name, crash_rate)
+            # its redeliveries are redeliveries (none taken for an id reused), however they come
+            assert w.tables.dead_letters == [], (name, crash_rate)
             if not w.crashes:  # the verdicts taken back are counted: the net stands
                 assert net_feedback(w.by_minute) == feedback_by_minute(got), name
     w = World(SETTINGS, seed=8)

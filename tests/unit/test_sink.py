@@ -104,6 +104,39 @@ def test_a_corrected_row_rewrites_the_verdict_in_the_same_batch_or_later(
     assert rows(sink, "SELECT is_followup FROM searches") == [(False,)]
 
 
+@pytest.mark.parametrize("how", ["together", "one by one", "isolating"])
+def test_a_search_of_another_session_under_a_taken_event_id_is_dead_lettered(
+    tmp_path: Path, how: str
+) -> None:
+    """The session stage tells a reused event_id within a session; two sessions' searches
+    under one id meet only here. The first session's row stays (its corrections still
+    apply); the other's is a dead letter, once."""
+    sink = DuckDBSink(tmp_path / "t.duckdb", topic_prefix="p.")
+    sink.init()
+    taken, corrected = search_row("e"), search_row("e", is_followup=True, prev_event_id="x")
+    other = search_row("e", session_id="s2", org_id="o2")
+    published = [taken, other, corrected, other]
+    if how == "together":
+        sink.write(published)
+    elif how == "one by one":
+        for record in published:
+            sink.write([record])
+    else:
+        for record in published:
+            sink.add(record)
+        sink.flush_isolating(lambda r, e: pytest.fail(f"refused {r}: {e}"))
+    sink.write([other])  # redelivered: nothing more
+    assert rows(sink, "SELECT session_id, org_id, is_followup FROM searches") == [
+        ("s", "o", True)
+    ]
+    [(topic, reason, detail, payload)] = rows(
+        sink, "SELECT topic, reason, detail, payload FROM dead_letters"
+    )
+    assert (topic, reason) == ("p.events", "reused_event_id")
+    assert "'e' was already taken by another search, which differs in session_id;" in detail
+    assert '"session_id":"s2"' in payload
+
+
 def test_views_exist_and_compute(sink: DuckDBSink) -> None:
     sink.write(
         [

@@ -13,6 +13,7 @@ from memdiag.contract import (
     FAILURE_MODES,
     INPUT_REASONS,
     LATE_EVENT,
+    REUSED_EVENT_ID,
 )
 from memdiag.schemas.decode import REASONS
 
@@ -42,8 +43,8 @@ def test_every_outcome_and_failure_mode_the_sql_names_is_the_contracts() -> None
     assert sorted(set(modes)) == sorted(FAILURE_MODES)
 
 
-def test_the_decoder_gives_the_input_reasons_but_late_event() -> None:
-    assert (*REASONS, LATE_EVENT) == INPUT_REASONS
+def test_the_decoder_gives_the_input_reasons_but_the_session_stages() -> None:
+    assert (*REASONS, LATE_EVENT, REUSED_EVENT_ID) == INPUT_REASONS
 
 
 def test_the_counter_schema_names_every_counter() -> None:
