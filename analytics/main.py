@@ -34,9 +34,9 @@ def main(settings: Settings) -> None:
     shutdown = Shutdown(WHO, settings.shutdown_timeout_seconds, log, runner.stopped)
     try:
         asyncio.run(_run(runner, shutdown, settings))
-    except SinkFatal as exc:
+    except SinkFatal as exc:  # an error memdiag explains: status 1, as every command's
         log.critical("%s", exc)
-        raise SystemExit(3) from None
+        raise SystemExit(1) from None
     text, status = runner.stopped()
     if runner.broker_gone:
         log.warning("%s stopped without the broker, %.1fs after %s%s %s Exit status %d.",

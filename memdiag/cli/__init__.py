@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import sys
 from typing import Any, NoReturn
@@ -109,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         "writes what it holds, then commits, within MEMDIAG_SHUTDOWN_TIMEOUT_SECONDS. Without "
         "the broker it writes all the same but commits nothing more, says so and exits with "
         "status 75: those messages come again on the next start (upserts: each row once). A "
-        "second signal stops it at once.",
+        "DuckDB file it cannot write (a full disk, a permission, a read-only or corrupt file) "
+        "stops it with one line that says what and where, exit status 1; it commits nothing "
+        "it did not write, so nothing is lost. A second signal stops it at once.",
     )
     sink.add_argument("--db", metavar="PATH", help="DuckDB file (default MEMDIAG_DUCKDB_PATH)")
     sink.set_defaults(func=cmd_sink)
@@ -328,6 +331,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM stops `run` in order, like Ctrl-C
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``| head``): the one broken
+    pipe that is no error (another, a socket's, is)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError):  # no stdout, or not a file descriptor
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     global _ARGV
     _ARGV = argv
@@ -338,37 +352,58 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        err.print(f"[red]configuration error:[/red] {exc}")
-        return 2
+        return _failed(args, 2, "configuration", str(exc), "configuration error:")
     except KeyboardInterrupt:
         err.print("interrupted")
+        _say_json(args, 130, "interrupted", "interrupted")
         return 130
     except ModuleNotFoundError as exc:
         if exc.name not in REPORT_EXTRA:
             raise
-        err.print(
-            f"[red]error:[/red] this command needs {exc.name}, which the worker's install "
-            "leaves out: pip install 'memdiag\\[report]'"  # \[: not Rich markup
-        )
-        return 1
+        return _failed(args, 1, "missing_extra", f"this command needs {exc.name}, which the "
+                       "worker's install leaves out: pip install 'memdiag[report]'")  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a user-facing command: say what, not a traceback
-        from rich.markup import escape
-
         from memdiag.broker import BrokerError
         from memdiag.kafka import KafkaUnavailable
         from memdiag.runner import PipelineError
 
-        if isinstance(exc, BrokenPipeError):  # `| head` closed the pipe: what it wanted is out
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if isinstance(exc, BrokenPipeError) and _stdout_gone():
+            # `| head` closed the pipe: what it wanted is out (and the exit's flush of
+            # stdout must not fail again)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
             return 0
-        failed = BrokerError | PipelineError | KafkaUnavailable
-        if isinstance(exc, failed) or type(exc).__name__ in ("DatabaseError", "IOException"):
-            err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)  # one line
-            return 1
+        if isinstance(exc, ConnectionError):  # a socket the peer closed (a broker, a client)
+            return _failed(args, 1, "connection", str(exc))
+        if isinstance(exc, BrokerError | PipelineError | KafkaUnavailable):
+            return _failed(args, 1, "broker", str(exc))
+        if type(exc).__name__ in ("DatabaseError", "IOException"):
+            return _failed(args, 1, "database", str(exc))
         if isinstance(exc, OSError) and exc.filename is not None:  # a path the user gave
             why = exc.strerror or str(exc)
-            err.print(
-                f"[red]error:[/red] {escape(str(exc.filename))}: {escape(why)}", soft_wrap=True
-            )
-            return 1
+            return _failed(args, 1, "path", f"{exc.filename}: {why}")
         raise
+
+
+def _failed(args: argparse.Namespace, status: int, kind: str, message: str,
+            label: str = "error:") -> int:  # fmt: skip
+    """Say a failure in one line on stderr, and, under --json, as one JSON object on stdout
+    (``{"status", "error", "message"}``, as a question's usage error): a script reading
+    stdout gets an answer on every exit."""
+    from rich.markup import escape
+
+    err.print(f"[red]{label}[/red] {escape(message)}", soft_wrap=True)
+    _say_json(args, status, kind, message)
+    return status
+
+
+def _say_json(args: argparse.Namespace, status: int, kind: str, message: str) -> None:
+    if getattr(args, "json", False):
+        try:
+            said = {"status": status, "error": kind, "message": message}
+            sys.stdout.write(json.dumps(said) + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):  # stdout itself is gone: stderr said it
+            pass

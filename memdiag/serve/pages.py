@@ -266,6 +266,9 @@ def runs(
             else ""
         ),  # fmt: skip
         sections,
+        # a comparison refused (a run against itself, a condition to choose): the user's
+        # request, said on the page
+        status=400 if p["error"] else 200,
         top=form,
     )
 

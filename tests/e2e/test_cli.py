@@ -316,6 +316,34 @@ def test_publish_without_a_broker_is_one_clear_line(small_file: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "error:" in result.stderr and "MEMDIAG_BROKER=kafka://127.0.0.1:9" in result.stderr
+    # under --json, the same error as one JSON object on stdout too
+    env = {"MEMDIAG_BROKER": "kafka://127.0.0.1:9"}
+    said = memdiag("publish", str(small_file), "--json", env=env)
+    assert said.returncode == 1 and said.stderr.startswith("error:")
+    answer = json.loads(said.stdout)
+    assert (answer["status"], answer["error"]) == (1, "broker")
+    assert "MEMDIAG_BROKER=kafka://127.0.0.1:9" in answer["message"]
+    bad = memdiag("run", "--input", str(small_file), "--json", env={"MEMDIAG_COMMIT_BYTES": "x"})
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"] == "configuration"
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(
+    demo: tuple[Path, Path, str],
+) -> None:
+    """`memdiag query dead-letters | head -c 0`: the reader is gone before the first write.
+    Exit 0, nothing on stderr (no traceback, no "Exception ignored")."""
+    db = str(demo[0])
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIAG_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memdiag.cli", "query", "dead-letters", "--db", db, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and stderr == b""
 
 
 def test_pipeline_health_on_the_bundled_sample(demo: tuple[Path, Path, str]) -> None:

@@ -3,6 +3,7 @@ path in a folder that does not exist, and a folder given as the database."""
 
 from __future__ import annotations
 
+import argparse
 import socket
 from pathlib import Path
 
@@ -89,3 +90,23 @@ def test_publish_refuses_a_folder_and_an_empty_batch_and_names_a_file_that_is_no
     pretty.write_text('[\n  {"kind": "search",\n   "event_id": "e1"}\n]\n')
     hint = _not_json_lines(pretty)
     assert hint is not None and "one JSON array over many lines" in hint and "jq -c" in hint
+
+
+def test_a_broken_socket_is_an_error_while_a_closed_stdout_is_not(
+    db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`| head` closing stdout ends a command quietly (exit 0); a peer closing a socket
+    (a broker, a client) is a failure, said in one line (exit 1), not a silent success."""
+    import memdiag.cli as cli
+
+    def broken(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parser = cli.build_parser()
+    parser.parse_args = lambda argv=None: argparse.Namespace(command="status", func=broken)  # type: ignore[assignment,method-assign]
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert main([]) == 1  # stdout is pytest's capture: open
+    said = capsys.readouterr().err
+    assert "error:" in said and "Broken pipe" in said and "Traceback" not in said
+    monkeypatch.setattr(cli, "_stdout_gone", lambda: True)
+    assert main([]) == 0

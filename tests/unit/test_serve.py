@@ -205,6 +205,9 @@ def test_unknown_ids_are_404_pages_that_say_what_exists(client: TestClient) -> N
     assert r.status_code == 404 and "/dead-letters" in r.text
     bad = client.get("/?since=yesterday")
     assert bad.status_code == 400 and "--since &#x27;yesterday&#x27;" in bad.text
+    itself = client.get(f"/runs?baseline={quote(RUN_A)}&candidate={quote(RUN_A)}")
+    assert itself.status_code == 400 and 'class="failed"' in itself.text  # refused, said
+    assert "Benchmark runs" in itself.text  # the page, to choose again
     for value in ("3000000d", "99999999999d"):  # beyond a date: refused, not a 500
         bad = client.get(f"/?since={value}")
         assert bad.status_code == 400 and "at most ten years back" in bad.text, value
