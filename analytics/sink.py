@@ -77,6 +77,9 @@ class Reuse:
     columns: tuple[str, ...] | None = None
     #: the batch's columns as the table stores them (``(column, SQL type)``), to compare them
     casts: tuple[tuple[str, str], ...] = ()
+    #: columns not compared: one added with a default (an older row holds the default, not
+    #: what its event said)
+    ignore: tuple[str, ...] = ()
     #: the statement itself writes no record that differs in ``columns`` from the row the
     #: table holds (a high-volume table: it is read only when the statement's count of rows
     #: written says it refused some)
@@ -378,7 +381,7 @@ SPECS: dict[str, TableSpec] = {
         "upsert_recall_probes",
         ("event_id",),
         _RECALL_PROBE,
-        reuse=Reuse("recall_probe_events", "memory", casts=_TS),
+        reuse=Reuse("recall_probe_events", "memory", casts=_TS, ignore=("query_source",)),
     ),
     "ambient_context": TableSpec(
         "upsert_ambient_contexts",
@@ -521,13 +524,17 @@ class DuckDBSink:
         reuse = SPECS[kind].reuse
         topic = f"{self.topic_prefix}{reuse.topic if reuse else kind}"
         payload = orjson.dumps(record)
+        # its identity: what tells the event apart (a search's session: the row it sends
+        # again as its verdict is corrected is the same reuse)
+        names = _compared(SPECS[kind]) if reuse and reuse.columns else None
+        what = orjson.dumps({n: record.get(n) for n in names}) if names else payload
         event_id = record.get("event_id")
         limit = self.payload_bytes
         return {
             "kind": "dead_letter",
             # the same reuse written again (a redelivery) is the same row
             "dead_letter_id": dead_letter_id(
-                topic, self.topic_prefix, "event", event_id, digest(payload)
+                topic, self.topic_prefix, "event", event_id, digest(what)
             ),
             "topic": topic,
             "partition": None,
@@ -606,8 +613,21 @@ def _write_reusable(
     if reuse is None:
         raise ValueError(f"{spec.statement}: not a table keyed by event_id")
     (k,) = spec.key
-    names = list(reuse.columns or (n for n in spec.schema.names if n != k))
-    stored = {} if reuse.refuses else _stored_differences(con, spec, names, records)
+    names = _compared(spec)
+    if reuse.refuses:
+        # the table is read only for an id the batch holds under two events: which of them
+        # was taken is the table's to say (the batch may bring the other one first)
+        firsts: dict[Any, dict[str, Any]] = {}
+        torn = set()
+        for r in records:
+            first = firsts.setdefault(r[k], r)
+            if any(_differ(r.get(n), first.get(n)) for n in names):
+                torn.add(r[k])
+        at = [i for i, r in enumerate(records) if r[k] in torn]
+        found = _stored_differences(con, spec, names, [records[i] for i in at]) if at else {}
+        stored = {at[j]: differ for j, differ in found.items()}
+    else:
+        stored = _stored_differences(con, spec, names, records)
     taken: dict[Any, dict[str, Any]] = {}
     kept: list[dict[str, Any]] = []
     reused: list[tuple[dict[str, Any], list[str]]] = []
@@ -634,6 +654,15 @@ def _write_reusable(
     holds = _stored_differences(con, spec, names, given)
     refused = [(given[i], d) for i, d in holds.items() if d]
     return written - len(refused), [*reused, *refused]
+
+
+def _compared(spec: TableSpec) -> list[str]:
+    """The columns that tell two events under one id apart (:class:`Reuse`)."""
+    reuse = spec.reuse
+    if reuse is None:
+        raise ValueError(f"{spec.statement}: not a table keyed by event_id")
+    (k,) = spec.key
+    return [n for n in (reuse.columns or spec.schema.names) if n != k and n not in reuse.ignore]
 
 
 def _stored_differences(

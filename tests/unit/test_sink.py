@@ -235,3 +235,46 @@ def test_a_file_from_before_the_detector_gains_it_on_open(tmp_path: Path) -> Non
         rows = con.execute("SELECT observation_id, similarity, detector FROM retrieval_feedback "
                            "ORDER BY observation_id").fetchall()  # fmt: skip
     assert rows == [("o1", None, "keyword"), ("o2", 0.42, "semantic")]
+
+
+def test_the_owners_correction_behind_another_sessions_reuse_in_one_batch_is_kept(
+    tmp_path: Path,
+) -> None:
+    """The table holds s's search; a poll brings s2's reuse first, then s's correction (two
+    partitions, read in either order): the table says which was taken, not the batch."""
+    sink = DuckDBSink(tmp_path / "t.duckdb")
+    sink.init()
+    sink.write([search_row("e")])
+    sink.write([search_row("e", session_id="s2"), search_row("e", is_followup=True)])
+    assert rows(sink, "SELECT session_id, is_followup FROM searches") == [("s", True)]
+    [(detail,)] = rows(sink, "SELECT detail FROM dead_letters")
+    assert "differs in session_id" in detail
+
+
+def test_a_reusing_search_sent_again_with_its_verdict_corrected_is_one_dead_letter(
+    tmp_path: Path,
+) -> None:
+    sink = DuckDBSink(tmp_path / "t.duckdb")
+    sink.init()
+    sink.write([search_row("e")])
+    sink.write([search_row("e", session_id="s2")])
+    sink.write([search_row("e", session_id="s2", is_followup=True, prev_event_id="y")])
+    assert rows(sink, "SELECT count(*) FROM dead_letters") == [(1,)]
+
+
+def test_a_probe_row_from_before_query_source_replays_clean(tmp_path: Path) -> None:
+    """`query_source` came with a default ('name'): an older row holds the default, not what
+    its event said, so it is not compared."""
+    sink = DuckDBSink(tmp_path / "t.duckdb")
+    sink.init()
+    probe = {
+        "kind": "recall_probe", "event_id": "p1", "agent_id": "a", "memory_id": "m",
+        "query_source": "task", "hit": True, "rank": 1, "score": 0.9, "k": 5,
+        "threshold": 0.5, "result_count": 1, "top_ids": ["m"], "ts": "2026-11-21T09:30:00Z",
+    }  # fmt: skip
+    sink.write([{**probe, "query_source": None}])  # as a memdiag before query_source wrote it
+    with duckdb.connect(sink.path) as con:
+        con.execute("UPDATE recall_probe_events SET query_source = 'name'")  # the default
+    sink.write([probe])  # replayed by this one
+    assert rows(sink, "SELECT count(*) FROM dead_letters") == [(0,)]
+    assert rows(sink, "SELECT query_source FROM recall_probe_events") == [("task",)]
