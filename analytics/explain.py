@@ -97,14 +97,23 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
     feedback = rows(con, "explain_feedback", session_id=session_id)
     found = rows(con, "explain_session", session_id=session_id)
     diag = found[0] if found else None
+    dead = rows(con, "explain_dead_letters", session_id=session_id)
     if not (searches or feedback or diag):
         # ids that contain the one asked for (a typo, a prefix), else the newest failed ones
         suggestions = rows(con, "explain_suggest", session_id=session_id, limit=5)
         _, known, _ = lookup(con, "session", session_id)
         hint = ", ".join(f"{r['session_id']} ({r['outcome']})" for r in suggestions)
         of = f"{len(suggestions)} of {known:,}" if known > len(suggestions) else f"all {known:,}"
+        refused = ""
+        if dead:  # every event it sent was refused: that is its story
+            refused = (
+                f"; {plural(dead[0]['in_all'], 'dead letter')} name it "
+                f"({', '.join(sorted({d['reason'] for d in dead}))}): see `memdiag query "
+                "dead-letters`"
+            )
         raise UnknownSession(
             f"no such session {session_id!r} in this DuckDB file"
+            + refused
             + (f"; try ({of} sessions): {hint}" if hint else "; it has no session outcomes"),
             kind="session",
             id=session_id,
@@ -158,6 +167,8 @@ def explain(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
         "outcome": None,
         "pipeline": None,
         "weights": [],
+        # its inputs memdiag could not take (the newest 20; ``in_all`` on each: how many)
+        "dead_letters": dead,
     }
     judged = {m["observation_id"] for t in turns.values() for m in t["memories"]}
     if diag is None:

@@ -926,6 +926,17 @@ def print_explanation(ex: dict[str, Any], args: argparse.Namespace) -> None:
             "[bold red]never searched[/bold red]: the agent did not ask its memory in this "
             "session" + (" (and the session failed)" if o is not None and o["failed"] else "")
         )
+    if ex["dead_letters"]:
+        dead = ex["dead_letters"]
+        out.print(
+            f"[bold red]{plural(dead[0]['in_all'], 'input')} of this session not taken"
+            "[/bold red] (dead letters"
+            + (f", the newest {len(dead)}" if dead[0]["in_all"] > len(dead) else "")
+            + "):"
+        )
+        for d in dead:
+            what = " ".join(x for x in (d["event_kind"], d["event_id"]) if x) or "a message"
+            out.print(f"  {escape(d['reason'])}: {escape(what)} — {escape(d['detail'])}")
     t = table("timeline (event time)", ["at", "event", "what"], ["at"], ["what"], box=False)
     for item in timeline(ex):
         at = f"+{item['at']:,.1f} s"

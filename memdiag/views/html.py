@@ -449,6 +449,7 @@ def explain(ex: dict[str, Any], links: Links) -> str:
     the weight step it gave each memory."""
     from memdiag.analytics.explain import (
         pipeline_down,
+        plural,
         search_summary,
         timeline,
         turn_summary,
@@ -482,6 +483,20 @@ def explain(ex: dict[str, Any], links: Links) -> str:
         parts.append(
             '<p class="failed"><b>Never searched</b>: the agent did not ask its memory '
             "in this session.</p>"
+        )
+    if ex["dead_letters"]:
+        dead = ex["dead_letters"]
+        newest = f", the newest {len(dead)}" if dead[0]["in_all"] > len(dead) else ""
+        items = "".join(
+            f"<li><b>{e(d['reason'])}</b> "
+            f"{e(' '.join(x for x in (d['event_kind'], d['event_id']) if x) or 'a message')}: "
+            f"{e(d['detail'])}</li>"
+            for d in dead
+        )
+        count = plural(dead[0]["in_all"], "input")
+        parts.append(
+            f'<p class="failed"><b>{e(count)} of this session not taken</b> '
+            f"(dead letters{newest}):</p><ul>{items}</ul>"
         )
     down = pipeline_down(ex)
     if down is not None:

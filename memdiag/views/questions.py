@@ -798,7 +798,8 @@ EXPLAIN = Question(
     "every injected memory used or ignored (match ratio: matched of its keywords), the outcome\n"
     "with its failure category and the rule that fired, and the weight step the session\n"
     "gave each memory, the misleading ones first. Says 'never searched' when the agent\n"
-    "did not ask its memory. An unknown id lists sessions that exist.",
+    "did not ask its memory, and lists the session's inputs memdiag could not take (its\n"
+    "dead letters, with their reasons). An unknown id lists sessions that exist.",
     (
         Arg("session_id", "the session", metavar="SESSION_ID"),
         Arg(

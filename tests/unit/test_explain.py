@@ -446,3 +446,35 @@ def test_a_trim_of_what_the_rules_do_not_read_is_not_blamed(tmp_path: Path) -> N
     with duckdb.connect(str(tmp_path / "c.duckdb"), read_only=True) as con:
         o = explain(con, "ctx")["outcome"]
     assert o["rule"].startswith("stored as other; today's rules give test_failure")
+
+
+def test_a_sessions_dead_letters_are_part_of_its_story(tmp_path: Path) -> None:
+    """What memdiag could not take of a session is in its story (keyed by it, or naming it
+    in the payload); a session memdiag took nothing of says so instead of "no such"."""
+    from memdiag.analytics.sink import DuckDBSink
+    from tests.unit.test_sessions import Worker
+
+    events = story("s")
+    reused = {**events[1], "query": "another query"}  # s-b again, another search
+    future = ev("search", "s-late", "s", 0, query="q", result_ids=[], ts="2099-01-01T00:00:00Z")
+    gone = ev("search", "g-1", "gone", 0, query="q", result_ids=[], ts="2099-01-01T00:00:00Z")
+    w = Worker()
+    w.publish(events)
+    w.publish([reused, future])
+    w.publish([gone], keyed=False)
+    sink = DuckDBSink(tmp_path / "d.duckdb")
+    sink.init()
+    letters = [{"kind": "dead_letter", **d} for d in w.tables.dead_letters]
+    sink.write([*w.records, *w.weights, *letters])
+    with duckdb.connect(sink.path, read_only=True) as con:
+        ex = explain(con, "s")
+        with pytest.raises(UnknownSession, match=r"1 dead letter name it \(bad_ts\)"):
+            explain(con, "gone")
+    dead = {d["event_id"]: d for d in ex["dead_letters"]}
+    assert set(dead) == {"s-b", "s-late"} and dead["s-b"]["in_all"] == 2
+    assert dead["s-b"]["reason"] == "reused_event_id" and dead["s-b"]["event_kind"] == "search"
+    assert "differs in query" in dead["s-b"]["detail"]
+    text = memdiag("explain", "s", "--db", sink.path).stdout
+    assert "2 inputs of this session not taken" in text and "reused_event_id: search s-b" in text
+    page = explain_page(ex, sink.path)
+    assert "2 inputs of this session not taken" in page and "bad_ts" in page

@@ -1,0 +1,16 @@
+-- One session's inputs memdiag could not take: the dead letters keyed by the session (as a
+-- keyed producer sends its events) or whose payload names it (an unkeyed one, or a row the
+-- sink refused). Newest first, the first 20 of them, with how many there are in all.
+WITH theirs AS (
+    SELECT reason, detail, topic, "offset", ts,
+           TRY(json_extract_string(payload, '$.event_id')) AS event_id,
+           TRY(json_extract_string(payload, '$.kind')) AS event_kind
+    FROM dead_letters
+    WHERE key = $session_id
+       OR (contains(payload, $session_id)  -- a cheap look first, then the JSON
+           AND TRY(json_extract_string(payload, '$.session_id')) = $session_id)
+)
+SELECT *, count(*) OVER () AS in_all
+FROM theirs
+ORDER BY ts DESC NULLS LAST, event_id
+LIMIT 20;
