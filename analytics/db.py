@@ -152,6 +152,41 @@ def storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
     return None if row is None else row[0]
 
 
+def _rekey(con: duckdb.DuckDBPyConnection, table: str, key: tuple[str, ...]) -> None:
+    """Give an existing ``table`` the primary key ``key``, if it has another: DuckDB cannot
+    change a key in place, so the table is copied under it (its NOT NULL constraints kept)
+    and takes the old one's place. Nothing if the table does not exist yet or has the key."""
+    found = con.execute(
+        "SELECT constraint_column_names FROM duckdb_constraints() "
+        "WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'",
+        [table],
+    ).fetchone()
+    if found is None or tuple(found[0]) == key:
+        return
+    not_null = [
+        cols[0]
+        for (cols,) in con.execute(
+            "SELECT constraint_column_names FROM duckdb_constraints() "
+            "WHERE table_name = ? AND constraint_type = 'NOT NULL'",
+            [table],
+        ).fetchall()
+    ]
+    log.info("%s: keying it by %s (a file from an older memdiag)", table, ", ".join(key))
+    new = f"{table}__rekeyed"
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"CREATE TABLE {new} AS SELECT * FROM {table}")  # noqa: S608 - our tables
+        for column in not_null:
+            con.execute(f'ALTER TABLE {new} ALTER COLUMN "{column}" SET NOT NULL')
+        con.execute(f"ALTER TABLE {new} ADD PRIMARY KEY ({', '.join(key)})")
+        con.execute(f"DROP TABLE {table}")
+        con.execute(f"ALTER TABLE {new} RENAME TO {table}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create (or upgrade) memdiag's schema; idempotent."""
     key = con.execute(
@@ -166,6 +201,9 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     if old_probes and old_probes[0]:  # a file from before miss_reason: the view takes the name
         con.execute("DROP VIEW IF EXISTS pipeline_health")
         con.execute("ALTER TABLE recall_probes RENAME TO recall_probe_events")
+    # Files from before search and judgement ids were scoped to their session and run
+    _rekey(con, "searches", ("session_id", "event_id"))
+    _rekey(con, "judgement_artifacts", ("run_id", "event_id"))
     con.execute(sql("schema"))
     # A file from before observation_outcome_days: fill it once from the sessions.
     empty = con.execute("SELECT count(*) = 0 FROM observation_outcome_days").fetchone()

@@ -63,9 +63,10 @@ class TableSpec:
 
 @dataclass(frozen=True)
 class Reuse:
-    """Rows keyed by the ``event_id`` of the event they come from, where two records under
-    one id that differ in ``columns`` come from two events (the producer reused the id): the
-    first taken stays, the other is dead-lettered as ``reused_event_id``."""
+    """Rows keyed by the id of the event they come from (within its run or agent: the
+    spec's ``key``), where two records under one key that differ in ``columns`` come from
+    two events (the producer reused the id): the first taken stays, the other is
+    dead-lettered as ``reused_event_id``."""
 
     #: the table that holds the rows taken (the statement may write others besides)
     table: str
@@ -80,10 +81,6 @@ class Reuse:
     #: columns not compared: one added with a default (an older row holds the default, not
     #: what its event said)
     ignore: tuple[str, ...] = ()
-    #: the statement itself writes no record that differs in ``columns`` from the row the
-    #: table holds (a high-volume table: it is read only when the statement's count of rows
-    #: written says it refused some)
-    refuses: bool = False
 
 
 _SEARCH = pa.schema(
@@ -335,14 +332,9 @@ _PIPELINE_BREAK = pa.schema(
 _TS = (("ts", "TIMESTAMPTZ"),)
 
 SPECS: dict[str, TableSpec] = {
-    # a search's row is sent again as its verdict is corrected: only another session is
-    # another event (the session stage tells a reuse within a session)
-    "search": TableSpec(
-        "upsert_searches",
-        ("event_id",),
-        _SEARCH,
-        reuse=Reuse("searches", "events", ("session_id",), refuses=True),
-    ),
+    # keyed by session too: two sessions' searches under one id are two searches (the
+    # session stage tells another event under a taken id within a session)
+    "search": TableSpec("upsert_searches", ("session_id", "event_id"), _SEARCH),
     "retrieval_feedback": TableSpec(
         "upsert_retrieval_feedback",
         ("session_id", "turn_id", "observation_id"),
@@ -370,7 +362,7 @@ SPECS: dict[str, TableSpec] = {
     # the one that counts (the latest ts, ties by event_id) in `judgements`
     "judgement": TableSpec(
         "upsert_judgements",
-        ("event_id",),
+        ("run_id", "event_id"),
         _JUDGEMENT,
         reuse=Reuse("judgement_artifacts", "judgements", casts=_TS),
     ),
@@ -524,8 +516,8 @@ class DuckDBSink:
         reuse = SPECS[kind].reuse
         topic = f"{self.topic_prefix}{reuse.topic if reuse else kind}"
         payload = orjson.dumps(record)
-        # its identity: what tells the event apart (a search's session: the row it sends
-        # again as its verdict is corrected is the same reuse)
+        # its identity: what tells the event apart (where only some columns do, a row sent
+        # again with the others changed is the same reuse)
         names = _compared(SPECS[kind]) if reuse and reuse.columns else None
         what = orjson.dumps({n: record.get(n) for n in names}) if names else payload
         event_id = record.get("event_id")
@@ -605,64 +597,38 @@ class DuckDBSink:
 def _write_reusable(
     con: duckdb.DuckDBPyConnection, spec: TableSpec, records: list[dict[str, Any]]
 ) -> tuple[int, list[tuple[dict[str, Any], list[str]]]]:
-    """Write the records of a table keyed by ``event_id`` (:class:`Reuse`): the rows
-    written, and the records of another event under an id taken (not written), each with
-    the columns it differs in from the one taken: the row the table holds, else the
-    batch's first record of that id."""
-    reuse = spec.reuse
-    if reuse is None:
-        raise ValueError(f"{spec.statement}: not a table keyed by event_id")
-    (k,) = spec.key
+    """Write the records of a table keyed by event ids (:class:`Reuse`): the rows written,
+    and the records of another event under a key taken (not written), each with the columns
+    it differs in from the one taken: the row the table holds, else the batch's first
+    record of that key."""
     names = _compared(spec)
-    if reuse.refuses:
-        # the table is read only for an id the batch holds under two events: which of them
-        # was taken is the table's to say (the batch may bring the other one first)
-        firsts: dict[Any, dict[str, Any]] = {}
-        torn = set()
-        for r in records:
-            first = firsts.setdefault(r[k], r)
-            if any(_differ(r.get(n), first.get(n)) for n in names):
-                torn.add(r[k])
-        at = [i for i, r in enumerate(records) if r[k] in torn]
-        found = _stored_differences(con, spec, names, [records[i] for i in at]) if at else {}
-        stored = {at[j]: differ for j, differ in found.items()}
-    else:
-        stored = _stored_differences(con, spec, names, records)
+    stored = _stored_differences(con, spec, names, records)
     taken: dict[Any, dict[str, Any]] = {}
     kept: list[dict[str, Any]] = []
     reused: list[tuple[dict[str, Any], list[str]]] = []
     for i, r in enumerate(records):
-        if i in stored:  # the table holds its id
+        if i in stored:  # the table holds its key
             differ = stored[i]
         else:
-            first = taken.setdefault(r[k], r)
+            first = taken.setdefault(tuple(r[c] for c in spec.key), r)
             differ = [n for n in names if _differ(r.get(n), first.get(n))]
         if differ:
             reused.append((r, differ))
         else:
             kept.append(r)
-    if not kept:
-        return 0, reused
-    if not reuse.refuses:
-        return _write_table(con, spec, kept), reused
-    counted: list[int] = []
-    written = _write_table(con, spec, kept, counted)
-    given = list({r[k]: r for r in kept}.values())  # what the statement was given
-    if counted and counted[0] >= len(given):
-        return written, reused
-    # the statement refused some: those whose id the table holds under other columns
-    holds = _stored_differences(con, spec, names, given)
-    refused = [(given[i], d) for i, d in holds.items() if d]
-    return written - len(refused), [*reused, *refused]
+    return (_write_table(con, spec, kept) if kept else 0), reused
 
 
 def _compared(spec: TableSpec) -> list[str]:
-    """The columns that tell two events under one id apart (:class:`Reuse`)."""
+    """The columns that tell two events under one key apart (:class:`Reuse`)."""
     reuse = spec.reuse
     if reuse is None:
-        raise ValueError(f"{spec.statement}: not a table keyed by event_id")
-    (k,) = spec.key
-    return [n for n in (reuse.columns or spec.schema.names) if n != k and n not in reuse.ignore]
+        raise ValueError(f"{spec.statement}: not a table keyed by event ids")
+    return [
+        n
+        for n in (reuse.columns or spec.schema.names)
+        if n not in spec.key and n not in reuse.ignore
+    ]
 
 
 def _stored_differences(
@@ -671,12 +637,11 @@ def _stored_differences(
     names: list[str],
     records: list[dict[str, Any]],
 ) -> dict[int, list[str]]:
-    """For each record whose id the table holds: its index, and the columns of ``names``
+    """For each record whose key the table holds: its index, and the columns of ``names``
     in which it differs from that row (none: the same event)."""
     reuse = spec.reuse
     if reuse is None:
-        raise ValueError(f"{spec.statement}: not a table keyed by event_id")
-    (k,) = spec.key
+        raise ValueError(f"{spec.statement}: not a table keyed by event ids")
     cast = dict(reuse.casts)
 
     def quoted(name: str) -> str:
@@ -692,8 +657,9 @@ def _stored_differences(
         f"CASE WHEN {ours(n)} <> s.{quoted(n)} THEN '{n}' END" for n in names
     )
     # the spec's own names, never input
-    join = f"JOIN {reuse.table} s ON s.{quoted(k)} = b.{quoted(k)}"
-    query = f"SELECT b.__i, list_filter([{checks}], lambda x: x IS NOT NULL) FROM batch b {join}"  # noqa: S608
+    on = " AND ".join(f"s.{quoted(c)} = b.{quoted(c)}" for c in spec.key)
+    found = f"list_filter([{checks}], lambda x: x IS NOT NULL)"
+    query = f"SELECT b.__i, {found} FROM batch b JOIN {reuse.table} s ON {on}"  # noqa: S608
     con.register("batch", batch)
     try:
         return dict(con.execute(query).fetchall())
@@ -711,10 +677,7 @@ def _write_table(
     con: duckdb.DuckDBPyConnection,
     spec: TableSpec,
     records: list[dict[str, Any]],
-    counted: list[int] | None = None,
 ) -> int:
-    """Write ``records`` with the spec's statement; ``counted``: given the number of rows
-    the statement says it wrote (DuckDB's count for an INSERT, updates included)."""
     # ON CONFLICT cannot touch one row twice in a statement: keep the last record per key
     # (the newest: records arrive in partition order, and a key never spans partitions).
     if len(spec.key) == 1:
@@ -740,9 +703,7 @@ def _write_table(
         batch = pa.Table.from_pydict(columns, schema=spec.schema)
         con.register("batch", batch)
         try:
-            result = con.execute(sql(spec.statement))
-            if counted is not None:
-                counted += [row[0] for row in result.fetchall()]
+            con.execute(sql(spec.statement))
         finally:
             con.unregister("batch")
     return len(rows) + len(gone)

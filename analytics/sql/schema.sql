@@ -1,8 +1,10 @@
 -- memdiag's DuckDB schema (docs/tables.md). Idempotent: run on every sink start.
 -- Natural keys are primary keys, so every write is an upsert and a replay changes nothing.
 
+-- One row per search event, keyed by its session and its id: a producer that numbers each
+-- session's events from 1 gives two sessions' searches one id, and both are searches.
 CREATE TABLE IF NOT EXISTS searches (
-    event_id      VARCHAR PRIMARY KEY,
+    event_id      VARCHAR NOT NULL,
     session_id    VARCHAR NOT NULL,
     ts            TIMESTAMPTZ NOT NULL,
     source        VARCHAR NOT NULL,      -- agent | viewer
@@ -18,7 +20,8 @@ CREATE TABLE IF NOT EXISTS searches (
     project_id    VARCHAR,
     query         VARCHAR,               -- only with MEMDIAG_STORE_TEXT=1
     published_at  TIMESTAMPTZ,           -- Kafka timestamp of the input message
-    ingested_at   TIMESTAMPTZ            -- when the sink first wrote the row (wall clock)
+    ingested_at   TIMESTAMPTZ,           -- when the sink first wrote the row (wall clock)
+    PRIMARY KEY (session_id, event_id)
 );
 -- Files from before memdiag calibrate: the column is NULL on their older rows.
 ALTER TABLE searches ADD COLUMN IF NOT EXISTS disjoint_new_query BOOLEAN;
@@ -114,8 +117,9 @@ CREATE TABLE IF NOT EXISTS judgements (
 );
 -- Every judgement ever received, once per event: immutable artifacts (contract section 2).
 -- `judgements` is the one that counts per answer; this keeps re-judged ones too.
+-- Keyed by the run and the judgement's id: ids a harness numbers per run are two runs' own.
 CREATE TABLE IF NOT EXISTS judgement_artifacts (
-    event_id              VARCHAR PRIMARY KEY,
+    event_id              VARCHAR NOT NULL,
     run_id                VARCHAR NOT NULL,
     question_id           VARCHAR NOT NULL,
     condition             VARCHAR NOT NULL,
@@ -140,7 +144,8 @@ CREATE TABLE IF NOT EXISTS judgement_artifacts (
     fixture_checksum      VARCHAR,
     config_fingerprint    VARCHAR,
     git_head              VARCHAR,
-    service_version       VARCHAR
+    service_version       VARCHAR,
+    PRIMARY KEY (run_id, event_id)
 );
 
 -- The graded score, the token split and the run's provenance (contract section 2): NULL where

@@ -1,6 +1,6 @@
 -- Every judgement is an artifact, never overwritten: `judgement_artifacts` keeps each event
--- once (a redelivery adds nothing). `judgements` holds, per (run, question, condition,
--- repeat), the one that counts: the latest `ts`, ties by `event_id` (contract section 10),
+-- once per run (a redelivery adds nothing; ids are the run's own). `judgements` holds, per
+-- (run, question, condition, repeat), the one that counts: the latest `ts`, ties by `event_id` (contract section 10),
 -- whatever order they arrive in.
 INSERT INTO judgement_artifacts (run_id, question_id, condition, repeat_index, judge_correct,
                                  failure_mode, gold_evidence_ids, retrieved_context_ids, ts,
@@ -16,7 +16,7 @@ SELECT run_id, question_id, condition, repeat_index, judge_correct, failure_mode
        suite_version, suite_checksum, fixture_checksum, config_fingerprint, git_head,
        service_version, label_status, split
 FROM batch
-ON CONFLICT (event_id) DO NOTHING;
+ON CONFLICT (run_id, event_id) DO NOTHING;
 
 INSERT INTO judgements (run_id, question_id, condition, repeat_index, judge_correct,
                         failure_mode, gold_evidence_ids, retrieved_context_ids, ts,

@@ -284,6 +284,21 @@ def test_a_judgement_reusing_an_event_id_is_dead_lettered_and_the_first_stays(
     assert {json.loads(p)["question_id"] for _, _, _, p in dead} == {"q1", "q2"}
 
 
+def test_two_runs_judgements_under_one_id_are_two_judgements(db: DuckDBSink) -> None:
+    """A harness that numbers each run's judgements gives two runs one id: each run keeps
+    its own, whichever comes first (a `memdiag run` of both gives the same tables)."""
+    base = {**judgement("base", "q1", True), "event_id": "j-1"}
+    cand = {**judgement("cand", "q9", False, retrieved=()), "event_id": "j-1"}
+    db.write([cand, base])
+    db.write([base, cand])
+    with duckdb.connect(db.path, read_only=True) as con:
+        for table in ("judgements", "judgement_artifacts"):
+            assert con.execute(
+                f"SELECT run_id, question_id FROM {table} ORDER BY 1"  # noqa: S608
+            ).fetchall() == [("base", "q1"), ("cand", "q9")]
+        assert con.execute("SELECT count(*) FROM dead_letters").fetchone() == (0,)
+
+
 def test_a_judgement_again_with_a_field_its_first_row_lacks_is_the_same_judgement(
     db: DuckDBSink,
 ) -> None:

@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from memdiag.analytics.db import DatabaseError, connect
+from memdiag.analytics.db import DatabaseError, _rekey, connect
 from memdiag.analytics.sink import DuckDBSink
 
 
@@ -105,17 +105,15 @@ def test_a_corrected_row_rewrites_the_verdict_in_the_same_batch_or_later(
 
 
 @pytest.mark.parametrize("how", ["together", "one by one", "isolating"])
-def test_a_search_of_another_session_under_a_taken_event_id_is_dead_lettered(
-    tmp_path: Path, how: str
-) -> None:
-    """The session stage tells a reused event_id within a session; two sessions' searches
-    under one id meet only here. The first session's row stays (its corrections still
-    apply); the other's is a dead letter, once."""
-    sink = DuckDBSink(tmp_path / "t.duckdb", topic_prefix="p.")
+def test_two_sessions_searches_under_one_id_are_two_searches(tmp_path: Path, how: str) -> None:
+    """A producer that numbers each session's events from 1 gives two sessions' searches one
+    id: each is its session's search, corrected on its own, and nothing is dead-lettered
+    (another event under a taken id within a session is the session stage's to tell)."""
+    sink = DuckDBSink(tmp_path / "t.duckdb")
     sink.init()
-    taken, corrected = search_row("e"), search_row("e", is_followup=True, prev_event_id="x")
-    other = search_row("e", session_id="s2", org_id="o2")
-    published = [taken, other, corrected, other]
+    first, corrected = search_row("1"), search_row("1", is_followup=True, prev_event_id="x")
+    other = search_row("1", session_id="s2", org_id="o2")
+    published = [first, other, corrected, other]
     if how == "together":
         sink.write(published)
     elif how == "one by one":
@@ -125,16 +123,45 @@ def test_a_search_of_another_session_under_a_taken_event_id_is_dead_lettered(
         for record in published:
             sink.add(record)
         sink.flush_isolating(lambda r, e: pytest.fail(f"refused {r}: {e}"))
-    sink.write([other])  # redelivered: nothing more
-    assert rows(sink, "SELECT session_id, org_id, is_followup FROM searches") == [
-        ("s", "o", True)
+    sink.write(published)  # redelivered: nothing more
+    assert rows(sink, "SELECT session_id, org_id, is_followup FROM searches ORDER BY 1") == [
+        ("s", "o", True),
+        ("s2", "o2", False),
     ]
-    [(topic, reason, detail, payload)] = rows(
-        sink, "SELECT topic, reason, detail, payload FROM dead_letters"
-    )
-    assert (topic, reason) == ("p.events", "reused_event_id")
-    assert "'e' was already taken by another search, which differs in session_id;" in detail
-    assert '"session_id":"s2"' in payload
+    assert rows(sink, "SELECT count(*) FROM dead_letters") == [(0,)]
+
+
+def test_a_file_keyed_by_search_id_alone_is_keyed_by_session_and_id_on_open(
+    tmp_path: Path,
+) -> None:
+    """A file from an older memdiag: its searches and judgement artifacts are copied under
+    the new keys, rows and NOT NULL constraints kept, once."""
+    path = tmp_path / "old.duckdb"
+    sink = DuckDBSink(path)
+    sink.init()
+    sink.write([search_row("a"), search_row("b", is_followup=True, prev_event_id="a")])
+    with duckdb.connect(str(path)) as con:  # back to the old key, as an older memdiag made it
+        for table in ("searches", "judgement_artifacts"):
+            _rekey(con, table, ("event_id",))
+    before = rows(sink, "SELECT * FROM searches ORDER BY event_id")
+    for _ in range(2):  # the second open finds the new keys: nothing to do
+        DuckDBSink(path).init()
+    with duckdb.connect(str(path), read_only=True) as con:
+        keys = dict(con.execute(
+            "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
+            "WHERE constraint_type = 'PRIMARY KEY' "
+            "AND table_name IN ('searches', 'judgement_artifacts')"
+        ).fetchall())  # fmt: skip
+        not_null = con.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'searches' "
+            "AND constraint_type = 'NOT NULL' AND constraint_column_names = ['ts']"
+        ).fetchone()
+    assert keys == {"searches": ["session_id", "event_id"],
+                    "judgement_artifacts": ["run_id", "event_id"]}  # fmt: skip
+    assert not_null == (1,)
+    assert rows(sink, "SELECT * FROM searches ORDER BY event_id") == before
+    sink.write([search_row("a", session_id="s2")])  # another session's "a": a row of its own
+    assert rows(sink, "SELECT count(*) FROM searches") == [(3,)]
 
 
 def test_views_exist_and_compute(sink: DuckDBSink) -> None:
@@ -235,31 +262,6 @@ def test_a_file_from_before_the_detector_gains_it_on_open(tmp_path: Path) -> Non
         rows = con.execute("SELECT observation_id, similarity, detector FROM retrieval_feedback "
                            "ORDER BY observation_id").fetchall()  # fmt: skip
     assert rows == [("o1", None, "keyword"), ("o2", 0.42, "semantic")]
-
-
-def test_the_owners_correction_behind_another_sessions_reuse_in_one_batch_is_kept(
-    tmp_path: Path,
-) -> None:
-    """The table holds s's search; a poll brings s2's reuse first, then s's correction (two
-    partitions, read in either order): the table says which was taken, not the batch."""
-    sink = DuckDBSink(tmp_path / "t.duckdb")
-    sink.init()
-    sink.write([search_row("e")])
-    sink.write([search_row("e", session_id="s2"), search_row("e", is_followup=True)])
-    assert rows(sink, "SELECT session_id, is_followup FROM searches") == [("s", True)]
-    [(detail,)] = rows(sink, "SELECT detail FROM dead_letters")
-    assert "differs in session_id" in detail
-
-
-def test_a_reusing_search_sent_again_with_its_verdict_corrected_is_one_dead_letter(
-    tmp_path: Path,
-) -> None:
-    sink = DuckDBSink(tmp_path / "t.duckdb")
-    sink.init()
-    sink.write([search_row("e")])
-    sink.write([search_row("e", session_id="s2")])
-    sink.write([search_row("e", session_id="s2", is_followup=True, prev_event_id="y")])
-    assert rows(sink, "SELECT count(*) FROM dead_letters") == [(1,)]
 
 
 def test_a_probe_row_from_before_query_source_replays_clean(tmp_path: Path) -> None:
