@@ -120,6 +120,14 @@ def connect(
     while True:
         try:
             return duckdb.connect(path, read_only=read_only, config=config)
+        except duckdb.CatalogException as exc:
+            # a path DuckDB takes for another kind of file (a .json, a .jsonl: it would read
+            # it as a table of an in-memory database, which read-only cannot launch)
+            raise DatabaseError(
+                f"{path} is not a DuckDB database file (memdiag's is written by "
+                "`memdiag run`, `memdiag demo` or `memdiag sink`; events go to `memdiag run "
+                "--input`): check --db or MEMDIAG_DUCKDB_PATH"
+            ) from exc
         except duckdb.IOException as exc:
             if "not a valid DuckDB database file" in str(exc):
                 raise DatabaseError(

@@ -260,7 +260,18 @@ def dead_letters(
     for r in found:
         r["advice"] = DEAD_LETTER_ADVICE.get(r["reason"], DEAD_LETTER_ADVICE[""])
         r["samples"] = r["samples"] or []
+        for s in r["samples"]:
+            s["source"] = dead_letter_source(s)
     return found
+
+
+def dead_letter_source(s: dict[str, Any]) -> str:
+    """Where a dead letter's input was: ``topic [partition] @offset``, or, for one made
+    where no offset is known (by the sink, or by ``memdiag publish`` for a line the broker
+    refused), the topic and who made it."""
+    if s.get("partition") is None:
+        return f"{s['topic']} (no offset: the sink's or publish's)"
+    return f"{s['topic']} [{s['partition']}] @{s['offset']}"
 
 
 def agent_breaks(con: duckdb.DuckDBPyConnection, agent: str) -> list[dict[str, Any]]:

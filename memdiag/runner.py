@@ -12,6 +12,7 @@ committed). Then everything stops, in order, and the summary is read from DuckDB
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import subprocess
 import sys
@@ -247,8 +248,8 @@ def run_pipeline(
 ) -> RunResult:
     """The whole pipeline on one file. ``existing``: what to do with a --db that holds rows
     (:func:`check_db`)."""
-    if not input_path.is_file():
-        raise PipelineError(f"no such input file: {input_path}")
+    if not input_path.is_file():  # a path the user gave: said as one (exit 1, "path")
+        raise FileNotFoundError(errno.ENOENT, "no such input file", str(input_path))
     check_db(Path(settings.duckdb_path), existing, not os.environ.get("MEMDIAG_BROKER"))
     started = time.monotonic()
     stages: dict[str, float] = {}
@@ -257,6 +258,9 @@ def run_pipeline(
         # started afresh is rebuilt from it, as on a new machine)
         s = s.with_(state_dir=str(Path(d) / "state"))
         asyncio.run(ensure_topics(s))
+        # the file exists with its tables whatever the input holds (a file of no events
+        # gives an empty database, not "no DuckDB file" to the commands after it)
+        _create_db(s)
         children = [
             spawn_child("worker", "worker", s, Path(d)),
             spawn_child("sink", "sink", s, Path(d)),
@@ -300,6 +304,12 @@ def run_pipeline(
         finally:
             _stop_all(children)
     return RunResult(stats, s.duckdb_path, time.monotonic() - started, stages)
+
+
+def _create_db(s: Settings) -> None:
+    from memdiag.analytics.sink import DuckDBSink
+
+    DuckDBSink(s.duckdb_path, storage_version=s.duckdb_storage_version).init()
 
 
 def _stop_all(children: list[Child]) -> None:

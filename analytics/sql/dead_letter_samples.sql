@@ -14,13 +14,13 @@ reasons AS (
     FROM ranked GROUP BY reason
 ),
 chosen AS (
-    SELECT r.reason, r.n, d.topic, d."partition", d."offset", d.batch_index, d.key, d.detail,
+    SELECT r.reason, r.n, d.dead_letter_id, d.topic, d."partition", d."offset", d.batch_index, d.key, d.detail,
            left(d.payload, 2000) AS payload, d.payload_bytes, d.payload_truncated, d.ts
     FROM ranked r JOIN dead_letters d USING (dead_letter_id)
     WHERE r.n <= $samples
 )
 SELECT s.reason, s.dead_letters, s.latest,
-       list({'topic': c.topic, 'partition': c."partition", 'offset': c."offset",
+       list({'dead_letter_id': c.dead_letter_id, 'topic': c.topic, 'partition': c."partition", 'offset': c."offset",
              'batch_index': c.batch_index, 'key': c.key, 'detail': c.detail, 'payload': c.payload,
              'payload_bytes': c.payload_bytes, 'payload_truncated': c.payload_truncated,
              'ts': c.ts} ORDER BY c.n) FILTER (WHERE c.n IS NOT NULL) AS samples

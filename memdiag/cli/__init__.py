@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         "retries, viewer searches, empty results and a few bad lines).",
     )
     _common_run(demo)
+    for action in demo._actions:  # its own default, not MEMDIAG_DUCKDB_PATH
+        if action.dest == "db":
+            action.help = (
+                "DuckDB file (default memdiag-demo.duckdb, made again on each demo; a file "
+                "you name is treated as by `run`)"
+            )
     demo.add_argument(
         "--report", default="memdiag-demo.html", metavar="FILE", help="the HTML report's path"
     )
@@ -377,8 +383,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if isinstance(exc, ConnectionError):  # a socket the peer closed (a broker, a client)
             return _failed(args, 1, "connection", str(exc))
-        if isinstance(exc, BrokerError | PipelineError | KafkaUnavailable):
+        if isinstance(exc, BrokerError | KafkaUnavailable):
             return _failed(args, 1, "broker", str(exc))
+        if isinstance(exc, PipelineError):  # a stage behind, a --db that holds rows, ...
+            return _failed(args, 1, "pipeline", str(exc))
         if type(exc).__name__ in ("DatabaseError", "IOException"):
             return _failed(args, 1, "database", str(exc))
         if isinstance(exc, OSError) and exc.filename is not None:  # a path the user gave

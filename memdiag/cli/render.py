@@ -853,7 +853,9 @@ def print_failed_sessions(rows: Any, args: argparse.Namespace) -> None:
 
 def print_dead_letters(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     if not rows:
-        out.print("no dead letters: every input was processed")
+        reason = getattr(args, "reason", None)
+        out.print(f"no dead letters with reason {escape(reason)}" if reason
+                  else "no dead letters: every input was processed")  # fmt: skip
         return
     total = sum(r["dead_letters"] for r in rows)
     out.print(
@@ -866,8 +868,7 @@ def print_dead_letters(rows: list[dict[str, Any]], args: argparse.Namespace) -> 
         )
         out.print(f"  what to do: {escape(r['advice'])}")
         for s in r["samples"]:
-            where = f"{s['topic']} [{s['partition']}] @{s['offset']}"
-            out.print(f"  [dim]·[/dim] {escape(where)}: {escape(s['detail'])}")
+            out.print(f"  [dim]·[/dim] {escape(s['source'])}: {escape(s['detail'])}")
             payload = (s["payload"] or "")[:160]
             more = "…" if len(s["payload"] or "") > 160 or s["payload_truncated"] else ""
             out.print(Text(f"    {payload!r}{more}", style="dim"), overflow="fold")

@@ -220,6 +220,7 @@ def cards(st: dict[str, Any], links: Links) -> str:
             "dead letters",
             f"{dead:,}",
             ", ".join(f"{d['reason']} {d['dead_letters']}" for d in st["dead_letters"][:3])
+            + (f", {len(st['dead_letters']) - 3} more" if len(st["dead_letters"]) > 3 else "")
             or "none",
             "",
             "/dead-letters" if links is LIVE and dead else None,
@@ -1490,8 +1491,7 @@ def dead_letters(rows: list[dict[str, Any]]) -> str:
     parts = []
     for r in rows:
         samples = "".join(
-            f'<li data-key="{e(s["topic"])}:{e(s["partition"])}:{e(s["offset"])}:'
-            f'{e(s["batch_index"])}"><div>{e(s["topic"])} [{e(s["partition"])}] @{e(s["offset"])}'
+            f'<li data-key="{e(s["dead_letter_id"])}"><div>{e(s["source"])}'
             f"{' · key ' + '<code>' + e(s['key']) + '</code>' if s['key'] else ''} · "
             f"{e(fmt(s['ts']))} UTC</div><div>{e(s['detail'])}</div>"
             f"<pre>{e(s['payload'])}{_more(s)}</pre></li>"

@@ -787,8 +787,26 @@ DEAD_LETTERS = Question(
             default=3,
         ),
     ),
-    lambda con, reason, samples: queries.dead_letters(con, reason, samples),
+    lambda con, reason, samples: _dead_letters(con, reason, samples),
 )
+
+
+def _dead_letters(con: duckdb.DuckDBPyConnection, reason: str | None, samples: int) -> Any:
+    """``--reason`` must be a reason memdiag gives or one the file holds: a typo would read
+    as "every input was processed"."""
+    from memdiag.analytics import queries
+    from memdiag.contract import DEAD_LETTER_ADVICE
+
+    found = queries.dead_letters(con, reason, samples)
+    if found or reason is None or reason in DEAD_LETTER_ADVICE:
+        return found
+    held = queries.dead_letters(con, None, 0)
+    here = ", ".join(f"{r['reason']} {r['dead_letters']:,}" for r in held) or "none"
+    raise Usage(
+        f"--reason {reason!r} is no dead-letter reason (those memdiag gives are in "
+        f"docs/topics.md; this file holds: {here})"
+    )
+
 
 EXPLAIN = Question(
     ("explain",),

@@ -89,6 +89,19 @@ def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "no such input file" in result.stderr
+    said = memdiag("run", "--input", str(tmp_path / "nope.jsonl"), "--json")
+    assert json.loads(said.stdout)["error"] == "path"  # a path the user gave, not the broker
+
+
+def test_a_file_of_no_events_gives_an_empty_database(tmp_path: Path) -> None:
+    """Not "no DuckDB file" after "every event is in": the tables exist, with nothing in."""
+    empty, db = tmp_path / "empty.jsonl", tmp_path / "e.duckdb"
+    empty.write_text("")
+    result = memdiag("run", "--input", str(empty), "--db", str(db), "--json", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["events"] == 0
+    status = memdiag("status", "--db", str(db), "--json")
+    assert status.returncode == 0, status.stderr
 
 
 def test_bad_configuration_is_refused_at_start(small_file: Path, tmp_path: Path) -> None:
@@ -125,6 +138,11 @@ def test_query_commands_answer_from_the_run(tmp_path: Path) -> None:
     assert "test_failure" in table.stdout and "unknown" in table.stdout
     bad = memdiag("query", "misleading", "--since", "last tuesday", "--db", str(db))
     assert bad.returncode == 2 and "duration back from now" in bad.stderr
+    # a mistyped reason is a usage error naming what the file holds, never "all processed"
+    typo = memdiag("query", "dead-letters", "--reason", "bad-ts", "--db", str(db))
+    assert typo.returncode == 2 and "'bad-ts' is no dead-letter reason" in typo.stderr
+    none = memdiag("query", "dead-letters", "--reason", "late_event", "--db", str(db))
+    assert none.returncode == 0 and "no dead letters with reason late_event" in none.stdout
 
 
 @pytest.fixture(scope="module")

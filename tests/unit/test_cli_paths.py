@@ -110,3 +110,15 @@ def test_a_broken_socket_is_an_error_while_a_closed_stdout_is_not(
     assert "error:" in said and "Broken pipe" in said and "Traceback" not in said
     monkeypatch.setattr(cli, "_stdout_gone", lambda: True)
     assert main([]) == 0
+
+
+def test_an_events_file_as_the_database_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DuckDB takes a .jsonl path for a file to read, not a database: said, not a traceback."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"kind": "search"}\n')
+    assert main(["status", "--db", str(events), "--json"]) == 1
+    said = capsys.readouterr()
+    assert "is not a DuckDB database file" in said.out and "Traceback" not in said.err
+    assert '"error": "database"' in said.out

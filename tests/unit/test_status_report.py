@@ -149,3 +149,26 @@ def test_ids_in_the_charts_are_text() -> None:
     points = [{"agent_id": agent, "bucket_start": t, "pipeline_coverage": 0.5, "written": 4}]
     svg = coverage_chart(points, [agent])
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "cost$\\frac$" in svg
+
+
+def test_the_dead_letters_card_says_how_many_reasons_it_leaves_out(tmp_path: Path) -> None:
+    from memdiag.analytics.db import connect
+    from memdiag.analytics.sink import DuckDBSink
+    from memdiag.analytics.status import status
+    from memdiag.views import html as h
+
+    sink = DuckDBSink(tmp_path / "d.duckdb")
+    sink.init()
+    reasons = ["bad_ts", "not_json", "missing_field", "wrong_type", "unknown_kind"]
+    sink.write([
+        {"kind": "dead_letter", "dead_letter_id": r, "topic": "memdiag.events", "partition": 0,
+         "offset": i, "batch_index": 0, "key": None, "reason": r, "detail": "d", "payload": "x",
+         "payload_bytes": 1, "payload_truncated": False, "ts": "2026-11-21T09:30:00Z"}
+        for i, r in enumerate(reasons)
+    ])  # fmt: skip
+    con = connect(sink.path, read_only=True)
+    try:
+        page = h.cards(status(con), h.PLAIN)
+    finally:
+        con.close()
+    assert ", 2 more" in page
