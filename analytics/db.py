@@ -162,8 +162,9 @@ def storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
 
 def _rekey(con: duckdb.DuckDBPyConnection, table: str, key: tuple[str, ...]) -> None:
     """Give an existing ``table`` the primary key ``key``, if it has another: DuckDB cannot
-    change a key in place, so the table is copied under it (its NOT NULL constraints kept)
-    and takes the old one's place. Nothing if the table does not exist yet or has the key."""
+    change a key in place, so the table is copied under it (its NOT NULL constraints and
+    column defaults kept) and takes the old one's place. Nothing if the table does not
+    exist yet or has the key."""
     found = con.execute(
         "SELECT constraint_column_names FROM duckdb_constraints() "
         "WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'",
@@ -179,6 +180,11 @@ def _rekey(con: duckdb.DuckDBPyConnection, table: str, key: tuple[str, ...]) -> 
             [table],
         ).fetchall()
     ]
+    defaults = con.execute(
+        "SELECT column_name, column_default FROM duckdb_columns() "
+        "WHERE table_name = ? AND column_default IS NOT NULL",
+        [table],
+    ).fetchall()
     log.info("%s: keying it by %s (a file from an older memdiag)", table, ", ".join(key))
     new = f"{table}__rekeyed"
     con.execute("BEGIN TRANSACTION")
@@ -186,6 +192,8 @@ def _rekey(con: duckdb.DuckDBPyConnection, table: str, key: tuple[str, ...]) -> 
         con.execute(f"CREATE TABLE {new} AS SELECT * FROM {table}")  # noqa: S608 - our tables
         for column in not_null:
             con.execute(f'ALTER TABLE {new} ALTER COLUMN "{column}" SET NOT NULL')
+        for column, default in defaults:
+            con.execute(f'ALTER TABLE {new} ALTER COLUMN "{column}" SET DEFAULT {default}')
         con.execute(f"ALTER TABLE {new} ADD PRIMARY KEY ({', '.join(key)})")
         con.execute(f"DROP TABLE {table}")
         con.execute(f"ALTER TABLE {new} RENAME TO {table}")
@@ -209,9 +217,11 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     if old_probes and old_probes[0]:  # a file from before miss_reason: the view takes the name
         con.execute("DROP VIEW IF EXISTS pipeline_health")
         con.execute("ALTER TABLE recall_probes RENAME TO recall_probe_events")
-    # Files from before search and judgement ids were scoped to their session and run
+    # Files from before event ids were scoped to their session, run or agent
     _rekey(con, "searches", ("session_id", "event_id"))
     _rekey(con, "judgement_artifacts", ("run_id", "event_id"))
+    _rekey(con, "recall_probe_events", ("agent_id", "event_id"))
+    _rekey(con, "ambient_contexts", ("agent_id", "event_id"))
     con.execute(sql("schema"))
     # A file from before observation_outcome_days: fill it once from the sessions.
     empty = con.execute("SELECT count(*) = 0 FROM observation_outcome_days").fetchone()

@@ -371,13 +371,13 @@ SPECS: dict[str, TableSpec] = {
     ),
     "recall_probe": TableSpec(
         "upsert_recall_probes",
-        ("event_id",),
+        ("agent_id", "event_id"),
         _RECALL_PROBE,
         reuse=Reuse("recall_probe_events", "memory", casts=_TS, ignore=("query_source",)),
     ),
     "ambient_context": TableSpec(
         "upsert_ambient_contexts",
-        ("event_id",),
+        ("agent_id", "event_id"),
         _AMBIENT_CONTEXT,
         reuse=Reuse("ambient_contexts", "memory", casts=_TS),
     ),

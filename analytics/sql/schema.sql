@@ -400,12 +400,13 @@ CREATE TABLE IF NOT EXISTS recall_probe_events (
     hit          BOOLEAN NOT NULL,             -- in the first k with score >= threshold
     rank         INTEGER,                      -- 1-based position in the results; NULL: absent
     ts           TIMESTAMPTZ NOT NULL,
-    event_id     VARCHAR PRIMARY KEY,
+    event_id     VARCHAR NOT NULL,             -- unique within its agent
     score        DOUBLE,                       -- its score, when the probe gave scores
     k            INTEGER,
     threshold    DOUBLE,
     result_count INTEGER,
-    ingested_at  TIMESTAMPTZ
+    ingested_at  TIMESTAMPTZ,
+    PRIMARY KEY (agent_id, event_id)
 );
 ALTER TABLE recall_probe_events ADD COLUMN IF NOT EXISTS top_ids VARCHAR[];  -- the first k results
 -- Where the probe's query came from (contract section 9): `name` (made from the memory's name:
@@ -475,12 +476,13 @@ LEFT JOIN aliased a ON a.event_id = p.event_id;
 -- One row per ambient_context event: what was injected as ambient cues, and when (the latest
 -- one is also pipeline_agents'; the trends read them all).
 CREATE TABLE IF NOT EXISTS ambient_contexts (
-    event_id    VARCHAR PRIMARY KEY,
+    event_id    VARCHAR NOT NULL,              -- unique within its agent
     agent_id    VARCHAR NOT NULL,
     session_id  VARCHAR,
     memory_ids  VARCHAR[],
     ts          TIMESTAMPTZ NOT NULL,
-    ingested_at TIMESTAMPTZ
+    ingested_at TIMESTAMPTZ,
+    PRIMARY KEY (agent_id, event_id)
 );
 
 -- One row per agent: what its memories' rows do not say.

@@ -3,8 +3,7 @@
 INSERT INTO ambient_contexts (event_id, agent_id, session_id, memory_ids, ts, ingested_at)
 SELECT event_id, agent_id, session_id, memory_ids, CAST(ts AS TIMESTAMPTZ), current_timestamp
 FROM batch
-ON CONFLICT (event_id) DO UPDATE SET
-    agent_id = EXCLUDED.agent_id,
+ON CONFLICT (agent_id, event_id) DO UPDATE SET
     session_id = EXCLUDED.session_id,
     memory_ids = EXCLUDED.memory_ids,
     ts = EXCLUDED.ts;

@@ -7,8 +7,7 @@ INSERT INTO recall_probe_events (event_id, agent_id, memory_id, hit, rank, ts, s
 SELECT event_id, agent_id, memory_id, hit, rank, CAST(ts AS TIMESTAMPTZ), score, k, threshold,
        result_count, top_ids, current_timestamp, coalesce(query_source, 'name')
 FROM batch
-ON CONFLICT (event_id) DO UPDATE SET
-    agent_id = EXCLUDED.agent_id,
+ON CONFLICT (agent_id, event_id) DO UPDATE SET
     memory_id = EXCLUDED.memory_id,
     hit = EXCLUDED.hit,
     rank = EXCLUDED.rank,

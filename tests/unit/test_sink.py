@@ -140,8 +140,9 @@ def test_a_file_keyed_by_search_id_alone_is_keyed_by_session_and_id_on_open(
     sink = DuckDBSink(path)
     sink.init()
     sink.write([search_row("a"), search_row("b", is_followup=True, prev_event_id="a")])
+    tables = ("searches", "judgement_artifacts", "recall_probe_events", "ambient_contexts")
     with duckdb.connect(str(path)) as con:  # back to the old key, as an older memdiag made it
-        for table in ("searches", "judgement_artifacts"):
+        for table in tables:
             _rekey(con, table, ("event_id",))
     before = rows(sink, "SELECT * FROM searches ORDER BY event_id")
     for _ in range(2):  # the second open finds the new keys: nothing to do
@@ -149,16 +150,22 @@ def test_a_file_keyed_by_search_id_alone_is_keyed_by_session_and_id_on_open(
     with duckdb.connect(str(path), read_only=True) as con:
         keys = dict(con.execute(
             "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
-            "WHERE constraint_type = 'PRIMARY KEY' "
-            "AND table_name IN ('searches', 'judgement_artifacts')"
+            "WHERE constraint_type = 'PRIMARY KEY' AND list_contains(?, table_name)",
+            [list(tables)],
         ).fetchall())  # fmt: skip
+        default = con.execute(
+            "SELECT column_default FROM duckdb_columns() "
+            "WHERE table_name = 'recall_probe_events' AND column_name = 'query_source'"
+        ).fetchone()
         not_null = con.execute(
             "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'searches' "
             "AND constraint_type = 'NOT NULL' AND constraint_column_names = ['ts']"
         ).fetchone()
     assert keys == {"searches": ["session_id", "event_id"],
-                    "judgement_artifacts": ["run_id", "event_id"]}  # fmt: skip
-    assert not_null == (1,)
+                    "judgement_artifacts": ["run_id", "event_id"],
+                    "recall_probe_events": ["agent_id", "event_id"],
+                    "ambient_contexts": ["agent_id", "event_id"]}  # fmt: skip
+    assert not_null == (1,) and default == ("'name'",)  # constraints and defaults kept
     assert rows(sink, "SELECT * FROM searches ORDER BY event_id") == before
     sink.write([search_row("a", session_id="s2")])  # another session's "a": a row of its own
     assert rows(sink, "SELECT count(*) FROM searches") == [(3,)]
@@ -262,6 +269,26 @@ def test_a_file_from_before_the_detector_gains_it_on_open(tmp_path: Path) -> Non
         rows = con.execute("SELECT observation_id, similarity, detector FROM retrieval_feedback "
                            "ORDER BY observation_id").fetchall()  # fmt: skip
     assert rows == [("o1", None, "keyword"), ("o2", 0.42, "semantic")]
+
+
+def test_two_agents_probes_under_one_id_are_two_probes(tmp_path: Path) -> None:
+    sink = DuckDBSink(tmp_path / "t.duckdb")
+    sink.init()
+    probe = {
+        "kind": "recall_probe", "event_id": "1", "agent_id": "a", "memory_id": "m",
+        "query_source": "name", "hit": True, "rank": 1, "score": 0.9, "k": 5,
+        "threshold": 0.5, "result_count": 1, "top_ids": ["m"], "ts": "2026-11-21T09:30:00Z",
+    }  # fmt: skip
+    other = {**probe, "agent_id": "b", "hit": False, "rank": None}
+    sink.write([probe, other])
+    sink.write([other, probe])
+    assert rows(sink, "SELECT agent_id, hit FROM recall_probe_events ORDER BY 1") == [
+        ("a", True),
+        ("b", False),
+    ]
+    assert rows(sink, "SELECT count(*) FROM dead_letters") == [(0,)]
+    sink.write([{**probe, "hit": False}])  # agent a's "1" again, another probe: refused
+    assert rows(sink, "SELECT reason FROM dead_letters") == [("reused_event_id",)]
 
 
 def test_a_probe_row_from_before_query_source_replays_clean(tmp_path: Path) -> None:
