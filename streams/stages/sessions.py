@@ -150,14 +150,13 @@ class SessionStage:
                     self._span_events(msg, store, touched, out)
                 else:
                     self._events(msg, store, touched, out)
-                if states.clocks.due(msg.partition):
-                    # after the record whose time makes it due, as if each record were a batch
-                    # of its own: where a batch ends decides nothing
-                    self._write_back(touched, store)  # a sweep reads the store
-                    states.sweep(msg.partition, store, out)
-                    self._decoded_at = states.decoded  # what the sweep decoded is not held
-            if len(touched) >= self.HOLD_MAX:
-                self._write_back(touched, store)
+            due = [p for p in sorted({m.partition for m in msgs}) if states.clocks.due(p)]
+            if due or len(touched) >= self.HOLD_MAX:
+                self._write_back(touched, store)  # a sweep reads the store
+            for partition in due:
+                states.sweep(partition, store, out)
+            if due:  # what the sweeps decoded is not held
+                self._decoded_at = states.decoded
         except BaseException:
             # a held session may be half changed: every one goes, and with them the changes
             # of this checkpoint's earlier batches, so the checkpoint must not commit

@@ -548,33 +548,6 @@ def test_a_search_reusing_an_id_with_another_query_names_the_query() -> None:
         assert "another search event, which differs in query;" in dead["detail"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 150)), min_size=2, max_size=24),
-    st.integers(0, 1_000),
-)
-def test_where_a_batch_ends_decides_no_sessions_fate(
-    plan: list[tuple[int, int]], seed: int
-) -> None:
-    """Three sessions on one partition, events published minutes apart around the keep time
-    (1 h): whether an event comes before or after its session is forgotten is decided by the
-    records alone, as if each were a batch of its own, never by where a batch ends."""
-    sids = [s for s in (f"b{i}" for i in range(500)) if partition(s) == partition("b0")][:3]
-    base = parse_ts("2026-11-21T10:00:00Z") // 1000  # type: ignore[operator]
-
-    def world(max_batch: int) -> tuple[Any, list[str]]:
-        w = World(Settings(session_keep_hours=1.0), seed=seed)
-        for i, (who, minute) in enumerate(sorted(plan, key=lambda p: p[1])):
-            ts = f"2026-11-21T{10 + minute // 60:02d}:{minute % 60:02d}:00Z"
-            event = empty_search(sids[who], f"e{i}", ts)
-            w.append(w.events, sids[who], event, timestamp_ms=base + minute * 60_000 + i)
-        w.now_ms = base + 10 * HOUR_MS  # the wall clock is after every publish
-        w.run(max_batch=max_batch)
-        return from_records(w.tables), sorted(d["dead_letter_id"] for d in w.tables.dead_letters)
-
-    assert world(1) == world(50)
-
-
 def test_a_backlog_published_long_ago_forgets_nothing_while_it_is_caught_up() -> None:
     """Processing time is the partition's Kafka timestamps: a worker that was down for days
     and catches up does not forget the sessions whose events are still in its backlog."""
