@@ -6,7 +6,8 @@ WITH theirs AS (
            TRY(json_extract_string(payload, '$.event_id')) AS event_id,
            TRY(json_extract_string(payload, '$.kind')) AS event_kind
     FROM dead_letters
-    WHERE key = $session_id
+    -- keyed by the session on the events topic (another topic's key is a run or an agent)
+    WHERE (key = $session_id AND ends_with(topic, 'events'))
        OR (contains(payload, $session_id)  -- a cheap look first, then the JSON
            AND TRY(json_extract_string(payload, '$.session_id')) = $session_id)
 )

@@ -448,7 +448,7 @@ CREATE OR REPLACE MACRO look_alike(a, b) AS
 CREATE OR REPLACE VIEW recall_probes AS
 WITH aliased AS (
     -- missed name probes with a look-alike among their first k: each result id looked up by name
-    SELECT r.event_id
+    SELECT r.agent_id, r.event_id
     FROM (SELECT p.event_id, p.agent_id, p.memory_id, t.name,
                  unnest(p.top_ids[1:coalesce(p.k, 3)]) AS other
           FROM recall_probe_events p
@@ -457,7 +457,7 @@ WITH aliased AS (
     JOIN memory_pipeline o
       ON o.agent_id = r.agent_id AND o.memory_id = r.other AND look_alike(r.name, o.name)
     WHERE r.other <> r.memory_id
-    GROUP BY r.event_id
+    GROUP BY r.agent_id, r.event_id
 )
 SELECT p.agent_id, p.memory_id, p.hit, p.rank,
        CASE
@@ -471,7 +471,7 @@ SELECT p.agent_id, p.memory_id, p.hit, p.rank,
        p.query_source
 FROM recall_probe_events p
 LEFT JOIN memory_pipeline t ON t.agent_id = p.agent_id AND t.memory_id = p.memory_id
-LEFT JOIN aliased a ON a.event_id = p.event_id;
+LEFT JOIN aliased a ON a.agent_id = p.agent_id AND a.event_id = p.event_id;
 
 -- One row per ambient_context event: what was injected as ambient cues, and when (the latest
 -- one is also pipeline_agents'; the trends read them all).
@@ -697,12 +697,12 @@ WITH points AS (
 ),
 named AS (
     -- of each ambient context, the distinct memories it names written by its ts
-    SELECT a.event_id, count(DISTINCT m.memory_id) AS in_context
+    SELECT a.agent_id, a.event_id, count(DISTINCT m.memory_id) AS in_context
     FROM (SELECT event_id, agent_id, ts, unnest(memory_ids) AS memory_id
           FROM ambient_contexts) AS a
     JOIN memory_pipeline m
       ON m.agent_id = a.agent_id AND m.memory_id = a.memory_id AND m.written_at <= a.ts
-    GROUP BY a.event_id
+    GROUP BY a.agent_id, a.event_id
 )
 SELECT p.kind, p.agent_id, p.ts, p.event_id, p.memory_id, p.hit,
        coalesce(c.memory_count, 0) AS memory_count,
@@ -712,7 +712,8 @@ SELECT p.kind, p.agent_id, p.ts, p.event_id, p.memory_id, p.hit,
        p.query_source
 FROM points p
 ASOF LEFT JOIN memory_counts c ON c.agent_id = p.agent_id AND p.ts >= c.written_at
-LEFT JOIN named x ON x.event_id = p.event_id AND p.kind = 'ambient';
+LEFT JOIN named x
+  ON x.agent_id = p.agent_id AND x.event_id = p.event_id AND p.kind = 'ambient';
 
 -- The trends' one rule (docs/rules.md, "Recall trends"), per agent and bucket: SRR of each
 -- memory's latest name probe in the bucket, the task recall the same of its task probes

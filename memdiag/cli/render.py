@@ -937,6 +937,8 @@ def print_explanation(ex: dict[str, Any], args: argparse.Namespace) -> None:
         )
         for d in dead:
             what = " ".join(x for x in (d["event_kind"], d["event_id"]) if x) or "a message"
+            # taken from a refused (hostile) payload: no control character reaches the terminal
+            what = "".join(c if c.isprintable() else repr(c)[1:-1] for c in what)
             out.print(f"  {escape(d['reason'])}: {escape(what)} — {escape(d['detail'])}")
     t = table("timeline (event time)", ["at", "event", "what"], ["at"], ["what"], box=False)
     for item in timeline(ex):

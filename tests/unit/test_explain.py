@@ -13,9 +13,10 @@ import duckdb
 import pytest
 
 from memdiag.analytics.explain import UnknownSession, explain, search_verdict, timeline
+from memdiag.analytics.sink import DuckDBSink
 from memdiag.views.html import anchor
 from memdiag.views.report import explain_page, render
-from tests.unit.test_sessions import into_duckdb, session
+from tests.unit.test_sessions import Worker, into_duckdb, session
 
 HOSTILE = 'ses-<b>&"[red]x[/red]'  # HTML and Rich markup in an id: shown, never interpreted
 
@@ -424,8 +425,10 @@ def test_a_row_trimmed_to_fit_a_message_is_not_blamed_on_the_rules(tmp_path: Pat
     with duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True) as con:
         o = explain(con, "big")["outcome"]
     assert o["failure_category"] == "test_failure"
-    assert o["rule"].startswith("stored as test_failure, by the rules on the whole outcome; "
-                                "the row was trimmed to fit one Kafka message (tool_call_summary)")
+    assert o["rule"].startswith(
+        "stored as test_failure, by the rules on the whole outcome; "
+        "the row was trimmed to fit one Kafka message (tool_call_summary)"
+    )
 
 
 def test_a_trim_of_what_the_rules_do_not_read_is_not_blamed(tmp_path: Path) -> None:
@@ -478,3 +481,67 @@ def test_a_sessions_dead_letters_are_part_of_its_story(tmp_path: Path) -> None:
     assert "2 inputs of this session not taken" in text and "reused_event_id: search s-b" in text
     page = explain_page(ex, sink.path)
     assert "2 inputs of this session not taken" in page and "bad_ts" in page
+
+
+def _letter(i: int, topic: str, key: str | None, payload: str, reason: str = "bad_ts") -> dict:
+    return {
+        "kind": "dead_letter",
+        "dead_letter_id": f"id{i}",
+        "topic": topic,
+        "partition": 0,
+        "offset": i,
+        "batch_index": 0,
+        "key": key,
+        "reason": reason,
+        "detail": "d",
+        "payload": payload,
+        "payload_bytes": len(payload),
+        "payload_truncated": False,
+        "ts": "2026-11-21T09:00:00Z",
+    }
+
+
+def _db(tmp_path: Path, extra: list[dict]) -> str:
+    w = Worker()
+    w.publish(story("s1"))
+    sink = DuckDBSink(tmp_path / "d.duckdb")
+    sink.init()
+    sink.write([*w.records, *w.weights, *extra])
+    return sink.path
+
+
+def test_explain_leaves_out_another_topics_dead_letter_keyed_by_an_equal_id(tmp_path: Path) -> None:
+    """A judgement keyed by run 's1' and a memory event keyed by agent 's1' are not session
+    s1's inputs (found by a review: the key match did not look at the topic)."""
+    path = _db(
+        tmp_path,
+        [
+            _letter(
+                1, "memdiag.judgements", "s1", '{"kind":"judgement","run_id":"s1","event_id":"j1"}'
+            ),
+            _letter(
+                2,
+                "memdiag.memory",
+                "s1",
+                '{"kind":"memory_written","agent_id":"s1","event_id":"m1"}',
+            ),
+        ],
+    )
+    with duckdb.connect(path, read_only=True) as con:
+        dead = explain(con, "s1")["dead_letters"]
+    assert dead == [], [(d["event_kind"], d["event_id"]) for d in dead]
+
+
+def test_explain_prints_no_control_character_of_a_refused_payload(tmp_path: Path) -> None:
+    """The event id of a refused input comes from its (hostile) payload: a JSON escape must
+    not become a real ESC sequence on the user's terminal."""
+    evil = '{"kind":"search","session_id":"s1","event_id":"x\\u001b]0;pwned\\u0007\\u001b[2J"}'
+    path = _db(tmp_path, [_letter(3, "memdiag.events", "s1", evil)])
+    text = subprocess.run(
+        [sys.executable, "-m", "memdiag.cli", "explain", "s1", "--db", path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert "\x1b" not in text, repr(text[text.find("\x1b") - 40 : text.find("\x1b") + 20])

@@ -307,3 +307,31 @@ def test_a_probe_row_from_before_query_source_replays_clean(tmp_path: Path) -> N
     sink.write([probe])  # replayed by this one
     assert rows(sink, "SELECT count(*) FROM dead_letters") == [(0,)]
     assert rows(sink, "SELECT query_source FROM recall_probe_events") == [("task",)]
+
+
+def test_the_recall_views_tell_two_agents_events_under_one_id_apart() -> None:
+    """Probes and ambient contexts are keyed by agent and id: the views join on both (a
+    look-alike of agent a1's made a2's miss 'aliased', and the rates mixed the two)."""
+    from memdiag.analytics.db import init_schema
+
+    con = duckdb.connect()
+    init_schema(con)
+    con.execute("""INSERT INTO memory_pipeline (agent_id, memory_id, name, written_at,
+                   indexed_at, status) VALUES
+        ('a1', 'm1', 'billing api', '2026-01-01', '2026-01-01', 'indexed'),
+        ('a1', 'm2', 'billing-api', '2026-01-01', '2026-01-01', 'indexed'),
+        ('a2', 'n1', 'zebra', '2026-01-01', '2026-01-01', 'indexed'),
+        ('a2', 'n2', 'apple', '2026-01-01', '2026-01-01', 'indexed')""")
+    con.execute("""INSERT INTO recall_probe_events (agent_id, memory_id, hit, rank, ts,
+                   event_id, k, top_ids, query_source) VALUES
+        ('a1', 'm1', false, NULL, '2026-01-02', '1', 3, ['m2'], 'name'),
+        ('a2', 'n1', false, NULL, '2026-01-02', '1', 3, ['n2'], 'name')""")
+    con.execute("""INSERT INTO ambient_contexts (event_id, agent_id, memory_ids, ts) VALUES
+        ('1', 'a1', ['m1', 'm2'], '2026-01-03'), ('1', 'a2', ['n1'], '2026-01-03')""")
+    assert con.execute(
+        "SELECT agent_id, miss_reason FROM recall_probes ORDER BY 1"
+    ).fetchall() == [("a1", "aliased"), ("a2", "outranked")]
+    assert con.execute(
+        "SELECT agent_id, in_context, ambient_trigger_rate FROM recall_trend_points "
+        "WHERE kind = 'ambient' ORDER BY 1"
+    ).fetchall() == [("a1", 2, 1.0), ("a2", 1, 0.5)]
