@@ -11,8 +11,9 @@ In a benchmark harness the truth is known, so every wrong answer is attributed:
 for ``memdiag.judgements``: validate, attribute, emit one ``judgement`` diagnostic keyed by
 ``run_id``. It keeps no state: the record is a function of the event alone. The sink keeps
 every judgement once per ``(run_id, event_id)`` (``judgement_artifacts``: never
-overwritten) and, per ``(run_id, question_id, condition, repeat_index)``, the one that counts (the latest ``ts``,
-ties by ``event_id``), so a redelivery or a replay changes nothing.
+overwritten) and, per ``(run_id, question_id, condition, repeat_index)``, the one that
+counts (the latest ``ts``, ties by ``event_id``), so a redelivery or a replay changes
+nothing.
 """
 
 from __future__ import annotations
