@@ -31,6 +31,16 @@ def search_row(eid: str, **kw) -> dict:
     }
 
 
+def probe_row(eid: str, **kw) -> dict:
+    """A recall probe's row as the worker sends it: agent a's hit on m."""
+    return {
+        "kind": "recall_probe", "event_id": eid, "agent_id": "a", "memory_id": "m",
+        "query_source": "name", "hit": True, "rank": 1, "score": 0.9, "k": 5,
+        "threshold": 0.5, "result_count": 1, "top_ids": ["m"], "ts": "2026-11-21T09:30:00Z",
+        **kw,
+    }  # fmt: skip
+
+
 def dead(did: str, **kw) -> dict:
     return {
         "kind": "dead_letter",
@@ -274,11 +284,7 @@ def test_a_file_from_before_the_detector_gains_it_on_open(tmp_path: Path) -> Non
 def test_two_agents_probes_under_one_id_are_two_probes(tmp_path: Path) -> None:
     sink = DuckDBSink(tmp_path / "t.duckdb")
     sink.init()
-    probe = {
-        "kind": "recall_probe", "event_id": "1", "agent_id": "a", "memory_id": "m",
-        "query_source": "name", "hit": True, "rank": 1, "score": 0.9, "k": 5,
-        "threshold": 0.5, "result_count": 1, "top_ids": ["m"], "ts": "2026-11-21T09:30:00Z",
-    }  # fmt: skip
+    probe = probe_row("1")
     other = {**probe, "agent_id": "b", "hit": False, "rank": None}
     sink.write([probe, other])
     sink.write([other, probe])
@@ -296,11 +302,7 @@ def test_a_probe_row_from_before_query_source_replays_clean(tmp_path: Path) -> N
     its event said, so it is not compared."""
     sink = DuckDBSink(tmp_path / "t.duckdb")
     sink.init()
-    probe = {
-        "kind": "recall_probe", "event_id": "p1", "agent_id": "a", "memory_id": "m",
-        "query_source": "task", "hit": True, "rank": 1, "score": 0.9, "k": 5,
-        "threshold": 0.5, "result_count": 1, "top_ids": ["m"], "ts": "2026-11-21T09:30:00Z",
-    }  # fmt: skip
+    probe = probe_row("p1", query_source="task")
     sink.write([{**probe, "query_source": None}])  # as a memdiag before query_source wrote it
     with duckdb.connect(sink.path) as con:
         con.execute("UPDATE recall_probe_events SET query_source = 'name'")  # the default
