@@ -11,9 +11,11 @@ partition's clock and the time of its last sweep are state, kept in the stage's 
 :func:`clock_key` and committed with it: a restart, a rollback or a rebalance takes them up
 as the committed records left them (a clock started from nothing swept at the rerun's first
 batch, with the rerun's time: an event the first run applied could then be late). A sweep
-still runs at the end of a batch, at most once :attr:`Clocks.sweep_every_ms` of the clock,
-so where a batch ends can still decide an event that comes just past its session's keep
-time (the records of the stage's several topics meet in fetch order, which no rule fixes).
+runs at most once :attr:`Clocks.sweep_every_ms` of the clock: the session stage's right
+after the record that makes it due (where a batch ends decides nothing), the trace stage's
+at the end of a batch. The records of the session stage's several topics still meet in
+fetch order, which no rule fixes: that can decide an event that comes just past its
+session's keep time.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ timestamps (capped by the wall clock). A forgotten session leaves a tombstone fo
 
 from __future__ import annotations
 
+import heapq
+
 import msgspec
 import orjson
 
@@ -71,10 +73,17 @@ class SessionStates:
         # partitions moved), which clears it. Its bytes, as of each session's last write, are
         # the worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB).
         self._cache: Cache[Session] = shared_budget(cache_bytes).cache("sessions", cache_size)
+        #: per partition, what expires when, soonest first: ``(expires_ms, key)``, one entry a
+        #: key of the expiry index (``clocks.expiry``: a session's last-seen time as written,
+        #: a tombstone's when laid). An entry is checked when its time comes: a session seen
+        #: since is pushed again with its newer time. A sweep so touches only what may have
+        #: expired, not every session and tombstone of the partition (:meth:`sweep`).
+        self._due: dict[int, list[tuple[int, str]]] = {}
 
     def clear(self) -> None:
         """After a rebalance: the expiry index is rebuilt from the store, sessions decoded."""
         self.clocks.clear()
+        self._due.clear()
         self._cache.clear()
 
     def forget_decoded(self) -> None:
@@ -90,6 +99,9 @@ class SessionStates:
         if raw is None:
             if not create or store.get(TOMBSTONE + session_id, partition) is not None:
                 return None
+            # new: in the expiry index from now on, never written yet (its time is read from
+            # the held session when its entry comes due)
+            self._index(partition, session_id, 0, store)
             return Session(session_id, partition, self._config)
         self.decoded += 1
         head = _HEAD.decode(raw)
@@ -143,31 +155,73 @@ class SessionStates:
         store.put(HEAD + session.session_id, encoded, partition)
         self._cache.put(session.session_id, session, session.chunk_bytes + len(encoded),
                         session.vector_bytes)  # fmt: skip
-        self._expiry(session.partition, store)[session.session_id] = session.last_seen_ms
+        self._index(session.partition, session.session_id, session.last_seen_ms, store)
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
         index = self.clocks.expiry.get(partition)
         if index is None:
             index = self.clocks.expiry[partition] = expiry_index(store, partition, HEAD, TOMBSTONE)
+            due = self._due[partition] = [(self._expires(k, t), k) for k, t in index.items()]
+            heapq.heapify(due)
         return index
 
-    def sweep(self, partition: int, store: StateStore, out: Output) -> None:
+    def _expires(self, key: str, at_ms: int) -> int:
+        """When a key of the expiry index expires: a session the keep time after it was last
+        seen, a tombstone TOMBSTONE_FACTOR times the keep time after it was laid."""
+        return at_ms + self._keep_ms * (TOMBSTONE_FACTOR if key.startswith(TOMBSTONE) else 1)
+
+    def _index(self, partition: int, key: str, at_ms: int, store: StateStore) -> None:
+        """``key`` in the expiry index at ``at_ms``; new to it, it has its entry in the due
+        heap (one a key: a later time is seen when the entry comes due)."""
+        index = self._expiry(partition, store)
+        if key not in index:
+            heapq.heappush(self._due[partition], (self._expires(key, at_ms), key))
+        index[key] = at_ms
+
+    def sweep(
+        self,
+        partition: int,
+        store: StateStore,
+        out: Output,
+        held: dict[str, Session] | None = None,
+    ) -> None:
         """Forget the sessions of ``partition`` idle for MEMDIAG_SESSION_KEEP_HOURS of its
         processing time (leaving a tombstone), and the tombstones that have served. The
-        caller asks first whether a sweep is due (:meth:`Clocks.due`), and writes what it
-        holds before: this reads the store."""
+        caller asks first whether a sweep is due (:meth:`Clocks.due`).
+
+        ``held``: the sessions the stage holds unwritten (changed since they were written):
+        their last-seen time is theirs, not the store's, and one forgotten is dropped from
+        it (never written again). Only the entries whose time has come are looked at: a
+        session seen since its entry was pushed goes back in the heap with its newer time."""
         now = self.clocks.now.get(partition, 0)
         index = self._expiry(partition, store)
-        keep = self._keep_ms
-        for key, last_seen in list(index.items()):
+        due = self._due[partition]
+        held = {} if held is None else held
+        while due and due[0][0] < now:
+            _, key = due[0]
+            at_ms = index.get(key)
+            if at_ms is None:  # gone from the index (forgotten, or written as a tombstone)
+                heapq.heappop(due)
+                continue
             if key.startswith(TOMBSTONE):
-                if last_seen < now - keep * TOMBSTONE_FACTOR:
+                if self._expires(key, at_ms) < now:
+                    heapq.heappop(due)
                     store.delete(key, partition)
                     del index[key]
+                else:
+                    heapq.heapreplace(due, (self._expires(key, at_ms), key))
                 continue
-            if last_seen >= now - keep:
+            session = held.get(key)
+            if session is not None:
+                at_ms = session.last_seen_ms
+            if self._expires(key, at_ms) >= now:  # seen since: due again later
+                heapq.heapreplace(due, (self._expires(key, at_ms), key))
                 continue
-            session = self.load(key, partition, store, create=False)
+            heapq.heappop(due)
+            if session is not None:
+                del held[key]
+            else:
+                session = self.load(key, partition, store, create=False)
             del index[key]
             self._cache.pop(key)
             if session is None:
@@ -177,4 +231,4 @@ class SessionStates:
                 store.delete(chunk_key(key, i), partition)
             store.delete(HEAD + key, partition)
             store.put(TOMBSTONE + key, orjson.dumps([partition, now]), partition)
-            index[TOMBSTONE + key] = now
+            self._index(partition, TOMBSTONE + key, now, store)

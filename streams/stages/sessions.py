@@ -10,10 +10,10 @@ memory, unwritten, until the runner settles the stage before its next commit
 (:meth:`SessionStage.settle`): then it is written once, so a session's events within one
 checkpoint (a second of single events, or a burst) cost one state write, as Quix Streams'
 transactions write each key once a commit. The store is only ever read for a session the
-stage does not hold. What it holds is written earlier when a sweep is due (the sweep reads
-the store), when it holds :attr:`SessionStage.HOLD_MAX` sessions after a batch, and once it
-has decoded :attr:`SessionStage.WRITE_BACK_AT` sessions from the store since it last wrote
-(the decoded cache did not hold them): held sessions are outside the decoded-state budget
+stage does not hold. What it holds is written earlier when it holds
+:attr:`SessionStage.HOLD_MAX` sessions after a batch, and once it has decoded
+:attr:`SessionStage.WRITE_BACK_AT` sessions from the store since it last wrote (the decoded
+cache did not hold them): held sessions are outside the decoded-state budget
 (``MEMDIAG_DECODED_CACHE_MB``) until they are written, and a thousand events of a thousand
 interleaved sessions held 30-40 MB beside it (``benchmarks/memory_live.py``). Their bytes
 count toward ``MEMDIAG_COMMIT_BYTES`` (about: the bytes of the events applied to them).
@@ -150,13 +150,14 @@ class SessionStage:
                     self._span_events(msg, store, touched, out)
                 else:
                     self._events(msg, store, touched, out)
-            due = [p for p in sorted({m.partition for m in msgs}) if states.clocks.due(p)]
-            if due or len(touched) >= self.HOLD_MAX:
-                self._write_back(touched, store)  # a sweep reads the store
-            for partition in due:
-                states.sweep(partition, store, out)
-            if due:  # what the sweeps decoded is not held
-                self._decoded_at = states.decoded
+                if states.clocks.due(msg.partition):
+                    # right after the record whose time makes it due, as if each record were
+                    # a batch of its own: where a batch ends decides nothing
+                    decoded = states.decoded
+                    states.sweep(msg.partition, store, out, touched)
+                    self._decoded_at += states.decoded - decoded  # the sweep's are not held
+            if len(touched) >= self.HOLD_MAX:
+                self._write_back(touched, store)
         except BaseException:
             # a held session may be half changed: every one goes, and with them the changes
             # of this checkpoint's earlier batches, so the checkpoint must not commit

@@ -117,6 +117,7 @@ class Pipe:
             smsgs.append(InMessage(SETTINGS.topics.span_events, partition, i, None,
                                    orjson.dumps(r), published_ms))  # fmt: skip
         self._take(self.sessions.process(smsgs, self.store))
+        self.sessions.settle(self.store)  # a checkpoint a send, as the runner settles it
         return self
 
     def _take(self, out: Any) -> None:

@@ -129,6 +129,7 @@ def test_events_of_another_partition_are_rerouted_with_their_publish_time() -> N
     assert orjson.loads(orjson.dumps(raws)) == [
         search("b", "2026-11-21T09:30:00Z", "q", ["o"], sid="there", extra=1)
     ]
+    p.settle(store)  # as the runner does before each commit: only "here" is this partition's
     assert sorted(store.data) == [HEAD + "here", clock_key("sessions", 0)]
 
 
@@ -240,11 +241,13 @@ def test_the_forgetting_index_is_rebuilt_from_the_store_after_a_rebalance() -> N
     store = DictStore()
     p = SessionStage(SETTINGS, everything_here, wall(now))
     p.process(msg(search("a", "2026-11-20T00:00:00Z", "q", ["o"], sid="old"), key=b"old"), store)
+    p.settle(store)  # committed
     other = SessionStage(SETTINGS, lambda _: 1, wall(now))
     other.process(
         msg(search("z", "2026-11-20T00:00:00Z", "q", ["o"], sid="elsewhere"), partition=1,
             key=b"elsewhere"), store
     )  # fmt: skip
+    other.settle(store)
     p.reset()
     p.process(msg(search("b", "2026-11-21T00:30:00Z", "q", ["o"], sid="new"), key=b"new",
                   published_ms=PUBLISHED_MS + 30 * HOUR_MS), store)  # fmt: skip
@@ -254,9 +257,9 @@ def test_the_forgetting_index_is_rebuilt_from_the_store_after_a_rebalance() -> N
 
 def test_state_is_compact_json_without_texts() -> None:
     store = DictStore()
-    SessionStage(SETTINGS, everything_here).process(
-        msg(search("a", "2026-11-21T09:30:00Z", "private words", ["o1"])), store
-    )
+    stage = SessionStage(SETTINGS, everything_here)
+    stage.process(msg(search("a", "2026-11-21T09:30:00Z", "private words", ["o1"])), store)
+    stage.settle(store)
     state = orjson.loads(store.data[HEAD + "s1"])
     assert state["p"] == 0 and "private" not in store.data[HEAD + "s1"].decode()
 

@@ -548,6 +548,33 @@ def test_a_search_reusing_an_id_with_another_query_names_the_query() -> None:
         assert "another search event, which differs in query;" in dead["detail"]
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 150)), min_size=2, max_size=24),
+    st.integers(0, 1_000),
+)
+def test_where_a_batch_ends_decides_no_sessions_fate(
+    plan: list[tuple[int, int]], seed: int
+) -> None:
+    """Three sessions on one partition, events published minutes apart around the keep time
+    (1 h): whether an event comes before or after its session is forgotten is decided by the
+    records alone, as if each were a batch of its own, never by where a batch ends."""
+    sids = [s for s in (f"b{i}" for i in range(500)) if partition(s) == partition("b0")][:3]
+    base = parse_ts("2026-11-21T10:00:00Z") // 1000  # type: ignore[operator]
+
+    def world(max_batch: int) -> tuple[Any, list[str]]:
+        w = World(Settings(session_keep_hours=1.0), seed=seed)
+        for i, (who, minute) in enumerate(sorted(plan, key=lambda p: p[1])):
+            ts = f"2026-11-21T{10 + minute // 60:02d}:{minute % 60:02d}:00Z"
+            event = empty_search(sids[who], f"e{i}", ts)
+            w.append(w.events, sids[who], event, timestamp_ms=base + minute * 60_000 + i)
+        w.now_ms = base + 10 * HOUR_MS  # the wall clock is after every publish
+        w.run(max_batch=max_batch)
+        return from_records(w.tables), sorted(d["dead_letter_id"] for d in w.tables.dead_letters)
+
+    assert world(1) == world(50)
+
+
 def test_a_backlog_published_long_ago_forgets_nothing_while_it_is_caught_up() -> None:
     """Processing time is the partition's Kafka timestamps: a worker that was down for days
     and catches up does not forget the sessions whose events are still in its backlog."""
@@ -658,13 +685,11 @@ def test_a_session_touched_in_many_batches_is_written_once_when_they_commit() ->
     published_ms = parse_ts(events[-1]["ts"]) // 1000 + 60_000
     stage = SessionStage(SETTINGS, partition, wall_ms=lambda: published_ms)
     store = DictStore()
-    stage.process([_message(events[0], 0, published_ms)], store)  # its first sweep: written
-    store.writes = 0
-    for n, e in enumerate(events[1:], 1):
+    for n, e in enumerate(events):
         stage.process([_message(e, n, published_ms)], store)
-    assert store.writes == 0 and stage.held_bytes > 0
+    assert store.writes == 0 and stage.held_bytes > 0  # the first record's sweep writes nothing
     stage.settle(store)
-    assert store.writes == 2  # one chunk, one head
+    assert store.writes == 3  # one chunk, one head, and the partition's clock
     assert _chunks(store.data) == [len(events)] and stage.held_bytes == 0
     loaded = SessionStates(stage._config, SETTINGS.keep_ms).load("s", partition("s"), store)
     assert loaded is not None and [r.event_id for r in loaded.records] == [
@@ -703,8 +728,7 @@ def test_what_a_failed_batch_held_is_dropped_with_it() -> None:
     published_ms = parse_ts(_search(3)["ts"]) // 1000 + 60_000
     stage = SessionStage(SETTINGS, partition, wall_ms=lambda: published_ms)
     store = DictStore()
-    stage.process([_message(_search(0), 0, published_ms)], store)  # its first sweep: written
-    store.writes = 0
+    stage.process([_message(_search(0), 0, published_ms)], store)
     stage.process([_message(_search(1), 1, published_ms)], store)
     broken = InMessage(SETTINGS.topics.session_verdicts, partition("s"), 0, b"s", b"{}")
     with pytest.raises(ValueError):
