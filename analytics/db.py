@@ -117,17 +117,18 @@ def connect(
     config: dict[str, Any] = {"python_enable_replacements": False}
     if not read_only and storage_version != "latest":
         config["storage_compatibility_version"] = storage_version
+    not_a_database = DatabaseError(
+        f"{path} is not a DuckDB database file (memdiag's is written by `memdiag run`, "
+        "`memdiag demo` or `memdiag sink`; events go to `memdiag run --input`): check --db "
+        "or MEMDIAG_DUCKDB_PATH"
+    )
     while True:
         try:
-            return duckdb.connect(path, read_only=read_only, config=config)
+            con = duckdb.connect(path, read_only=read_only, config=config)
         except duckdb.CatalogException as exc:
             # a path DuckDB takes for another kind of file (a .json, a .jsonl: it would read
             # it as a table of an in-memory database, which read-only cannot launch)
-            raise DatabaseError(
-                f"{path} is not a DuckDB database file (memdiag's is written by "
-                "`memdiag run`, `memdiag demo` or `memdiag sink`; events go to `memdiag run "
-                "--input`): check --db or MEMDIAG_DUCKDB_PATH"
-            ) from exc
+            raise not_a_database from exc
         except duckdb.IOException as exc:
             if "not a valid DuckDB database file" in str(exc):
                 raise DatabaseError(
@@ -149,6 +150,21 @@ def connect(
                 (warn or log.warning)(lock_warning(path, read_only, now - start, exc))
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
+            continue
+        if path != ":memory:" and _in_memory(con):
+            # the same for writing: DuckDB launched an in-memory database over the file (its
+            # tables would vanish with the process, and nothing memdiag wrote would be kept)
+            con.close()
+            raise not_a_database
+        return con
+
+
+def _in_memory(con: duckdb.DuckDBPyConnection) -> bool:
+    """The connection's database has no file (a path DuckDB took for a file to read)."""
+    row = con.execute(
+        "SELECT path IS NULL FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def storage_version(con: duckdb.DuckDBPyConnection) -> str | None:

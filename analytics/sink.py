@@ -390,6 +390,16 @@ SPECS: dict[str, TableSpec] = {
 }
 
 
+#: where an event_id is unique, by the key column that scopes it (the spec's key)
+_SCOPES = {"run_id": "run", "agent_id": "agent", "session_id": "session"}
+
+
+def _within(kind: str, record: dict[str, Any]) -> str:
+    """Where the id was taken, as the table's key scopes it: " in run 'r1'"."""
+    scoped = [f"{_SCOPES[c]} {record.get(c)!r}" for c in SPECS[kind].key if c in _SCOPES]
+    return f" in {' and '.join(scoped)}" if scoped else ""
+
+
 class DuckDBSink:
     def __init__(
         self,
@@ -534,8 +544,9 @@ class DuckDBSink:
             "batch_index": None,
             "key": None,
             "reason": REUSED_EVENT_ID,
-            "detail": f"event_id {event_id!r} was already taken by another {kind}, which differs "
-            f"in {', '.join(fields)}; this one was not written (the one taken first stays). "
+            "detail": f"event_id {event_id!r} was already taken{_within(kind, record)} by "
+            f"another {kind}, which differs in {', '.join(fields)}; this one was not written "
+            "(the one taken first stays). "
             "event_id is the idempotency key: give every distinct event its own. The payload "
             f"is the {kind} as the worker read it from its event",
             "payload": payload[:limit].decode("utf-8", "replace"),

@@ -798,7 +798,9 @@ def _dead_letters(con: duckdb.DuckDBPyConnection, reason: str | None, samples: i
     from memdiag.contract import DEAD_LETTER_ADVICE
 
     found = queries.dead_letters(con, reason, samples)
-    if found or reason is None or reason in DEAD_LETTER_ADVICE:
+    # "" is the advice for a reason memdiag does not know, not a reason: `--reason ""` (an
+    # empty shell variable) is said, not read as "every input was processed"
+    if found or reason is None or (reason and reason in DEAD_LETTER_ADVICE):
         return found
     held = queries.dead_letters(con, None, 0)
     here = ", ".join(f"{r['reason']} {r['dead_letters']:,}" for r in held) or "none"

@@ -122,3 +122,36 @@ def test_an_events_file_as_the_database_is_one_line(
     said = capsys.readouterr()
     assert "is not a DuckDB database file" in said.out and "Traceback" not in said.err
     assert '"error": "database"' in said.out
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_an_events_file_is_refused_as_a_database_to_write_too(tmp_path: Path,
+                                                               read_only: bool) -> None:  # fmt: skip
+    """For writing (the sink, `run --append`), DuckDB opened a .jsonl as an in-memory
+    database: every flush then failed with "Table dead_letters does not exist", and nothing
+    was kept. Refused as for reading, the file untouched."""
+    from memdiag.analytics.db import DatabaseError, connect
+
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"kind": "search"}\n')
+    with pytest.raises(DatabaseError, match="is not a DuckDB database file"):
+        connect(events, read_only=read_only)
+    assert events.read_text() == '{"kind": "search"}\n'
+    connect(tmp_path / "new.duckdb").close()  # a file to create is taken
+
+
+def test_an_empty_reason_is_a_usage_error_not_every_input_processed(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--reason "$REASON"` with the variable unset: "" is no reason (it is the key of the
+    advice for reasons memdiag does not know), so it is said, never "every input was
+    processed" over a file that holds dead letters."""
+    sink = DuckDBSink(db)
+    sink.write([{"kind": "dead_letter", "dead_letter_id": "d1", "topic": "memdiag.events",
+                 "partition": 0, "offset": 1, "batch_index": None, "key": None,
+                 "reason": "bad_ts", "detail": "x", "payload": "{}", "payload_bytes": 2,
+                 "payload_truncated": False, "ts": "2026-11-21T09:00:00Z"}])  # fmt: skip
+    assert main(["query", "dead-letters", "--reason", "", "--db", str(db)]) == 2
+    said = capsys.readouterr()
+    assert "'' is no dead-letter reason" in said.err and "bad_ts 1" in said.err
+    assert "every input was processed" not in said.out

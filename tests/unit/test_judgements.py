@@ -280,6 +280,8 @@ def test_a_judgement_reusing_an_event_id_is_dead_lettered_and_the_first_stays(
         ).fetchall()
     assert [(t, r) for t, r, _, _ in dead] == [("p.judgements", REUSED_EVENT_ID)] * 2
     assert "another judgement, which differs in judge_correct, retrieved_context_ids, " in dead[0][2]
+    run = first["run_id"]
+    assert all(f"was already taken in run {run!r} by another judgement" in d for _, _, d, _ in dead)
     assert "differs in question_id, judge_correct, retrieved_context_ids, " in dead[1][2]
     assert {json.loads(p)["question_id"] for _, _, _, p in dead} == {"q1", "q2"}
 

@@ -294,7 +294,9 @@ def test_two_agents_probes_under_one_id_are_two_probes(tmp_path: Path) -> None:
     ]
     assert rows(sink, "SELECT count(*) FROM dead_letters") == [(0,)]
     sink.write([{**probe, "hit": False}])  # agent a's "1" again, another probe: refused
-    assert rows(sink, "SELECT reason FROM dead_letters") == [("reused_event_id",)]
+    [(reason, detail)] = rows(sink, "SELECT reason, detail FROM dead_letters")
+    assert reason == "reused_event_id"
+    assert detail.startswith("event_id '1' was already taken in agent 'a' by another recall_probe")
 
 
 def test_a_probe_row_from_before_query_source_replays_clean(tmp_path: Path) -> None:
