@@ -39,16 +39,21 @@ def clock_key(name: str, partition: int) -> str:
 
 
 def expiry_index(
-    store: StateStore, partition: int, head: str, tombstone: str | None = None
+    store: StateStore,
+    partition: int,
+    head: str,
+    tombstone: str | None = None,
+    whole_keys: bool = False,
 ) -> dict[str, int]:
     """What expires when on ``partition``, read back from the store after a rebalance: each
-    head's id (its key after the ``head`` prefix) and its last-seen time in ms (``"l"``), and
-    each tombstone's whole key and when it was laid."""
+    head's id (its key after the ``head`` prefix; with ``whole_keys``, its whole key) and its
+    last-seen time in ms (``"l"``), and each tombstone's whole key and when it was laid."""
     index: dict[str, int] = {}
+    cut = 0 if whole_keys else len(head)
     for key, raw in store.items(head, partition):
         value = orjson.loads(raw)
         if value.get("p") == partition:
-            index[key[len(head) :]] = value["l"]
+            index[key[cut:]] = value["l"]
     if tombstone is not None:
         for key, raw in store.items(tombstone, partition):
             stone = orjson.loads(raw)

@@ -100,8 +100,8 @@ class SessionStates:
             if not create or store.get(TOMBSTONE + session_id, partition) is not None:
                 return None
             # new: in the expiry index from now on, never written yet (its time is read from
-            # the held session when its entry comes due)
-            self._index(partition, session_id, 0, store)
+            # the held session when its entry comes due: seen now at the earliest)
+            self._index(partition, HEAD + session_id, self.clocks.now.get(partition, 0), store)
             return Session(session_id, partition, self._config)
         self.decoded += 1
         head = _HEAD.decode(raw)
@@ -155,12 +155,17 @@ class SessionStates:
         store.put(HEAD + session.session_id, encoded, partition)
         self._cache.put(session.session_id, session, session.chunk_bytes + len(encoded),
                         session.vector_bytes)  # fmt: skip
-        self._index(session.partition, session.session_id, session.last_seen_ms, store)
+        self._index(session.partition, HEAD + session.session_id, session.last_seen_ms, store)
 
     def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
+        """The partition's expiry index, by the store's keys: ``s:<id>`` a session, ``z:<id>``
+        a tombstone (whole keys: a session may be called ``z:x``, and ``x``'s tombstone is
+        ``z:x``)."""
         index = self.clocks.expiry.get(partition)
         if index is None:
-            index = self.clocks.expiry[partition] = expiry_index(store, partition, HEAD, TOMBSTONE)
+            index = self.clocks.expiry[partition] = expiry_index(
+                store, partition, HEAD, TOMBSTONE, whole_keys=True
+            )
             due = self._due[partition] = [(self._expires(k, t), k) for k, t in index.items()]
             heapq.heapify(due)
         return index
@@ -211,7 +216,8 @@ class SessionStates:
                 else:
                     heapq.heapreplace(due, (self._expires(key, at_ms), key))
                 continue
-            session = held.get(key)
+            sid = key[len(HEAD) :]
+            session = held.get(sid)
             if session is not None:
                 at_ms = session.last_seen_ms
             if self._expires(key, at_ms) >= now:  # seen since: due again later
@@ -219,16 +225,16 @@ class SessionStates:
                 continue
             heapq.heappop(due)
             if session is not None:
-                del held[key]
+                del held[sid]
             else:
-                session = self.load(key, partition, store, create=False)
+                session = self.load(sid, partition, store, create=False)
             del index[key]
-            self._cache.pop(key)
+            self._cache.pop(sid)
             if session is None:
                 continue
             session.flush_incomplete(out)
             for i in range(session.chunks):
-                store.delete(chunk_key(key, i), partition)
-            store.delete(HEAD + key, partition)
-            store.put(TOMBSTONE + key, orjson.dumps([partition, now]), partition)
-            self._index(partition, TOMBSTONE + key, now, store)
+                store.delete(chunk_key(sid, i), partition)
+            store.delete(key, partition)
+            store.put(TOMBSTONE + sid, orjson.dumps([partition, now]), partition)
+            self._index(partition, TOMBSTONE + sid, now, store)

@@ -160,8 +160,10 @@ class SessionStage:
                 self._write_back(touched, store)
         except BaseException:
             # a held session may be half changed: every one goes, and with them the changes
-            # of this checkpoint's earlier batches, so the checkpoint must not commit
+            # of this checkpoint's earlier batches, so the checkpoint must not commit; the
+            # expiry index too (it has the held sessions' times), rebuilt from the store
             self._forget_held()
+            self.states.clear()
             self._lost = True
             raise
         return out

@@ -575,6 +575,80 @@ def test_where_a_batch_ends_decides_no_sessions_fate(
     assert world(1) == world(50)
 
 
+def _stage_run(
+    msgs: list[InMessage], seed: int, hold_max: int, write_back_at: int
+) -> tuple[dict[Any, Any], set[tuple[str, str]], dict[str, bytes]]:
+    """The session stage over ``msgs`` in batches of 1 to 6 (seed 0: one a batch), settled
+    and its decoded sessions dropped at random points: its rows, dead letters and store."""
+    rng = random.Random(seed)
+    stage = SessionStage(_KEEP_1H, lambda _: 0, wall_ms=lambda: _T0_MS + 100 * HOUR_MS)
+    stage.HOLD_MAX, stage.WRITE_BACK_AT = hold_max, write_back_at
+    store = DictStore()
+    rows: dict[Any, Any] = {}
+    dead: set[tuple[str, str]] = set()
+    i = 0
+    while i < len(msgs):
+        n = rng.randint(1, 6) if seed else 1
+        out = stage.process(msgs[i : i + n], store)
+        i += n
+        for sid, sent in out.diagnostics.items():
+            for r in sent:
+                rows[(sid, r.get("kind"), r.get("event_id"), r.get("search_event_id"))] = r
+        dead |= {(d["reason"], d["dead_letter_id"]) for _, d in out.deadletters}
+        if seed and rng.random() < 0.3:
+            stage.settle(store)  # a commit
+        if seed and rng.random() < 0.2:
+            stage.states.forget_decoded()  # the decoded cache evicted
+    stage.settle(store)
+    return rows, dead, store.data
+
+
+_KEEP_1H = SETTINGS.with_(session_keep_hours=1.0)
+_T0_MS = parse_ts("2026-11-21T10:00:00Z") // 1000  # type: ignore[operator]
+
+
+@settings(max_examples=examples(100), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 150),
+                  st.sampled_from(["search", "search", "outcome", "verdict"])),
+        min_size=2, max_size=24,
+    ),
+    st.integers(1, 10_000),
+    st.sampled_from([1, 2, 2048]),
+    st.sampled_from([1, 512]),
+)  # fmt: skip
+def test_batches_commits_and_write_backs_decide_nothing_at_the_keep_edge(
+    plan: list[tuple[int, int, str]], seed: int, hold_max: int, write_back_at: int
+) -> None:
+    """Searches, outcomes and owners' verdicts of three sessions on one partition, minutes
+    apart around the keep time (1 h), in one topic order: where batches end, when the
+    stage is settled, when its held sessions are written back and when its decoded ones are
+    dropped change no row, no dead letter and no byte of the state (from a review)."""
+    msgs = []
+    for i, (who, minute, kind) in enumerate(sorted(plan, key=lambda p: p[1])):
+        sid, ms = f"s{who}", _T0_MS + minute * 60_000 + i
+        ts = f"2026-11-21T{10 + minute // 60:02d}:{minute % 60:02d}:00Z"
+        if kind == "verdict":
+            value = orjson.dumps([{"session_id": sid, "observation_id": "o1",
+                                   "outcome_event_id": f"{sid}-o", "misleading": i % 2 == 0,
+                                   "version": i}])  # fmt: skip
+            topic = SETTINGS.topics.session_verdicts
+        else:
+            event: dict[str, Any] = (
+                {"kind": "search", "event_id": f"e{i}", "ts": ts, "session_id": sid,
+                 "query": "q", "result_ids": ["o1"]}
+                if kind == "search"
+                else {"kind": "session_outcome", "event_id": f"{sid}-o", "ts": ts,
+                      "session_id": sid, "outcome": "rejected", "tool_calls": [],
+                      "files_modified": ["a.py"], "errors": []}
+            )  # fmt: skip
+            value, topic = orjson.dumps(event), SETTINGS.topics.events
+        msgs.append(InMessage(topic, 0, i, sid.encode(), value, ms))
+    assert _stage_run(msgs, seed, hold_max, write_back_at) == _stage_run(msgs, 0, 2048, 512)
+
+
 def test_a_backlog_published_long_ago_forgets_nothing_while_it_is_caught_up() -> None:
     """Processing time is the partition's Kafka timestamps: a worker that was down for days
     and catches up does not forget the sessions whose events are still in its backlog."""
