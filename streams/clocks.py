@@ -11,14 +11,17 @@ partition's clock and the time of its last sweep are state, kept in the stage's 
 :func:`clock_key` and committed with it: a restart, a rollback or a rebalance takes them up
 as the committed records left them (a clock started from nothing swept at the rerun's first
 batch, with the rerun's time: an event the first run applied could then be late). A sweep
-runs at most once :attr:`Clocks.sweep_every_ms` of the clock: the session stage's right
-after the record that makes it due (where a batch ends decides nothing), the trace stage's
-at the end of a batch. The records of the session stage's several topics still meet in
-fetch order, which no rule fixes: that can decide an event that comes just past its
-session's keep time.
+runs at most once :attr:`Clocks.sweep_every_ms` of the clock, right after the record that
+makes it due (where a batch ends decides nothing), and looks only at what may have expired
+(:class:`Expiry`). The records of the session stage's several topics still meet in fetch
+order, which no rule fixes: that can decide an event that comes just past its session's
+keep time.
 """
 
 from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
 
 import orjson
 
@@ -62,6 +65,52 @@ def expiry_index(
     return index
 
 
+class Expiry:
+    """What expires when on one partition: an index of keys and the time each counts from
+    (as written: a session's or a trace's last-seen time, a tombstone's laying), and a heap
+    of ``(expires_ms, key)``, soonest first, one entry a key. An entry is checked when its
+    time comes (:meth:`expired`): a key seen since is pushed again with its newer time. A
+    sweep so looks only at what may have expired, not at every key of the partition."""
+
+    __slots__ = ("index", "_due", "_expires")
+
+    def __init__(self, index: dict[str, int], expires: Callable[[str, int], int]):
+        self.index = index
+        #: when a key that counts from a time expires
+        self._expires = expires
+        self._due = [(expires(key, at), key) for key, at in index.items()]
+        heapq.heapify(self._due)
+
+    def set(self, key: str, at_ms: int) -> None:
+        """``key`` counts from ``at_ms`` (new to the index: it has its entry in the heap)."""
+        if key not in self.index:
+            heapq.heappush(self._due, (self._expires(key, at_ms), key))
+        self.index[key] = at_ms
+
+    def expired(self, now_ms: int, time_of: Callable[[str, int], int]) -> Iterator[str]:
+        """The keys expired at ``now_ms``, soonest first, each taken out of the index as it
+        is given. ``time_of(key, indexed)``: the time a key counts from now (a changed,
+        unwritten one's own; else the indexed time). Keys may be set while this runs."""
+        due, index = self._due, self.index
+        while due and due[0][0] < now_ms:
+            key = due[0][1]
+            at = index.get(key)
+            if at is None:  # taken out of the index since its entry was pushed
+                heapq.heappop(due)
+                continue
+            expires = self._expires(key, time_of(key, at))
+            if expires >= now_ms:  # seen since: due again later
+                heapq.heapreplace(due, (expires, key))
+                continue
+            heapq.heappop(due)
+            del index[key]
+            yield key
+
+    def entries(self) -> list[tuple[int, str]]:
+        """The heap's entries (tests)."""
+        return list(self._due)
+
+
 class Clocks:
     """Per partition: the processing-time clock (newest Kafka timestamp, capped by the wall
     clock), the time of its last sweep, and an index of what expires when, rebuilt from the
@@ -71,7 +120,7 @@ class Clocks:
         self.sweep_every_ms = sweep_every_ms
         self.name = name
         self.now: dict[int, int] = {}
-        self.expiry: dict[int, dict[str, int]] = {}  # partition -> key -> last seen (ms)
+        self.expiry: dict[int, Expiry] = {}  # partition -> what expires when
         self._last_sweep: dict[int, int] = {}
         self._changed: set[int] = set()  # partitions whose clock is not in the store yet
 

@@ -13,13 +13,11 @@ timestamps (capped by the wall clock). A forgotten session leaves a tombstone fo
 
 from __future__ import annotations
 
-import heapq
-
 import msgspec
 import orjson
 
 from memdiag.contract.envelope import Output, StateStore
-from memdiag.streams.clocks import SWEEP_EVERY_MS, Clocks, expiry_index
+from memdiag.streams.clocks import SWEEP_EVERY_MS, Clocks, Expiry, expiry_index
 from memdiag.streams.lru import Cache, shared_budget
 from memdiag.streams.session.records import LogRecord, decode, encode
 from memdiag.streams.session.session import CHUNK_MAX, Config, OwnerVerdict, Session
@@ -73,17 +71,10 @@ class SessionStates:
         # partitions moved), which clears it. Its bytes, as of each session's last write, are
         # the worker's one budget of decoded state (MEMDIAG_DECODED_CACHE_MB).
         self._cache: Cache[Session] = shared_budget(cache_bytes).cache("sessions", cache_size)
-        #: per partition, what expires when, soonest first: ``(expires_ms, key)``, one entry a
-        #: key of the expiry index (``clocks.expiry``: a session's last-seen time as written,
-        #: a tombstone's when laid). An entry is checked when its time comes: a session seen
-        #: since is pushed again with its newer time. A sweep so touches only what may have
-        #: expired, not every session and tombstone of the partition (:meth:`sweep`).
-        self._due: dict[int, list[tuple[int, str]]] = {}
 
     def clear(self) -> None:
         """After a rebalance: the expiry index is rebuilt from the store, sessions decoded."""
         self.clocks.clear()
-        self._due.clear()
         self._cache.clear()
 
     def forget_decoded(self) -> None:
@@ -101,7 +92,7 @@ class SessionStates:
                 return None
             # new: in the expiry index from now on, never written yet (its time is read from
             # the held session when its entry comes due: seen now at the earliest)
-            self._index(partition, HEAD + session_id, self.clocks.now.get(partition, 0), store)
+            self._expiry(partition, store).set(HEAD + session_id, self.clocks.now.get(partition, 0))
             return Session(session_id, partition, self._config)
         self.decoded += 1
         head = _HEAD.decode(raw)
@@ -155,33 +146,22 @@ class SessionStates:
         store.put(HEAD + session.session_id, encoded, partition)
         self._cache.put(session.session_id, session, session.chunk_bytes + len(encoded),
                         session.vector_bytes)  # fmt: skip
-        self._index(session.partition, HEAD + session.session_id, session.last_seen_ms, store)
+        self._expiry(session.partition, store).set(HEAD + session.session_id, session.last_seen_ms)
 
-    def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
+    def _expiry(self, partition: int, store: StateStore) -> Expiry:
         """The partition's expiry index, by the store's keys: ``s:<id>`` a session, ``z:<id>``
         a tombstone (whole keys: a session may be called ``z:x``, and ``x``'s tombstone is
         ``z:x``)."""
-        index = self.clocks.expiry.get(partition)
-        if index is None:
-            index = self.clocks.expiry[partition] = expiry_index(
-                store, partition, HEAD, TOMBSTONE, whole_keys=True
-            )
-            due = self._due[partition] = [(self._expires(k, t), k) for k, t in index.items()]
-            heapq.heapify(due)
-        return index
+        expiry = self.clocks.expiry.get(partition)
+        if expiry is None:
+            index = expiry_index(store, partition, HEAD, TOMBSTONE, whole_keys=True)
+            expiry = self.clocks.expiry[partition] = Expiry(index, self._expires)
+        return expiry
 
     def _expires(self, key: str, at_ms: int) -> int:
         """When a key of the expiry index expires: a session the keep time after it was last
         seen, a tombstone TOMBSTONE_FACTOR times the keep time after it was laid."""
         return at_ms + self._keep_ms * (TOMBSTONE_FACTOR if key.startswith(TOMBSTONE) else 1)
-
-    def _index(self, partition: int, key: str, at_ms: int, store: StateStore) -> None:
-        """``key`` in the expiry index at ``at_ms``; new to it, it has its entry in the due
-        heap (one a key: a later time is seen when the entry comes due)."""
-        index = self._expiry(partition, store)
-        if key not in index:
-            heapq.heappush(self._due[partition], (self._expires(key, at_ms), key))
-        index[key] = at_ms
 
     def sweep(
         self,
@@ -199,36 +179,21 @@ class SessionStates:
         it (never written again). Only the entries whose time has come are looked at: a
         session seen since its entry was pushed goes back in the heap with its newer time."""
         now = self.clocks.now.get(partition, 0)
-        index = self._expiry(partition, store)
-        due = self._due[partition]
+        expiry = self._expiry(partition, store)
         held = {} if held is None else held
-        while due and due[0][0] < now:
-            _, key = due[0]
-            at_ms = index.get(key)
-            if at_ms is None:  # gone from the index (forgotten, or written as a tombstone)
-                heapq.heappop(due)
-                continue
+
+        def time_of(key: str, indexed: int) -> int:
+            session = held.get(key[len(HEAD) :]) if key.startswith(HEAD) else None
+            return indexed if session is None else session.last_seen_ms
+
+        for key in expiry.expired(now, time_of):
             if key.startswith(TOMBSTONE):
-                if self._expires(key, at_ms) < now:
-                    heapq.heappop(due)
-                    store.delete(key, partition)
-                    del index[key]
-                else:
-                    heapq.heapreplace(due, (self._expires(key, at_ms), key))
+                store.delete(key, partition)
                 continue
             sid = key[len(HEAD) :]
-            session = held.get(sid)
-            if session is not None:
-                at_ms = session.last_seen_ms
-            if self._expires(key, at_ms) >= now:  # seen since: due again later
-                heapq.heapreplace(due, (self._expires(key, at_ms), key))
-                continue
-            heapq.heappop(due)
-            if session is not None:
-                del held[sid]
-            else:
+            session = held.pop(sid, None)
+            if session is None:
                 session = self.load(sid, partition, store, create=False)
-            del index[key]
             self._cache.pop(sid)
             if session is None:
                 continue
@@ -237,4 +202,4 @@ class SessionStates:
                 store.delete(chunk_key(sid, i), partition)
             store.delete(key, partition)
             store.put(TOMBSTONE + sid, orjson.dumps([partition, now]), partition)
-            self._index(partition, TOMBSTONE + sid, now, store)
+            expiry.set(TOMBSTONE + sid, now)

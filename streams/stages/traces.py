@@ -34,7 +34,8 @@ records (their keywords, never texts) in sealed chunks of at most :data:`CHUNK` 
 about :data:`CHUNK_BYTES` (``tc:``: a chunk or a head stays far under a Kafka message's
 limit, whatever the spans; a write rewrites the tail and any chunk whose spans were settled)
 and its head (``t:``: the log's tail, the outcomes sent). A trace is forgotten after
-``MEMDIAG_SESSION_KEEP_HOURS`` of processing time without a span: what still waits is then
+``MEMDIAG_SESSION_KEEP_HOURS`` of processing time without a span, by a sweep right after
+the record that makes one due (``memdiag.streams.clocks``): what still waits is then
 dead-lettered, in the same checkpoint that deletes it.
 """
 
@@ -54,7 +55,7 @@ from memdiag.schemas.deadletters import add_dead_letter
 from memdiag.schemas.decode import Decoder, Rejected
 from memdiag.schemas.models import format_ts
 from memdiag.settings import Settings
-from memdiag.streams.clocks import Clocks, expiry_index
+from memdiag.streams.clocks import Clocks, Expiry, expiry_index
 from memdiag.streams.rules.spans import SEARCH, TURN, WRITE
 from memdiag.streams.stages.spans import parts
 from memdiag.streams.trace import HEAD, Trace, Wait, chunk_key
@@ -104,7 +105,9 @@ class TraceStage:
         try:
             return self._process(msgs, store)
         except BaseException:
-            self._forget_decoded()  # a trace may have changed and not been written
+            # a trace may have changed and not been written; the expiry index has the times
+            # of traces this batch touched: both go, rebuilt from the store
+            self.reset()
             raise
 
     def _process(self, msgs: list[InMessage], store: StateStore) -> Output:
@@ -123,17 +126,21 @@ class TraceStage:
                     ended.add(msg.partition)
                     continue
                 by_trace.setdefault(rec["t"], []).append(rec)
+            expiry = self._expiry(msg.partition, store)
             for trace_id, records in by_trace.items():
                 trace = touched.get(trace_id) or self._load(trace_id, msg.partition, store)
                 touched[trace_id] = trace
                 trace.last_seen_ms = max(trace.last_seen_ms, now)
+                if trace_id not in expiry.index:  # new: due a keep time from now at the soonest
+                    expiry.set(trace_id, now)
                 self._apply(trace, records, out, sessions)
+            # right after the record whose time makes it due, as if each record were a batch
+            # of its own: where a batch ends decides nothing
+            self._sweep(msg.partition, store, out, touched)
         for partition in sorted(ended):
             self.end_of_input(partition, store, touched, out)
         for trace in touched.values():
             self._write(trace, store)
-        for partition in {m.partition for m in msgs}:
-            self._sweep(partition, store, out, sessions)
         self.clocks.save(store)
         partitions: dict[int, list[dict[str, Any]]] = {}
         for session_id, records in sessions.items():
@@ -356,34 +363,43 @@ class TraceStage:
             self._cached_bytes -= self._cache.pop(next(iter(self._cache)))[1]  # the oldest
         self._cache[trace.trace_id] = (trace, trace.bytes)
         self._cached_bytes += trace.bytes
-        self._expiry(p, store)[trace.trace_id] = trace.last_seen_ms
+        self._expiry(p, store).set(trace.trace_id, trace.last_seen_ms)
 
-    def _expiry(self, partition: int, store: StateStore) -> dict[str, int]:
-        index = self.clocks.expiry.get(partition)
-        if index is None:
-            index = self.clocks.expiry[partition] = expiry_index(store, partition, HEAD)
-        return index
+    def _expiry(self, partition: int, store: StateStore) -> Expiry:
+        expiry = self.clocks.expiry.get(partition)
+        if expiry is None:
+            keep = self._keep_ms
+            expiry = self.clocks.expiry[partition] = Expiry(
+                expiry_index(store, partition, HEAD), lambda _, at_ms: at_ms + keep
+            )
+        return expiry
 
     def _sweep(
         self,
         partition: int,
         store: StateStore,
         out: Output,
-        sessions: dict[str, list[dict[str, Any]]],
+        touched: dict[str, Trace],
     ) -> None:
         """Forget the traces of ``partition`` without a span for MEMDIAG_SESSION_KEEP_HOURS
-        of its processing time; the spans still waiting in one are dead-lettered (given up)."""
+        of its processing time, if a sweep is due; the spans still waiting in one are
+        dead-lettered (given up). Only the traces whose time may have come are looked at
+        (:class:`memdiag.streams.clocks.Expiry`); one this batch touched is dropped from
+        ``touched`` (never written again), its last-seen time its own."""
         if not self.clocks.due(partition):
             return
         now = self.clocks.now.get(partition, 0)
-        index = self._expiry(partition, store)
         why = ("it never arrived within MEMDIAG_SESSION_KEEP_HOURS (is that service's tracing "
                "sent to memdiag's topic?)")  # fmt: skip
-        for trace_id, last_seen in list(index.items()):
-            if last_seen >= now - self._keep_ms:
-                continue
-            del index[trace_id]
-            trace = self._load(trace_id, partition, store)
+
+        def time_of(trace_id: str, indexed: int) -> int:
+            trace = touched.get(trace_id)
+            return indexed if trace is None else max(indexed, trace.last_seen_ms)
+
+        for trace_id in self._expiry(partition, store).expired(now, time_of):
+            trace = touched.pop(trace_id, None)
+            if trace is None:
+                trace = self._load(trace_id, partition, store)
             self._uncache(trace_id)
             if trace.chunks == 0 and not trace.log:
                 continue  # not in the store (any more)
@@ -413,7 +429,7 @@ class TraceStage:
     ) -> None:
         """``memdiag run``'s input is all in: what still waits in the partition's traces
         never will (dead-lettered now, not a day later)."""
-        traces = set(self._expiry(partition, store)) | {
+        traces = set(self._expiry(partition, store).index) | {
             t for t, trace in touched.items() if trace.partition == partition
         }
         for trace_id in sorted(traces):

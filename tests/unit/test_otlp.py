@@ -881,3 +881,82 @@ def test_a_trace_log_chunk_stays_under_its_bytes() -> None:
         p.send(encode_spans([s]).SerializeToString())
     chunks = [v for k, v in p.store.data.items() if k.startswith(traces.CHUNK_PREFIX)]
     assert chunks and all(len(v) <= traces.CHUNK_BYTES for v in chunks)
+
+
+# -- forgetting traces: in processing time, right after the record that makes it due --------
+
+HOUR_MS = 3_600_000
+_KEEP_1H = dataclasses.replace(SETTINGS, session_keep_hours=1.0)
+
+
+def _waiting_traces(n: int) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """``n`` traces, each as the trace stage takes it: a search that waits for its agent span
+    (which names the conversation), and that agent span."""
+    spans = SpanStage(_KEEP_1H, lambda _: 0)
+    traces = []
+    for i in range(n):
+        a = Agent()
+        root = a.span("invoke_agent", 0, None, **{"gen_ai.conversation.id": f"c{i}"})
+        a.span("search_memory", 1, 2, root, **{"gen_ai.operation.name": "search_memory"})
+        root.end(end_time=ns(3))
+        search, agent = sorted(a.spans, key=lambda s: s.name != "search_memory")
+        msg = [InMessage(SETTINGS.topics.otlp_spans, 0, 0, None,
+                         encode_spans([s]).SerializeToString(), PUBLISHED_MS)
+               for s in (search, agent)]  # fmt: skip
+        [(_, first)], [(_, second)] = (spans.process([m]).traces for m in msg)
+        traces.append((first, second))
+    return traces
+
+
+def _trace_run(
+    msgs: list[InMessage], sizes: random.Random | None
+) -> tuple[list[Any], list[Any], dict[str, bytes]]:
+    """The trace stage over ``msgs`` in batches of 1 (``sizes`` None) or of 1 to 6: what it
+    dead-letters, what it sends the sessions, and its store."""
+    stage = TraceStage(_KEEP_1H, lambda _: 0, wall_ms=lambda: PUBLISHED_MS + 100 * HOUR_MS)
+    store = DictStore()
+    dead: list[Any] = []
+    sent: list[Any] = []
+    i = 0
+    while i < len(msgs):
+        n = 1 if sizes is None else sizes.randint(1, 6)
+        out = stage.process(msgs[i : i + n], store)
+        i += n
+        dead += sorted((d["reason"], d["dead_letter_id"]) for _, d in out.deadletters)
+        sent += [r["event_id"] for _, records in out.span_events for r in records]
+    return sorted(dead), sorted(sent), store.data
+
+
+def test_a_trace_idle_for_the_keep_time_gives_up_what_waits_and_a_late_span_starts_anew() -> None:
+    """A search waits for its agent span; other traffic moves the partition's clock past
+    the keep time: the trace is forgotten and its search dead-lettered. The agent span that
+    comes after finds nothing to release."""
+    [(search, agent), (other, _)] = _waiting_traces(2)
+    t = PUBLISHED_MS
+    msgs = [InMessage(SETTINGS.topics.otlp_traces, 0, i, None, orjson.dumps(r), ms)
+            for i, (r, ms) in enumerate([(search, t), (other, t + 2 * HOUR_MS),
+                                         (agent, t + 2 * HOUR_MS + 1)])]  # fmt: skip
+    dead, sent, store = _trace_run(msgs, None)
+    assert [reason for reason, _ in dead] == [MISSING_FIELD]
+    assert sent == []  # the search was given up: never sent, even with its agent come
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 150)),
+             min_size=2, max_size=16),
+    st.randoms(use_true_random=False),
+)  # fmt: skip
+def test_where_a_batch_ends_decides_no_traces_fate(
+    plan: list[tuple[int, bool, int]], rnd: random.Random
+) -> None:
+    """Three traces' searches and agent spans, minutes apart around the keep time (1 h):
+    whether an agent span comes before its trace is forgotten is decided by the records
+    alone, as if each were a batch of its own, never by where a batch ends."""
+    traces = _waiting_traces(3)
+    msgs = [
+        InMessage(SETTINGS.topics.otlp_traces, 0, i, None,
+                  orjson.dumps(traces[who][1 if is_agent else 0]), PUBLISHED_MS + minute * 60_000 + i)
+        for i, (who, is_agent, minute) in enumerate(sorted(plan, key=lambda p: p[2]))
+    ]  # fmt: skip
+    assert _trace_run(msgs, rnd) == _trace_run(msgs, None)

@@ -72,8 +72,8 @@ SIDS = [("s0", 0), ("s1", 1), ("z:s1", 1), ("s2", 0), ("z:s0", 0), ("s3", 1)]
 def _heap_holds(states: SessionStates, held: dict[str, Session]) -> None:
     """Every key of the expiry index has one entry in the due heap, never later than when
     the key expires (a held session's time is its own)."""
-    for partition, index in states.clocks.expiry.items():
-        due = states._due[partition]
+    for expiry in states.clocks.expiry.values():
+        due, index = expiry.entries(), expiry.index
         keys = [k for _, k in due]
         assert len(keys) == len(set(keys)) and set(keys) >= set(index)
         for key, at in index.items():
@@ -81,8 +81,8 @@ def _heap_holds(states: SessionStates, held: dict[str, Session]) -> None:
             real = session.last_seen_ms if session is not None else at
             assert min(t for t, k in due if k == key) <= states._expires(key, real)
     for sid, session in held.items():
-        index = states.clocks.expiry.get(session.partition)
-        assert index is None or HEAD + sid in index
+        expiry = states.clocks.expiry.get(session.partition)
+        assert expiry is None or HEAD + sid in expiry.index
 
 
 @settings(max_examples=examples(300), deadline=None)
