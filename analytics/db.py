@@ -103,6 +103,8 @@ def connect(
     existing file keeps the version it has. A wait past :data:`LOCK_WARN_SECONDS` is said
     once, through ``warn`` (the log's warning by default)."""
     path = str(path)
+    if not path:  # DuckDB would open an in-memory database, gone with the process
+        raise DatabaseError("no DuckDB file given: pass --db PATH or set MEMDIAG_DUCKDB_PATH")
     if read_only and path != ":memory:" and not Path(path).exists():
         raise DatabaseError(
             f"no DuckDB file at {path}: run `memdiag run --input FILE` or start "
@@ -151,7 +153,7 @@ def connect(
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
             continue
-        if path != ":memory:" and _in_memory(con):
+        if not path.startswith(":memory:") and _in_memory(con):
             # the same for writing: DuckDB launched an in-memory database over the file (its
             # tables would vanish with the process, and nothing memdiag wrote would be kept)
             con.close()

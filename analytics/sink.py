@@ -391,7 +391,7 @@ SPECS: dict[str, TableSpec] = {
 
 
 #: where an event_id is unique, by the key column that scopes it (the spec's key)
-_SCOPES = {"run_id": "run", "agent_id": "agent", "session_id": "session"}
+_SCOPES = {"run_id": "run", "agent_id": "agent"}
 
 
 def _within(kind: str, record: dict[str, Any]) -> str:

@@ -138,6 +138,10 @@ def test_an_events_file_is_refused_as_a_database_to_write_too(tmp_path: Path,
         connect(events, read_only=read_only)
     assert events.read_text() == '{"kind": "search"}\n'
     connect(tmp_path / "new.duckdb").close()  # a file to create is taken
+    connect(":memory:").close()
+    connect(":memory:named").close()
+    with pytest.raises(DatabaseError, match="no DuckDB file given"):
+        connect("")  # MEMDIAG_DUCKDB_PATH= : not a database gone with the process
 
 
 def test_an_empty_reason_is_a_usage_error_not_every_input_processed(
