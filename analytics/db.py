@@ -221,6 +221,15 @@ def _rekey(con: duckdb.DuckDBPyConnection, table: str, key: tuple[str, ...]) -> 
         raise
 
 
+#: A dead letter's session, as the sink writes ``dead_letters.session_id``: what its payload
+#: names, else its key on the events topic (a keyed producer keys by session; another topic's
+#: key is a run or an agent); NULL where neither says
+DEAD_LETTER_SESSION = (
+    "COALESCE(TRY(json_extract_string(payload, '$.session_id')), "
+    "CASE WHEN ends_with(topic, 'events') THEN key END)"
+)
+
+
 def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create (or upgrade) memdiag's schema; idempotent."""
     key = con.execute(
@@ -240,6 +249,17 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     _rekey(con, "judgement_artifacts", ("run_id", "event_id"))
     _rekey(con, "recall_probe_events", ("agent_id", "event_id"))
     _rekey(con, "ambient_contexts", ("agent_id", "event_id"))
+    # A file from before dead_letters.session_id: the column added and filled once, as the
+    # sink fills it
+    old_dead = con.execute(
+        "SELECT count(*) FROM duckdb_tables() t WHERE table_name = 'dead_letters' AND NOT EXISTS "
+        "(SELECT 1 FROM duckdb_columns() c WHERE c.table_name = 'dead_letters' "
+        "AND c.column_name = 'session_id' AND c.database_name = t.database_name) "
+        "AND database_name = current_database()"
+    ).fetchone()
+    if old_dead and old_dead[0]:
+        con.execute("ALTER TABLE dead_letters ADD COLUMN session_id VARCHAR")
+        con.execute(f"UPDATE dead_letters SET session_id = {DEAD_LETTER_SESSION}")  # noqa: S608 - a constant
     con.execute(sql("schema"))
     # A file from before observation_outcome_days: fill it once from the sessions.
     empty = con.execute("SELECT count(*) = 0 FROM observation_outcome_days").fetchone()

@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from memdiag.analytics.db import DatabaseError, schema_missing, sql
+from memdiag.analytics.db import DEAD_LETTER_SESSION, DatabaseError, schema_missing, sql
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -81,6 +81,8 @@ ADDED_COLUMNS = (
     # every verdict before the semantic rule was the keyword rule's (contract section 3)
     ("retrieval_feedback", "similarity", "DOUBLE", "NULL"),
     ("retrieval_feedback", "detector", "VARCHAR", "'keyword'"),
+    # what the sink's upgrade fills it with
+    ("dead_letters", "session_id", "VARCHAR", DEAD_LETTER_SESSION),
 )
 
 

@@ -6,10 +6,9 @@ WITH theirs AS (
            TRY(json_extract_string(payload, '$.event_id')) AS event_id,
            TRY(json_extract_string(payload, '$.kind')) AS event_kind
     FROM dead_letters
-    -- keyed by the session on the events topic (another topic's key is a run or an agent)
-    WHERE (key = $session_id AND ends_with(topic, 'events'))
-       OR (contains(payload, $session_id)  -- a cheap look first, then the JSON
-           AND TRY(json_extract_string(payload, '$.session_id')) = $session_id)
+    -- the sink's session_id: named by the payload, or keyed by the session on the events
+    -- topic (another topic's key is a run or an agent); a look-up in its index
+    WHERE session_id = $session_id
 )
 SELECT *, count(*) OVER () AS in_all
 FROM theirs

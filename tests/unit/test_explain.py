@@ -545,3 +545,32 @@ def test_explain_prints_no_control_character_of_a_refused_payload(tmp_path: Path
         env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
     ).stdout
     assert "\x1b" not in text, repr(text[text.find("\x1b") - 40 : text.find("\x1b") + 20])
+
+
+def test_a_file_from_before_the_session_id_column_tells_the_same_story(tmp_path: Path) -> None:
+    """dead_letters.session_id is what the payload names, else the key on the events topic.
+    A file written before it has the column read as if it were filled (a reader cannot
+    upgrade it) and filled once, with its index, when a writer opens it: explain finds the
+    same dead letters in both."""
+    from memdiag.analytics.db import connect, init_schema
+
+    named = '{"kind":"search","session_id":"s1","event_id":"e9","ts":"x"}'
+    path = _db(tmp_path, [_letter(1, "memdiag.events", None, named),
+                          _letter(2, "memdiag.events", None, '{"kind":"search"'),
+                          _letter(3, "memdiag.events", "s1", '{"kind":"sear'),
+                          _letter(4, "memdiag.judgements", "s1", '{"run_id":"s1"}')])  # fmt: skip
+    sessions = [("id1", "s1"), ("id2", None), ("id3", "s1"), ("id4", None)]
+    with duckdb.connect(path) as con:
+        query = "SELECT dead_letter_id, session_id FROM dead_letters ORDER BY 1"
+        assert con.execute(query).fetchall() == sessions
+        con.execute("DROP INDEX dead_letters_by_session")  # as an older file
+        con.execute("ALTER TABLE dead_letters DROP COLUMN session_id")
+    with duckdb.connect(path, read_only=True) as con:
+        assert len(explain(con, "s1")["dead_letters"]) == 2
+    con = connect(path)
+    init_schema(con)  # a writer opens it: the column is added and filled
+    assert con.execute(query).fetchall() == sessions
+    assert len(explain(con, "s1")["dead_letters"]) == 2
+    assert con.execute("SELECT count(*) FROM duckdb_indexes() "
+                       "WHERE index_name = 'dead_letters_by_session'").fetchone() == (1,)  # fmt: skip
+    con.close()

@@ -77,9 +77,9 @@ def build(path: Path) -> Path:
         for i in range(4):
             con.execute(
                 "INSERT INTO dead_letters VALUES (?, 'memdiag.events', 0, ?, 0, ?, ?, ?, ?, ?, "
-                "false, '2026-11-21T10:00:00Z')",
+                "false, '2026-11-21T10:00:00Z', ?)",
                 [f"d{i}", i, f"key{XSS}", "not_json" if i else f"reason{XSS}", f"detail{XSS}",
-                 PAYLOAD, len(PAYLOAD)],
+                 PAYLOAD, len(PAYLOAD), f"key{XSS}"],
             )  # fmt: skip
     return path
 
