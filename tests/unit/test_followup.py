@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -235,3 +237,12 @@ def test_no_predecessor_is_no_disjoint_new_query() -> None:
     assert not judge(None, rem("a", 0, "q", ("x",)), WINDOW, RETENTION).disjoint_new_query
     far = judge(rem("a", 0, "q1", ("x",)), rem("b", 24 * 3600 + 1, "q2", ("y",)), WINDOW, RETENTION)
     assert not far.disjoint_new_query
+
+
+@given(st.text(max_size=300))
+def test_a_query_key_is_the_8_byte_blake2b_of_the_normalised_query(query: str) -> None:
+    """The state keeps this key, and a changelog written by any version is read by the
+    next: a retry is a retry across an upgrade only if the key never changes."""
+    expected = hashlib.blake2b(normalise_query(query).encode("utf-8"), digest_size=8)
+    assert query_key(query) == expected.hexdigest()
+    assert query_key("  Auth TOKEN ") == "59100a1d76e3aaf9"  # as the changelogs hold it
