@@ -42,10 +42,13 @@ from memdiag.streams.rules.feedback import keywords
 from memdiag.streams.stages.sessions import SessionStage
 from memdiag.streams.stages.spans import SpanStage
 from memdiag.streams.stages.traces import TraceStage
+from memdiag.streams.trace import HEAD as TRACE_HEAD
+from memdiag.streams.trace import Trace
 from tests.compare import differences, from_records, from_reference
 from tests.inmemory import World
 from tests.otel_scenario import conversations, otlp_json, records
 from tests.reference import reference
+from tests.sizes import examples
 
 SETTINGS = Settings(events_partitions=4)
 T0 = 1_795_251_600_000_000_000  # ns
@@ -939,9 +942,13 @@ def test_a_trace_idle_for_the_keep_time_gives_up_what_waits_and_a_late_span_star
     dead, sent, store = _trace_run(msgs, None)
     assert [reason for reason, _ in dead] == [MISSING_FIELD]
     assert sent == []  # the search was given up: never sent, even with its agent come
+    # the agent span started the trace anew: its log holds that span alone
+    trace_id = agent[0]["t"]
+    trace = Trace.restore(trace_id, orjson.loads(store[TRACE_HEAD + trace_id]), DictStore(store))
+    assert [rec["s"] for rec in trace.log] == [agent[0]["s"]]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 150)),
              min_size=2, max_size=16),

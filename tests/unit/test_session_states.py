@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memdiag.contract.envelope import DictStore, Output
+from memdiag.streams.clocks import Expiry
 from memdiag.streams.session.session import Config, Session
 from memdiag.streams.session.states import HEAD, TOMBSTONE, TOMBSTONE_FACTOR, SessionStates
 from tests.sizes import examples
@@ -57,6 +58,41 @@ def test_an_idle_session_is_forgotten_and_its_tombstone_expires_later() -> None:
     states.clocks.advance(0, later, wall_ms=10**13)
     states.sweep(0, store, Output())
     assert TOMBSTONE + "s" not in store.data
+
+
+def test_a_session_last_seen_exactly_the_keep_time_ago_is_kept() -> None:
+    """docs/rules.md: forgotten when last seen *more* than the keep time before the clock;
+    a tombstone likewise, more than its keep time after it was laid."""
+    states, store = SessionStates(CONFIG, KEEP_MS), DictStore()
+    states.clocks.advance(0, 1_000, wall_ms=10**13)
+    session = states.load("s", 0, store)
+    assert session is not None
+    session.last_seen_ms = 1_000
+    states.write(session, store)
+    states.clocks.advance(0, 1_000 + KEEP_MS, wall_ms=10**13)
+    states.sweep(0, store, Output())
+    assert HEAD + "s" in store.data  # exactly the keep time: kept
+    states.clocks.advance(0, 1_000 + KEEP_MS + 1, wall_ms=10**13)
+    states.sweep(0, store, Output())
+    assert HEAD + "s" not in store.data and TOMBSTONE + "s" in store.data
+    laid = 1_000 + KEEP_MS + 1
+    states.clocks.advance(0, laid + KEEP_MS * TOMBSTONE_FACTOR, wall_ms=10**13)
+    states.sweep(0, store, Output())
+    assert TOMBSTONE + "s" in store.data  # exactly its keep time: kept
+    states.clocks.advance(0, laid + KEEP_MS * TOMBSTONE_FACTOR + 1, wall_ms=10**13)
+    states.sweep(0, store, Output())
+    assert TOMBSTONE + "s" not in store.data
+
+
+def test_the_expiry_heap_gives_a_key_only_past_its_time() -> None:
+    expiry = Expiry({"a": 0, "b": 50}, lambda key, at: at + 100)
+    assert list(expiry.expired(100, lambda key, at: at)) == []  # a at its edge: not yet
+    assert list(expiry.expired(101, lambda key, at: at)) == ["a"]
+    # b seen since (its own time 80): due again at 180, not given at 151
+    assert list(expiry.expired(151, lambda key, at: 80 if key == "b" else at)) == []
+    assert list(expiry.expired(180, lambda key, at: 80)) == []
+    assert list(expiry.expired(181, lambda key, at: 80)) == ["b"]
+    assert expiry.index == {} and expiry.entries() == []
 
 
 #: steps of the processing clock: around the keep time, where forgetting is decided
