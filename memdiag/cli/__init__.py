@@ -222,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
         "window that missed, e.g. 'recall_probe_miss > 0.5 for 1h' fires for each agent\n"
         "whose probes mostly miss (an indexer storing garbage keeps coverage at 100%) and\n"
         "resolves when its probes hit again (or a window passes with none).\n"
-        "A rules file has one rule a line, optionally named (NAME: RULE); # comments.",
+        "A rules file has one rule a line, optionally named (NAME: RULE); # comments.\n"
+        "Windows move with event time only: while no counter message comes (no traffic, or\n"
+        "the worker is down), a firing alert stays firing and none resolves. Watch the\n"
+        "worker itself apart (its process, or the freshness memdiag status shows).",
     )
     alert.add_argument("--rule", action="append", metavar="RULE", help="a rule (repeatable)")
     alert.add_argument("--rules", metavar="FILE", help="a file of rules")
