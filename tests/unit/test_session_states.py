@@ -93,6 +93,10 @@ def test_the_expiry_heap_gives_a_key_only_past_its_time() -> None:
     assert list(expiry.expired(180, lambda key, at: 80)) == []
     assert list(expiry.expired(181, lambda key, at: 80)) == ["b"]
     assert expiry.index == {} and expiry.entries() == []
+    # a key seen since, asked exactly at its new edge with its entry still at the old time
+    fresh = Expiry({"b": 50}, lambda key, at: at + 100)
+    assert list(fresh.expired(180, lambda key, at: 80)) == []
+    assert list(fresh.expired(181, lambda key, at: 80)) == ["b"]
 
 
 #: steps of the processing clock: around the keep time, where forgetting is decided
