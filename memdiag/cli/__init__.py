@@ -225,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
         "A rules file has one rule a line, optionally named (NAME: RULE); # comments.\n"
         "Windows move with event time only: while no counter message comes (no traffic, or\n"
         "the worker is down), a firing alert stays firing and none resolves. Watch the\n"
-        "worker itself apart (its process, or the freshness memdiag status shows).",
+        "worker itself apart (its process, or the freshness memdiag status shows).\n"
+        "What fires is kept in memory: a restarted alert never resolves what the one\n"
+        "before it fired, and fires again what still holds.",
     )
     alert.add_argument("--rule", action="append", metavar="RULE", help="a rule (repeatable)")
     alert.add_argument("--rules", metavar="FILE", help="a file of rules")
