@@ -6,12 +6,12 @@ broker: CPU per record to queue and deliver.
 The records are what single-event traffic makes: a row of about 400 bytes a record, keyed by
 1,000 sessions over 4 partitions. With ``--rows N``, what batched traffic makes: each record a
 JSON array of N such rows (a message's rows for one session, as the sender packs them),
-``--records`` rows in all; the figures are then CPU per row. The baseline is aiokafka's ``send`` (a future a record)
-and waiting for every future; memdiag's is :class:`memdiag.streams.produce.Batches` (its
-batch API: a record appended to its partition's open batch, one future a batch), flushed
-every 1,000 records as the sender does after each output, and waiting for its batches. The
-producer is configured as the worker's (512 KiB batches, 8 MiB requests, acks all). Rounds
-alternate; best and median of each.
+``--records`` rows in all; the figures are then CPU per row. The baseline is aiokafka's
+``send`` (a future a record) and waiting for every future; memdiag's is
+:class:`memdiag.streams.produce.Batches` (its batch API: a record appended to its partition's
+open batch, one future a batch), flushed every 1,000 records as the sender does after each
+output, and waiting for its batches. The producer is configured as the worker's (512 KiB
+batches, 8 MiB requests, acks all). Rounds alternate; best and median of each.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ def normalise_query(query: str) -> str:
     return query.strip().lower()
 
 
-#: an empty 8-byte BLAKE2b, copied for each query: a copy is 0.36 us where setting one up
-#: with its digest size took 0.63 (the same digest)
+#: an empty 8-byte BLAKE2b, copied for each query (the same digest): the whole key took
+#: 0.36 us this way and 0.63 setting one up with its digest size each time (one timeit)
 _BLAKE2B_8 = hashlib.blake2b(digest_size=8)
 
 
