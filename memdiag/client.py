@@ -31,7 +31,9 @@
     kept (batched, sending, or waiting for the broker's acknowledgement). When it is full,
     :meth:`~AsyncPublisher.publish` waits up to ``max_block_seconds`` for room while the
     broker is taking events (a broker slower than the runtime), and drops the event at once
-    while it is not (a failed delivery, or no acknowledgement for 2 s while messages wait).
+    while it is not (a failed delivery, or no acknowledgement for 2 s while messages wait:
+    a broker killed and back within aiokafka's request timeout fails no delivery, and a
+    drop then marks it away, for the warnings below).
     Every dropped event is counted in :meth:`~AsyncPublisher.stats` (``dropped``), exactly:
     ``publish`` returns ``False`` for it.
   - *One warning a minute*, on the ``memdiag.client`` logger, with the counts: when the
@@ -433,7 +435,7 @@ class AsyncPublisher:
         topic, key, raw = self.route(event)
         if not self._room.take(len(raw)):
             if not await self._wait_for_room(len(raw)):
-                self._drop(1, "the buffer is full")
+                self._full(1)
                 return False
             if self._closing:  # closed while it waited for room: it would not be sent
                 self._room.give(1, len(raw))
@@ -614,6 +616,8 @@ class AsyncPublisher:
                 self._messages += 1
             self._room.give(message[3], message[4])
             self._changed.set()
+            if self._away_since is not None:  # it takes events: as good as a probe
+                self._mark_back()
 
     def _failed(self, message: _Message, exc: BaseException) -> None:
         with self._lock:
@@ -632,6 +636,22 @@ class AsyncPublisher:
     def _note_error(self, exc: BaseException) -> None:
         name, said = type(exc).__name__, str(exc)
         self._last_error = said if said.startswith(name) else f"{name}: {said}" if said else name
+
+    def _full(self, events: int, counted: bool = False) -> None:
+        """Events dropped for want of room. If that is because nothing was acknowledged for
+        ``STALL_SECONDS`` while messages wait, the broker is away (it may die and come back
+        within aiokafka's request timeout, and no delivery ever fails): the warning says
+        so, and when it is back, rather than "the buffer is full"."""
+        gone = False
+        if self._away_since is None and self._in_flight:
+            stalled = time.monotonic() - self._last_ack
+            if stalled >= STALL_SECONDS:
+                self._last_error = f"no acknowledgement for {stalled:.1f} s"
+                self._away_since = time.time() - stalled  # since the last acknowledgement
+                gone = True
+        self._drop(events, "the buffer is full", counted)
+        if gone:
+            self._warn_if_due()  # the broker gone, this drop counted
 
     def _drop(self, events: int, why: str, counted: bool = False) -> None:
         if not counted:
@@ -865,7 +885,7 @@ class Publisher:
         if not inner._room.take(len(raw)) and not self._wait_for_room(inner, len(raw)):
             with inner._lock:  # counted here, so stats() is exact on return
                 inner._dropped += 1
-            self._loop.call_soon_threadsafe(inner._drop, 1, "the buffer is full", True)
+            self._loop.call_soon_threadsafe(inner._full, 1, True)
             return False
         with self._lock:  # one wake-up of the loop for all that came meanwhile, in order
             if self._closed:  # close began meanwhile: it would not be sent, nor counted

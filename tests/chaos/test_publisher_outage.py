@@ -87,7 +87,13 @@ def test_a_publisher_outlives_a_killed_and_restarted_broker(
         assert refused > 0, "the outage should have filled the buffer"
         assert stats.dropped == refused  # exact: dropped only when publish said so
         assert stats.delivered == len(kept) == len(events) - refused
-        assert stats.held == 0 and stats.failures > 0
+        # held 0: everything kept was delivered. Whether the outage also shows as failures
+        # depends on timing: a send that was in flight when the broker died is retried by
+        # aiokafka itself, and if the broker is back within its delivery timeout the send
+        # succeeds and the publisher never sees it fail (seen: failures=0, every event
+        # delivered). The warnings say the outage either way: a full buffer while nothing
+        # is acknowledged is the broker away (tests/unit/test_client_outage.py).
+        assert stats.held == 0
         away = [r for r in caplog.records if "has not taken events since" in r.getMessage()]
         assert len(away) == 1, [r.getMessage() for r in caplog.records]  # not a flood
         assert any("takes events again" in r.getMessage() for r in caplog.records)

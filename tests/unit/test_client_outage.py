@@ -419,3 +419,61 @@ def test_close_while_threads_publish_loses_nothing_it_took() -> None:
         assert s.events == sum(took)
         assert s.delivered + s.dropped + s.unconfirmed == sum(took), s
         assert s.held == 0 and len(broker.taken) == s.delivered
+
+
+async def test_a_broker_that_only_stops_acknowledging_is_said_away_when_events_drop(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker killed and back within aiokafka's request timeout: no delivery fails, they
+    only stall, and a full buffer drops events meanwhile. The warnings say the broker is
+    away (not "the buffer is full"), once, and once that it is back when a delivery comes
+    (the chaos test's outage met this timing: no failure, and neither warning)."""
+    monkeypatch.setattr(client, "STALL_SECONDS", 0.2)
+    broker = Broker()
+    broker.slow = True
+    p = await started(broker, max_held_events=2)
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        assert await p.publish(search(0)) and await p.publish(search(1))
+        await asyncio.sleep(0.3)  # nothing acknowledged for longer than the stall
+        t0 = time.monotonic()
+        assert not await p.publish(search(2))  # dropped at once: the broker is away
+        assert not await p.publish(search(3))
+        assert time.monotonic() - t0 < 0.2
+        assert p.stats().broker_away_since is not None
+        broker.slow = False
+        await p.flush(timeout=5)
+    said = [r.getMessage() for r in caplog.records]
+    away = [m for m in said if "has not taken events since" in m]
+    assert len(away) == 1 and "no acknowledgement for" in away[0], said
+    assert "1 dropped so far" in away[0]
+    assert sum("takes events again" in m for m in said) == 1, said
+    assert not any("the buffer is full" in m for m in said), said
+    s = p.stats()
+    assert (s.delivered, s.dropped, s.held, s.failures) == (2, 2, 0, 0)
+    assert s.broker_away_since is None
+    await p.close()
+
+
+def test_the_blocking_publisher_says_a_stalled_broker_away_too(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client, "STALL_SECONDS", 0.2)
+    broker = Broker()
+    broker.slow = True
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        p = Publisher(settings=SETTINGS, producer=broker, linger_ms=1, max_held_events=1)
+        assert p.publish(search(0))
+        time.sleep(0.3)
+        assert not p.publish(search(1))
+        deadline = time.monotonic() + 5
+        while p.stats().broker_away_since is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the drop is said on the publisher's loop
+        assert p.stats().broker_away_since is not None
+        broker.slow = False
+        p.flush(timeout=5)
+        p.close(timeout=5)
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("has not taken events since" in m for m in said) == 1, said
+    assert sum("takes events again" in m for m in said) == 1, said
+    s = p.stats()
+    assert (s.delivered, s.dropped) == (1, 1)
