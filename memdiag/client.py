@@ -31,9 +31,13 @@
     kept (batched, sending, or waiting for the broker's acknowledgement). When it is full,
     :meth:`~AsyncPublisher.publish` waits up to ``max_block_seconds`` for room while the
     broker is taking events (a broker slower than the runtime), and drops the event at once
-    while it is not (a failed delivery, or no acknowledgement for 2 s while messages wait:
-    a broker killed and back within aiokafka's request timeout fails no delivery, and a
-    drop then marks it away, for the warnings below).
+    while it is not (a failed delivery, or no acknowledgement for 2 s while messages wait).
+    A broker killed and back within aiokafka's request timeout fails no delivery: a drop
+    while nothing is acknowledged marks it away, for the warnings below, and the next
+    acknowledgement marks it back. (One that acknowledges less often than every 2 s while
+    the buffer is full goes away and back so at each turn, its warnings still one a
+    minute.) Away after a failed delivery, it is back only when a message sent after the
+    failure goes: an acknowledgement of one sent before says nothing of the broker that failed.
     Every dropped event is counted in :meth:`~AsyncPublisher.stats` (``dropped``), exactly:
     ``publish`` returns ``False`` for it.
   - *One warning a minute*, on the ``memdiag.client`` logger, with the counts: when the
@@ -309,6 +313,9 @@ class AsyncPublisher:
         self._events = self._delivered_events = self._messages = 0
         self._dropped = self._failures = self._unconfirmed = 0
         self._away_since: float | None = None  # time.time()
+        #: away only because nothing was acknowledged (no delivery failed): the next
+        #: acknowledgement, of any message, says it is back
+        self._stalled = False
         self._last_error: str | None = None
         self._next_warning = 0.0  # time.monotonic(): the next 'away' warning may be said
         self._next_back = 0.0  # and the next 'back' one
@@ -447,8 +454,9 @@ class AsyncPublisher:
 
     def _taking(self) -> bool:
         """Whether the broker takes events: not known away, and an acknowledgement within
-        ``STALL_SECONDS`` while messages wait for one (a dead broker is only known away when
-        a delivery fails, after ``request_timeout_ms``)."""
+        ``STALL_SECONDS`` while messages wait for one. A dead broker is known away when a
+        delivery fails (after ``request_timeout_ms``), or when this says no and an event is
+        dropped for want of room (:meth:`_full`)."""
         if self._away_since is not None:
             return False
         return not self._in_flight or time.monotonic() - self._last_ack < STALL_SECONDS
@@ -616,7 +624,7 @@ class AsyncPublisher:
                 self._messages += 1
             self._room.give(message[3], message[4])
             self._changed.set()
-            if self._away_since is not None:  # it takes events: as good as a probe
+            if self._stalled:  # away for want of acknowledgements, and here is one
                 self._mark_back()
 
     def _failed(self, message: _Message, exc: BaseException) -> None:
@@ -629,6 +637,9 @@ class AsyncPublisher:
             return
         self._retry.append(message)
         self._has_mail.set()
+        # a failed delivery: only a probe that goes says the broker is back (a message sent
+        # before the failure and acknowledged after it says nothing of the broker that failed)
+        self._stalled = False
         self._mark_away()
 
     # -- saying what happens ------------------------------------------------------------
@@ -642,24 +653,26 @@ class AsyncPublisher:
         ``STALL_SECONDS`` while messages wait, the broker is away (it may die and come back
         within aiokafka's request timeout, and no delivery ever fails): the warning says
         so, and when it is back, rather than "the buffer is full"."""
-        gone = False
         if self._away_since is None and self._in_flight:
             stalled = time.monotonic() - self._last_ack
             if stalled >= STALL_SECONDS:
-                self._last_error = f"no acknowledgement for {stalled:.1f} s"
+                # true whenever it is read later (a warning a minute on), unlike the seconds
+                self._last_error = (
+                    f"no acknowledgement for over {STALL_SECONDS:g} s while messages waited"
+                )
                 self._away_since = time.time() - stalled  # since the last acknowledgement
-                gone = True
-        self._drop(events, "the buffer is full", counted)
-        if gone:
-            self._warn_if_due()  # the broker gone, this drop counted
+                self._stalled = True
+        self._drop(events, "the buffer is full", counted)  # the warning counts this drop
 
     def _drop(self, events: int, why: str, counted: bool = False) -> None:
         if not counted:
             with self._lock:
                 self._dropped += events
         self._changed.set()
-        if self._away_since is None:  # while away, the minute's warning says it
+        if self._away_since is None:
             self._warn_if_due(f"dropped {events} event(s): {why}")
+        else:  # while away, the minute's warning says it (due or not)
+            self._warn_if_due()
 
     def _mark_away(self) -> None:
         if self._away_since is None:
@@ -672,6 +685,7 @@ class AsyncPublisher:
             return
         away = time.time() - self._away_since
         self._away_since = None
+        self._stalled = False
         self._probe_failed.clear()
         now = time.monotonic()
         if now < self._next_back:  # a broker that comes and goes: once a minute

@@ -439,7 +439,9 @@ async def test_a_broker_that_only_stops_acknowledging_is_said_away_when_events_d
         assert not await p.publish(search(2))  # dropped at once: the broker is away
         assert not await p.publish(search(3))
         assert time.monotonic() - t0 < 0.2
-        assert p.stats().broker_away_since is not None
+        away_since = p.stats().broker_away_since
+        # away since the last acknowledgement (the first send's start), not since the drop
+        assert away_since is not None and time.time() - away_since >= 0.2
         broker.slow = False
         await p.flush(timeout=5)
     said = [r.getMessage() for r in caplog.records]
@@ -477,3 +479,82 @@ def test_the_blocking_publisher_says_a_stalled_broker_away_too(
     assert sum("takes events again" in m for m in said) == 1, said
     s = p.stats()
     assert (s.delivered, s.dropped) == (1, 1)
+
+
+async def test_a_stalled_broker_says_the_minutes_warning_while_drops_go_on(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Away for want of acknowledgements, no delivery failing: the drops that follow still
+    bring the warning each time it is due, with their count."""
+    monkeypatch.setattr(client, "STALL_SECONDS", 0.2)
+    monkeypatch.setattr(client, "WARN_EVERY_SECONDS", 0.1)
+    broker = Broker()
+    broker.slow = True
+    p = await started(broker, max_held_events=1)
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        assert await p.publish(search(0))
+        await asyncio.sleep(0.3)
+        assert not await p.publish(search(1))  # away, said
+        await asyncio.sleep(0.15)  # the next warning is due
+        assert not await p.publish(search(2))
+        away = [r.getMessage() for r in caplog.records if "has not taken events" in r.getMessage()]
+        assert len(away) == 2, away
+        assert "1 dropped so far" in away[0] and "2 dropped so far" in away[1], away
+        assert "no acknowledgement for over 0.2 s while messages waited" in away[1]
+        broker.slow = False
+        await p.flush(timeout=5)
+    await p.close()
+
+
+class HeldSends:
+    """A producer whose deliveries the test settles by hand (``futures``, in send order)."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[None]] = []
+        self.values: list[bytes] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        self.values.append(value)
+        return future
+
+
+async def test_an_acknowledgement_of_a_message_sent_before_a_failure_does_not_say_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two messages in flight; the second fails (its broker died), then the first is
+    acknowledged (another broker of the cluster, or a reply already on its way). That says
+    nothing of the broker that failed: still away since the failure, still one probe at a
+    time, and back only when a probe goes."""
+    broker = HeldSends()
+    p = await started(broker)
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        assert await p.publish(search(0, "a")) and await p.publish(search(1, "b"))
+        while len(broker.futures) < 2:
+            await asyncio.sleep(0.005)
+        broker.futures[1].set_exception(KafkaConnectionError("broker gone"))
+        await asyncio.sleep(0.01)
+        away_since = p.stats().broker_away_since
+        assert away_since is not None
+        for i in range(2, 6):  # kept meanwhile
+            assert await p.publish(search(i, f"k{i}"))
+        await asyncio.sleep(0.02)
+        broker.futures[0].set_result(None)  # the late acknowledgement
+        await asyncio.sleep(0.05)
+        assert p.stats().broker_away_since == away_since
+        # one probe at a time: the failed message, alone
+        assert len(broker.futures) == 3 and b'"b-1"' in broker.values[2]
+        broker.futures[2].set_result(None)  # the probe goes: back
+        deadline = time.monotonic() + 5
+        while len(broker.futures) < 7 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert p.stats().broker_away_since is None
+        for f in broker.futures[3:]:
+            f.set_result(None)
+        await p.flush(timeout=5)
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("takes events again" in m for m in said) == 1, said
+    s = p.stats()
+    assert (s.delivered, s.dropped, s.held) == (6, 0, 0), s
+    await p.close()
