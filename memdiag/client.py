@@ -632,6 +632,8 @@ class AsyncPublisher:
             self._failures += 1
         self._note_error(exc)
         if isinstance(exc, _NEVER_TAKEN):
+            if self._stalled:  # the broker answered: it is there (the drop is said as such)
+                self._mark_back()
             self._room.give(message[3], message[4])
             self._drop(message[3], f"the broker can never take this message ({exc!r})")
             return

@@ -541,7 +541,10 @@ async def test_an_acknowledgement_of_a_message_sent_before_a_failure_does_not_sa
             assert await p.publish(search(i, f"k{i}"))
         await asyncio.sleep(0.02)
         broker.futures[0].set_result(None)  # the late acknowledgement
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while len(broker.futures) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the loop sends its probe
+        await asyncio.sleep(0.05)  # and nothing more
         assert p.stats().broker_away_since == away_since
         # one probe at a time: the failed message, alone
         assert len(broker.futures) == 3 and b'"b-1"' in broker.values[2]
@@ -557,4 +560,29 @@ async def test_an_acknowledgement_of_a_message_sent_before_a_failure_does_not_sa
     assert sum("takes events again" in m for m in said) == 1, said
     s = p.stats()
     assert (s.delivered, s.dropped, s.held) == (6, 0, 0), s
+    await p.close()
+
+
+async def test_a_stalled_broker_that_refuses_a_message_for_good_is_back_and_the_drop_said(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Away for a stall, then the broker answers a message it can never take: it is there
+    (back), and the warning names that drop, not the broker away."""
+    monkeypatch.setattr(client, "STALL_SECONDS", 0.2)
+    broker = HeldSends()
+    p = await started(broker, max_held_events=2)
+    with caplog.at_level(logging.WARNING, "memdiag.client"):
+        assert await p.publish(search(0, "a")) and await p.publish(search(1, "b"))
+        await asyncio.sleep(0.3)
+        assert not await p.publish(search(2, "c"))  # dropped: away for the stall
+        assert p.stats().broker_away_since is not None
+        broker.futures[0].set_exception(MessageSizeTooLargeError("too large"))
+        await asyncio.sleep(0.01)
+        assert p.stats().broker_away_since is None
+        broker.futures[1].set_result(None)
+        await p.flush(timeout=5)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("can never take this message" in m for m in said), said
+    s = p.stats()
+    assert (s.delivered, s.dropped, s.held) == (1, 2, 0), s
     await p.close()
