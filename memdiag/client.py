@@ -228,6 +228,10 @@ class _Room:
             self.bytes += size
             return True
 
+    def fits(self, size: int) -> bool:
+        with self.cond:
+            return self.events + 1 <= self.max_events and self.bytes + size <= self.max_bytes
+
     def give(self, events: int, size: int) -> None:
         with self.cond:
             self.events -= events
@@ -547,9 +551,11 @@ class AsyncPublisher:
                 continue
             if self._away_since is not None:
                 # the broker went away: let what is in flight settle, then try one message
-                # at a time until the broker takes one
+                # at a time until the broker takes one. Each settled one is looked at: after a
+                # stall, the first acknowledgement says the broker is back, and the outbox
+                # goes on at once rather than after the slowest of the rest
                 if self._in_flight:
-                    await asyncio.wait(list(self._in_flight))
+                    await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
                     await asyncio.sleep(0)  # their callbacks put the failed ones back
                     continue
                 message = self._next_probe()
@@ -898,22 +904,27 @@ class Publisher:
         inner._check()
         with self._lock:  # the decoder keeps per-call state
             topic, key, raw = inner.route(event)
-        if not inner._room.take(len(raw)) and not self._wait_for_room(inner, len(raw)):
-            with inner._lock:  # counted here, so stats() is exact on return
-                inner._dropped += 1
-            self._loop.call_soon_threadsafe(inner._full, 1, True)
-            return False
-        with self._lock:  # one wake-up of the loop for all that came meanwhile, in order
-            if self._closed:  # close began meanwhile: it would not be sent, nor counted
-                inner._room.give(1, len(raw))
-                raise RuntimeError("the publisher is closed")
-            with inner._lock:
-                inner._events += 1
-            self._incoming.append((topic, key, raw))
-            if not self._handing:
-                self._handing = True
-                self._loop.call_soon_threadsafe(self._hand_over)
-        return True
+        deadline = time.monotonic() + inner.max_block_seconds
+        while True:
+            # the room is taken under the lock close takes, with the event handed over: close
+            # never counts, as kept and not sent, an event whose publish it then refuses
+            with self._lock:  # one wake-up of the loop for all that came meanwhile, in order
+                if self._closed:  # close began meanwhile: it would not be sent, nor counted
+                    raise RuntimeError("the publisher is closed")
+                if inner._room.take(len(raw)):
+                    with inner._lock:
+                        inner._events += 1
+                    self._incoming.append((topic, key, raw))
+                    if not self._handing:
+                        self._handing = True
+                        self._loop.call_soon_threadsafe(self._hand_over)
+                    return True
+            if not self._room_may_come(inner, len(raw), deadline):
+                break
+        with inner._lock:  # counted here, so stats() is exact on return
+            inner._dropped += 1
+        self._loop.call_soon_threadsafe(inner._full, 1, True)
+        return False
 
     async def _hand_over_then_close(self, timeout: float | None) -> None:
         self._hand_over()  # whatever is still on its way to the loop
@@ -930,17 +941,20 @@ class Publisher:
             self._inner.add(topic, key, raw)
 
     @staticmethod
-    def _wait_for_room(inner: AsyncPublisher, size: int) -> bool:
-        deadline = time.monotonic() + inner.max_block_seconds
-        with inner._room.cond:
-            while inner._taking():
-                if inner._room.take(size):
-                    return True
+    def _room_may_come(inner: AsyncPublisher, size: int, deadline: float) -> bool:
+        """Wait, while the broker takes events and until ``deadline``, for room for
+        ``size`` bytes; whether to try again to take it. Once the broker is not taking
+        events, one more try (room freed meanwhile), then no."""
+        room = inner._room
+        with room.cond:
+            if not room.fits(size):
+                if not inner._taking():
+                    return False
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                inner._room.cond.wait(min(left, 0.1))
-        return inner._room.take(size)
+                room.cond.wait(min(left, 0.1))
+            return True
 
     def stats(self) -> PublisherStats:
         return self._inner.stats()

@@ -586,3 +586,79 @@ async def test_a_stalled_broker_that_refuses_a_message_for_good_is_back_and_the_
     s = p.stats()
     assert (s.delivered, s.dropped, s.held) == (1, 2, 0), s
     await p.close()
+
+
+async def test_after_a_stall_the_first_acknowledgement_lets_the_outbox_go_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Away for a stall with two messages in flight and one kept: when the first is
+    acknowledged the broker is back, and the kept one goes before the other settles."""
+    monkeypatch.setattr(client, "STALL_SECONDS", 0.2)
+    broker = HeldSends()
+    p = await started(broker, max_held_events=3)
+    assert await p.publish(search(0, "a")) and await p.publish(search(1, "b"))
+    while len(broker.futures) < 2:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.3)
+    assert await p.publish(search(2, "c"))  # room for it: kept, not sent (away is not known)
+    assert not await p.publish(search(3, "d"))  # full: away for the stall
+    assert p.stats().broker_away_since is not None
+    await asyncio.sleep(0.05)  # the kept one reaches the outbox; the sender waits, away
+    assert len(broker.futures) == 2 and len(p._outbox) == 1
+    broker.futures[0].set_result(None)
+    deadline = time.monotonic() + 5
+    while len(broker.futures) < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert p.stats().broker_away_since is None
+    assert len(broker.futures) == 3 and b'"c-2"' in broker.values[2]
+    assert not broker.futures[1].done()  # sent while the second still waits
+    for f in broker.futures[1:]:
+        f.set_result(None)
+    await p.flush(timeout=5)
+    s = p.stats()
+    assert (s.delivered, s.dropped, s.held) == (3, 1, 0), s
+    await p.close()
+
+
+def test_close_never_counts_an_event_whose_publish_it_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runtime's thread takes room for an event just as close begins: the event is either
+    kept and sent (publish returned True) or refused and not counted, never counted as
+    dropped by close and then refused too (the race of the threads test, made to happen)."""
+    broker = Broker()
+    p = Publisher(settings=SETTINGS, producer=broker, linger_ms=1)
+    took_room, go_on = threading.Event(), threading.Event()
+    real_take = client._Room.take
+
+    def take(self: Any, size: int) -> bool:
+        ok = real_take(self, size)
+        if threading.current_thread().name == "runtime":
+            took_room.set()
+            go_on.wait(5)
+        return ok
+
+    monkeypatch.setattr(client._Room, "take", take)
+    result: list[object] = []
+
+    def runtime() -> None:
+        try:
+            result.append(p.publish(search(0)))
+        except RuntimeError as exc:
+            result.append(exc)
+
+    publishing = threading.Thread(target=runtime, name="runtime")
+    publishing.start()
+    assert took_room.wait(5)
+    # a short close: its flush runs out while the room is taken, and it counts what is held
+    closing = threading.Thread(target=p.close, kwargs={"timeout": 0.2})
+    closing.start()
+    time.sleep(0.6)  # close does what it can before the publish goes on
+    go_on.set()
+    publishing.join(5)
+    closing.join(10)
+    s = p.stats()
+    took = 1 if result == [True] else 0
+    assert s.events == took and s.held == 0, (result, s)
+    assert s.delivered + s.dropped + s.unconfirmed == took, (result, s)
+    assert len(broker.taken) == s.delivered
