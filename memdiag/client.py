@@ -244,6 +244,10 @@ class _Room:
 _Message = tuple[str, bytes, bytes, int, int, int]
 
 
+def _made(message: _Message) -> int:
+    return message[5]
+
+
 class AsyncPublisher:
     """See the module docstring. Not thread-safe: use it from one event loop."""
 
@@ -588,10 +592,13 @@ class AsyncPublisher:
         return self._outbox.popleft()
 
     def _requeue(self) -> None:
-        """Failed messages back to the front of the outbox, in the order they were made."""
+        """Failed messages back into the outbox, in the order they were made among those
+        already put back (failures come one after another: a later one, of a newer message,
+        must not go before an older one put back earlier)."""
         if self._retry:
-            self._retry.sort(key=lambda m: m[5])
-            self._outbox.extendleft(reversed(self._retry))
+            merged = sorted([*self._retry, *self._outbox], key=_made)
+            self._outbox.clear()
+            self._outbox.extend(merged)
             self._retry.clear()
 
     async def _send(self, message: _Message) -> asyncio.Future[Any] | None:
@@ -923,7 +930,10 @@ class Publisher:
                 break
         with inner._lock:  # counted here, so stats() is exact on return
             inner._dropped += 1
-        self._loop.call_soon_threadsafe(inner._full, 1, True)
+        try:
+            self._loop.call_soon_threadsafe(inner._full, 1, True)
+        except RuntimeError:  # closed meanwhile, the loop gone: the drop is counted, unsaid
+            pass
         return False
 
     async def _hand_over_then_close(self, timeout: float | None) -> None:

@@ -662,3 +662,28 @@ def test_close_never_counts_an_event_whose_publish_it_refuses(
     assert s.events == took and s.held == 0, (result, s)
     assert s.delivered + s.dropped + s.unconfirmed == took, (result, s)
     assert len(broker.taken) == s.delivered
+
+
+async def test_a_keys_messages_failing_one_after_another_go_again_in_their_order() -> None:
+    """One key, three messages in flight, their deliveries failing oldest first a moment
+    apart (as one partition's batches do): each failure is put back in its order among
+    those put back before it, and the three go again in the order they were made."""
+    broker = HeldSends()
+    p = await started(broker, max_batch_events=1)
+    for i in range(3):
+        assert await p.publish(search(i, "s1"))
+    while len(broker.futures) < 3:
+        await asyncio.sleep(0.005)
+    for f in broker.futures[:3]:
+        f.set_exception(KafkaConnectionError("broker gone"))
+        await asyncio.sleep(0.01)
+    delivered: list[str] = []
+    deadline = time.monotonic() + 10
+    while p.stats().held and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+        for k, f in enumerate(broker.futures):
+            if not f.done():
+                delivered.append(orjson.loads(broker.values[k])["event_id"])
+                f.set_result(None)
+    assert delivered == ["s1-0", "s1-1", "s1-2"]
+    await p.close()
