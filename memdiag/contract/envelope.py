@@ -106,6 +106,23 @@ class Output:
                 if at_us > bucket[1]:
                     bucket[1] = at_us
 
+    def add_at(self, key: CounterKey, times: list[int]) -> None:
+        """:meth:`add` of one at each event time of ``times`` (each > 0), in one call: a
+        batch's run of events adds its counts so."""
+        if not times:
+            return
+        self.counts[key] += len(times)
+        by_minute = self.by_minute
+        for at_us in times:
+            minute = (key, at_us - at_us % MINUTE_US)
+            bucket = by_minute.get(minute)
+            if bucket is None:
+                by_minute[minute] = [1, at_us]
+            else:
+                bucket[0] += 1
+                if at_us > bucket[1]:
+                    bucket[1] = at_us
+
     def untimed_counts(self) -> Counter[CounterKey]:
         """The increments no event time was given for."""
         untimed = Counter(self.counts)

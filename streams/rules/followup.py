@@ -125,19 +125,10 @@ class SearchHistory:
     def observe(self, entry: Remembered) -> list[Verdict]:
         """Remember a new evaluated search; return its verdict, then its successor's if that
         changed (the search arrived late, between two others)."""
-        orders = self._orders
-        order = (entry.ts_us, entry.event_id)
-        if not orders or order > orders[-1]:
-            # after every remembered search (the usual case): no successor to correct
-            entries = self._entries
-            verdict = judge(entries[-1] if entries else None, entry, self._window, self._ret)
-            entries.append(entry)
-            orders.append(order)
-            self._index[entry.event_id] = entry
-            self.evaluated += 1
-            self.followups += verdict.is_followup
+        verdict = self.observe_last(entry)
+        if verdict is not None:
             return [verdict]
-        pos = bisect_left(orders, order)
+        pos = bisect_left(self._orders, entry.order)
         before = self._verdict_at(pos) if pos < len(self._entries) else None
         self._entries.insert(pos, entry)
         self._orders.insert(pos, entry.order)
@@ -151,6 +142,23 @@ class SearchHistory:
                 verdicts.append(after)
                 self.followups += after.is_followup - before.is_followup
         return verdicts
+
+    def observe_last(self, entry: Remembered) -> Verdict | None:
+        """:meth:`observe` in the usual case, a search after every remembered one (no
+        successor to correct): remembered, and its verdict. None if it is not after every
+        one: nothing is remembered then (:meth:`observe` takes it)."""
+        orders = self._orders
+        order = (entry.ts_us, entry.event_id)
+        if orders and order <= orders[-1]:
+            return None
+        entries = self._entries
+        verdict = judge(entries[-1] if entries else None, entry, self._window, self._ret)
+        entries.append(entry)
+        orders.append(order)
+        self._index[entry.event_id] = entry
+        self.evaluated += 1
+        self.followups += verdict.is_followup
+        return verdict
 
     def verdict(self, event_id: str) -> Verdict | None:
         """The current verdict of a remembered search (``None`` once it is pruned)."""

@@ -53,9 +53,9 @@ from memdiag.contract import (
     UNMATCHED_TURNS,
 )
 from memdiag.contract.envelope import CounterKey, Output, counter_key
-from memdiag.schemas.models import SessionEvent
+from memdiag.schemas.models import Search, SessionEvent
 from memdiag.streams.rules.feedback import USED
-from memdiag.streams.rules.followup import Remembered, SearchHistory, Verdict
+from memdiag.streams.rules.followup import Remembered, SearchHistory, Verdict, query_key
 from memdiag.streams.rules.turns import Change, Judged, Turn
 from memdiag.streams.session.records import (
     InjectionRec,
@@ -226,6 +226,87 @@ class Session(SpanTurns):
             self.vector_bytes += vector_bytes(rec)
         self._apply(rec, len(self.records) - 1, out)
         return ()
+
+    def ingest_searches(
+        self, events: list[Search], published_ms: int, out: Output
+    ) -> list[tuple[int, tuple[str, ...]]]:
+        """:meth:`ingest` of each search in turn, giving the same log, rows and counts (a
+        test holds the two equal on every order of arrival), for a batch's run of one
+        session's searches. The usual search is taken in one loop, its counts added up per
+        minute: a new one, the session open, no turn waiting for its other half, and (if
+        evaluated) within the retention and after every search the session remembers. Any
+        other goes the general way (:meth:`ingest`, or :meth:`_search` once it is in the
+        log). Returns ``(position, fields)`` of each search whose ``event_id`` another event
+        of the session took (:meth:`ingest`'s answer)."""
+        differing: list[tuple[int, tuple[str, ...]]] = []
+        seq_of, first_seq, records = self._seq_of, self._first_seq, self.records
+        history = self.history
+        retention = self.config.retention_us
+        store_text = self.config.store_text
+        sid, scopes = self.session_id, self.scopes
+        rows: list[dict[str, Any]] = []
+        # the counts' event times, added once (Output.add_at)
+        searched: dict[CounterKey, list[int]] = {key: [] for key in _SEARCH_KEYS.values()}
+        followups: list[int] = []
+        scope_of: Scope | None = None
+        scope = 0
+        for pos, event in enumerate(events):
+            eid = event.event_id
+            source = event.source
+            search_key = _SEARCH_KEYS.get(source)
+            if (
+                eid in seq_of
+                or self._pending_turns
+                or self.outcome_seq is not None
+                or search_key is None
+            ):
+                if rows:  # the rows before it go first, whatever it sends
+                    out.diagnostics.setdefault(sid, []).extend(rows)
+                    rows = []
+                differs = self.ingest(event, published_ms, out)
+                if differs:
+                    differing.append((pos, differs))
+                continue
+            ts = event.ts_us
+            ids = event.result_ids
+            evaluated = source == "agent" and len(ids) > 0
+            where = (event.agent_id, event.org_id, event.project_id)
+            if where != scope_of:
+                scope, scope_of = self.scope(*where), where
+            qkey = query_key(event.query)
+            rec = SearchRec(eid, ts, source, qkey, ids if evaluated else len(ids), scope,
+                            published_ms, event.query if store_text else None)  # fmt: skip
+            # as _apply
+            seq = len(records)
+            records.append(rec)
+            seq_of[eid] = seq
+            first_seq.setdefault(eid, seq)
+            if ts > self.clock:
+                self.clock = ts
+                history.prune(ts - retention)
+            # as _search
+            verdict = None
+            if evaluated:
+                if ts >= self.clock - retention:
+                    verdict = history.observe_last(Remembered(ts, eid, qkey, ids))
+                if verdict is None:  # late, or before a search remembered: corrects one
+                    if rows:
+                        out.diagnostics.setdefault(sid, []).extend(rows)
+                        rows = []
+                    self._search(rec, out)
+                    continue
+            elif source == "agent":
+                self.empty_agent_searches += 1
+            searched[search_key].append(ts)
+            if verdict is not None and verdict.is_followup:
+                followups.append(ts)
+            rows.append(search_row(sid, rec, verdict, scopes[scope]))
+        if rows:
+            out.diagnostics.setdefault(sid, []).extend(rows)
+        for key, times in searched.items():
+            out.add_at(key, times)
+        out.add_at(_FOLLOWUP_KEY, followups)
+        return differing
 
     def differences(self, known: LogRecord, event: SessionEvent, revision: int) -> tuple[str, ...]:
         """The fields in which ``event`` differs from ``known``, the record the session took

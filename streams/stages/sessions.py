@@ -59,8 +59,8 @@ from memdiag.contract.envelope import InMessage, Output, StateStore
 from memdiag.contract.words import SEMANTIC
 from memdiag.schemas import SESSION_KINDS
 from memdiag.schemas.deadletters import add_dead_letter, digest
-from memdiag.schemas.decode import Decoder, Rejected
-from memdiag.schemas.models import SessionEvent, SessionOutcome, from_dict
+from memdiag.schemas.decode import Accepted, Decoder, Rejected
+from memdiag.schemas.models import Search, SessionEvent, SessionOutcome, from_dict
 from memdiag.semantic import embedder
 from memdiag.settings import Settings
 from memdiag.streams.lru import shared_budget
@@ -216,10 +216,19 @@ class SessionStage:
         published_ms = msg.timestamp_ms or 0
         rerouted: dict[str, list[Any]] = {}
         now_ms = self.states.clocks.now.get(msg.partition, 0)
-        newest = out.ts_us
+        # a run of one session's searches, in the message's order, is taken in one call
+        # (Session.ingest_searches): a batch of a session's searches is the usual message
+        run: list[Accepted] = []
+        run_session: Session | None = None
         for acc in decoded.accepted:
             event: SessionEvent = acc.event  # type: ignore[assignment]
             session_id = event.session_id
+            if run_session is not None:
+                if session_id == run_session.session_id and type(event) is Search:
+                    run.append(acc)
+                    continue
+                self._run(run_session, run, msg, published_ms, now_ms, out)
+                run_session, run = None, []
             if self._partition_of(session_id) != msg.partition:
                 rerouted.setdefault(session_id, []).append(acc.reroutable())
                 continue
@@ -233,23 +242,49 @@ class SessionStage:
                 identity = ("event", event.event_id)
                 add_dead_letter(out, msg, late, self.settings, identity=identity)
                 continue
-            differs = session.ingest(event, published_ms, out)
-            if differs:  # another event under an id the session took: not applied
-                detail = _reused_detail(event, session_id, differs)
-                reused = Rejected(acc.index, REUSED_EVENT_ID, detail, acc.payload)
-                # one row per reusing event, whatever message (a replayed re-route's offset is
-                # new) brought it
-                where = ("event", event.event_id, digest(acc.payload))
-                add_dead_letter(out, msg, reused, self.settings, identity=where)
+            if type(event) is Search:
+                run_session, run = session, [acc]
                 continue
-            if now_ms > session.last_seen_ms:
-                session.last_seen_ms = now_ms
-            ts_us = event.ts_us
-            if ts_us > newest:
-                newest = ts_us
-        out.ts_us = newest
+            differs = session.ingest(event, published_ms, out)
+            if differs:
+                self._reused(msg, acc, session_id, differs, out)
+                continue
+            self._applied(session, event.ts_us, now_ms, out)
+        if run_session is not None:
+            self._run(run_session, run, msg, published_ms, now_ms, out)
         for session_id, raws in rerouted.items():
             out.reroute.append((session_id, raws, msg.timestamp_ms))
+
+    def _run(self, session: Session, run: list[Accepted], msg: InMessage, published_ms: int,
+             now_ms: int, out: Output) -> None:  # fmt: skip
+        """A run of one session's searches (:meth:`_events`)."""
+        events = cast(list[Search], [acc.event for acc in run])
+        differing = session.ingest_searches(events, published_ms, out)
+        for pos, differs in differing:
+            self._reused(msg, run[pos], session.session_id, differs, out)
+        if len(differing) == len(run):
+            return
+        skip = {pos for pos, _ in differing}
+        newest = max(e.ts_us for pos, e in enumerate(events) if pos not in skip)
+        self._applied(session, newest, now_ms, out)
+
+    def _applied(self, session: Session, ts_us: int, now_ms: int, out: Output) -> None:
+        """An event of ``session`` at ``ts_us`` was applied (or was one it had)."""
+        if now_ms > session.last_seen_ms:
+            session.last_seen_ms = now_ms
+        if ts_us > out.ts_us:
+            out.ts_us = ts_us
+
+    def _reused(self, msg: InMessage, acc: Accepted, session_id: str, differs: tuple[str, ...],
+                out: Output) -> None:  # fmt: skip
+        """Another event under an id the session took: not applied, dead-lettered."""
+        event: SessionEvent = acc.event  # type: ignore[assignment]
+        detail = _reused_detail(event, session_id, differs)
+        reused = Rejected(acc.index, REUSED_EVENT_ID, detail, acc.payload)
+        # one row per reusing event, whatever message (a replayed re-route's offset is new)
+        # brought it
+        where = ("event", event.event_id, digest(acc.payload))
+        add_dead_letter(out, msg, reused, self.settings, identity=where)
 
     def _span_events(
         self, msg: InMessage, store: StateStore, touched: dict[str, Session], out: Output
