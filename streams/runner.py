@@ -26,10 +26,11 @@ one revocation path, for every stage.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -312,17 +313,33 @@ class Runner:
             elif now - hole.sought_at >= self.RESEEK_SECONDS:
                 await self._reseek(tp, hole, now)
 
-    async def _start(self, generation: int) -> bool:
-        """Seek the runner's partitions to their committed offsets and take records from
-        there. False if another rebalance began meanwhile."""
+    async def _start(
+        self, generation: int, runs: Iterable[tuple[int, Any, list[Any]]] = ()
+    ) -> bool:
+        """Take records from the runner's partitions' committed offsets, seeking those whose
+        fetch is not there (``runs``: the batch in hand, fetched in this generation or
+        before). False if another rebalance began meanwhile.
+
+        A partition whose records of this generation so far (the batch's runs, then the
+        inbox's) begin at or before its committed offset needs no seek: the fetch reads on
+        from there, and :meth:`Progress.admit_run` skips what is behind it (and seeks back
+        where a record is missing). Seeking it anyway made the fetcher drop what it had
+        fetched and fetch it again: at a start or a rebalance with a backlog, the first
+        fetches of every partition came twice (the batched benchmark read 37 MB for its 17 MB
+        of input, and took 20 µs of CPU an event against 15.5 without)."""
         tps = sorted(
             (tp for tp in self.kafka.assignment() if tp.topic in self.topics),
             key=lambda tp: (tp.topic, tp.partition),
         )
+        first: dict[Any, int] = {}
+        for gen, tp, records in itertools.chain(runs, self.inbox.runs):
+            if gen == generation and records:
+                first.setdefault(tp, records[0].offset)
         try:
             bases = await self.kafka.bases(tps) if tps else {}
-            if bases:
-                await self.kafka.seek(bases)
+            sought = {tp: o for tp, o in bases.items() if first.get(tp, o + 1) > o}
+            if sought:
+                await self.kafka.seek(sought)
         except Exception:  # noqa: BLE001 - a partition revoked meanwhile: try again
             log.warning("runner: could not seek to the committed offsets", exc_info=True)
             return False
@@ -332,9 +349,12 @@ class Runner:
         self._holes.clear()
         self.suspect = {tp: end for tp, end in self.suspect.items() if tp in bases}
         log.info(
-            "runner: generation %d, starting at %s",
+            "runner: generation %d, starting at %s (%d of %d sought there, the rest fetched "
+            "from there already)",
             generation,
             {f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}": o for tp, o in bases.items()},
+            len(sought),
+            len(bases),
         )
         return True
 
@@ -345,7 +365,7 @@ class Runner:
         generation = kafka.generation()
         if not kafka.flowing():
             return  # a rebalance is under way: these records are fetched again after it
-        if self.progress.generation != generation and not await self._start(generation):
+        if self.progress.generation != generation and not await self._start(generation, runs):
             return
         progress = self.progress
         #: per stage: its messages, and per partition the offset after its last one

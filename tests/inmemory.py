@@ -349,6 +349,9 @@ class World:
         #: one is refused, as aiokafka's producer refuses it (``MessageSizeTooLargeError``)
         self.max_message_bytes = max_message_bytes
         self.rng = random.Random(seed)
+        #: whether the runner or its next batch starts a generation: its own draws, so the
+        #: schedule (batches, commits, kills) of a seed stays what it was
+        self.start_rng = random.Random(f"start {seed}")
         self.crash_rate = crash_rate
         self.partitions = settings.events_partitions
         t = settings.topics
@@ -540,7 +543,9 @@ class World:
 
     async def _step(self, max_batch: int) -> None:
         runner = self.runner
-        if runner.progress.generation != self.generation:
+        if runner.progress.generation != self.generation and self.start_rng.random() < 0.5:
+            # as the worker's idle loop starts it; else the next batch starts it, seeking
+            # only the partitions whose fetch is not at the committed offset
             await runner._start(self.generation)
         tps = self.pending()
         if not tps:
