@@ -321,12 +321,15 @@ class Runner:
         before). False if another rebalance began meanwhile.
 
         A partition whose records of this generation so far (the batch's runs, then the
-        inbox's) begin at or before its committed offset needs no seek: the fetch reads on
-        from there, and :meth:`Progress.admit_run` skips what is behind it (and seeks back
-        where a record is missing). Seeking it anyway made the fetcher drop what it had
-        fetched and fetch it again: at a start or a rebalance with a backlog, the first
-        fetches of every partition came twice (the batched benchmark read 37 MB for its 17 MB
-        of input, and took 20 µs of CPU an event against 15.5 without)."""
+        inbox's) begin exactly at its committed offset needs no seek: the fetch reads on from
+        there (:meth:`Progress.admit_run` still seeks back where a record is missing). Seeking
+        it anyway made the fetcher drop what it had fetched and fetch it again: at a start or
+        a rebalance with a backlog, the first fetches of every partition came twice (the
+        batched benchmark's worker read 37 MB for its 17 MB of input). A fetch that begins
+        before it is sought too: it may be the log's start with the committed offsets lost
+        and the start taken from local state, everything up to it read only to be skipped.
+        This relies on the inbox holding only what was fetched since the last seek: every
+        stop of the progress (a rollback, a revocation) clears it."""
         tps = sorted(
             (tp for tp in self.kafka.assignment() if tp.topic in self.topics),
             key=lambda tp: (tp.topic, tp.partition),
@@ -337,7 +340,7 @@ class Runner:
                 first.setdefault(tp, records[0].offset)
         try:
             bases = await self.kafka.bases(tps) if tps else {}
-            sought = {tp: o for tp, o in bases.items() if first.get(tp, o + 1) > o}
+            sought = {tp: o for tp, o in bases.items() if first.get(tp) != o}
             if sought:
                 await self.kafka.seek(sought)
         except Exception:  # noqa: BLE001 - a partition revoked meanwhile: try again
@@ -350,7 +353,7 @@ class Runner:
         self.suspect = {tp: end for tp, end in self.suspect.items() if tp in bases}
         log.info(
             "runner: generation %d, starting at %s (%d of %d sought there, the rest fetched "
-            "from there already)",
+            "from there)",
             generation,
             {f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}": o for tp, o in bases.items()},
             len(sought),

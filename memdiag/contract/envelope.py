@@ -107,13 +107,15 @@ class Output:
                     bucket[1] = at_us
 
     def add_at(self, key: CounterKey, times: list[int]) -> None:
-        """:meth:`add` of one at each event time of ``times`` (each > 0), in one call: a
-        batch's run of events adds its counts so."""
+        """:meth:`add` of one at each event time of ``times``, in one call: a batch's run of
+        events adds its counts so. A time of 0 is no time, as for :meth:`add`."""
         if not times:
             return
         self.counts[key] += len(times)
         by_minute = self.by_minute
         for at_us in times:
+            if not at_us:
+                continue  # 1970-01-01T00:00:00Z: counted in the output's minute (untimed)
             minute = (key, at_us - at_us % MINUTE_US)
             bucket = by_minute.get(minute)
             if bucket is None:

@@ -8,15 +8,21 @@ general way."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
+from unittest.mock import patch
 
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memdiag.contract.envelope import Output
+from memdiag.contract import BAD_TS, LATE_EVENT, REUSED_EVENT_ID
+from memdiag.contract.envelope import DictStore, InMessage, Output
 from memdiag.schemas.models import Search, SessionEvent, from_dict
+from memdiag.settings import Settings
 from memdiag.streams.session.records import encode
 from memdiag.streams.session.session import Config, Session
+from memdiag.streams.stages.sessions import SessionStage
 from tests.sizes import examples
 
 MINUTE_US = 60_000_000
@@ -29,6 +35,10 @@ KINDS = ["search"] * 6 + ["injection", "response", "outcome", "again"]
 
 
 def _ts(seconds: int) -> str:
+    """``seconds`` after 10:00 on the day; -1: the epoch itself (an event time of 0 µs,
+    which the counters take as no time)."""
+    if seconds < 0:
+        return "1970-01-01T00:00:00Z"
     return f"{T0}{seconds // 60:02d}:{seconds % 60:02d}Z"
 
 
@@ -63,8 +73,8 @@ def _events(seed: int, n: int) -> list[SessionEvent]:
             made.append(rng.choice(made))  # a redelivery
             continue
         eid = f"e{rng.randrange(n)}"  # a pool of ids: some reused by other events
-        made.append(_event(rng, "search" if kind == "again" else kind, eid,
-                           rng.randrange(40 * 60)))  # fmt: skip
+        seconds = -1 if rng.random() < 0.03 else rng.randrange(40 * 60)
+        made.append(_event(rng, "search" if kind == "again" else kind, eid, seconds))
     return [from_dict(e) for e in made]  # type: ignore[misc]
 
 
@@ -158,3 +168,108 @@ def test_the_generated_events_take_every_way_a_search_can_go() -> None:
                 s.ingest(e, 1_000, Output())
     ways = {"known", "closed", "waiting", "unevaluated", "late", "before", "usual"}
     assert set(reached) == ways, reached
+
+
+# -- the stage: runs against one by one ------------------------------------------------------
+
+#: where each session's state lives: s4 on another partition (its events re-routed)
+_PARTITION = {"s1": 0, "s2": 0, "s3": 0, "s4": 1}
+#: every message published after every event (none is from the future)
+_PUBLISHED_MS = 1_795_392_000_000  # 2026-11-22T...
+
+
+def _one_by_one(
+    self: Session, events: list[Search], published_ms: int, out: Output
+) -> list[tuple[int, tuple[str, ...]]]:
+    """What ``ingest_searches`` must equal: ``ingest`` of each search in turn."""
+    differing = []
+    for pos, event in enumerate(events):
+        differs = self.ingest(event, published_ms, out)
+        if differs:
+            differing.append((pos, differs))
+    return differing
+
+
+def _stage_messages(seed: int) -> list[list[InMessage]]:
+    """Batches of messages, each an array of events of four sessions (s3 forgotten, s4 on
+    another partition), searches mostly, ids reused and events sent again."""
+    rng = random.Random(seed)
+    pool = rng.randrange(5, 60)
+    made: list[dict[str, Any]] = []
+    batches, offset = [], 0
+    for _ in range(rng.randrange(1, 5)):
+        batch = []
+        for _ in range(rng.randrange(1, 4)):
+            events = []
+            for _ in range(rng.randrange(1, 12)):
+                if made and rng.random() < 0.1:
+                    events.append(dict(rng.choice(made)))  # a redelivery
+                    continue
+                kind = rng.choice(KINDS[:-1])
+                seconds = -1 if rng.random() < 0.03 else rng.randrange(40 * 60)
+                event = _event(rng, kind, f"e{rng.randrange(pool)}", seconds)
+                event["session_id"] = rng.choice(["s1", "s1", "s2", "s3", "s4"])
+                events.append(event)
+            made += events
+            batch.append(InMessage(SETTINGS.topics.events, 0, offset, None,
+                                   orjson.dumps(events), _PUBLISHED_MS + offset))  # fmt: skip
+            offset += 1
+        batches.append(batch)
+    return batches
+
+
+def _stage(batches: list[list[InMessage]], settings: Settings) -> tuple[Any, ...]:
+    """The session stage over ``batches``: every output (re-routed events as bytes), the
+    state it writes and each held session's processing time."""
+    stage = SessionStage(settings, _PARTITION.__getitem__)
+    load = stage.states.load
+    stage.states.load = lambda sid, p, store: None if sid == "s3" else load(sid, p, store)  # type: ignore[method-assign]
+    store = DictStore()
+    outs = []
+    for batch in batches:
+        out = stage.process(batch, store)
+        out.reroute = [(k, orjson.dumps(v), t) for k, v, t in out.reroute]
+        outs.append(out)
+    seen = {sid: s.last_seen_ms for sid, s in stage._held.items()}
+    stage.settle(store)
+    return outs, store.data, seen
+
+
+SETTINGS = Settings()
+
+
+class _NotASearch:
+    """In the stage's place of ``Search``: no event is one, so the stage makes no run and
+    takes every event through its one-by-one way."""
+
+
+@settings(max_examples=examples(150), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(st.integers(0, 1_000_000), st.booleans())
+def test_the_stage_gives_with_runs_what_it_gives_one_by_one(seed: int, store_text: bool) -> None:
+    """The stage's runs against its one-by-one way (every event through ``ingest``): runs
+    closed by another session, another kind or a re-routed event, forgotten sessions, dead
+    letters in order, ``last_seen_ms`` and ``ts_us``; with and without
+    MEMDIAG_STORE_TEXT. And the runs with ``ingest_searches`` against the runs with
+    ``ingest`` of each search."""
+    batches = _stage_messages(seed)
+    config = SETTINGS.with_(store_text=store_text)
+    with_runs = _stage(batches, config)
+    with patch("memdiag.streams.stages.sessions.Search", _NotASearch):
+        assert _stage(batches, config) == with_runs
+    with patch.object(Session, "ingest_searches", _one_by_one):
+        assert _stage(batches, config) == with_runs
+
+
+def test_the_stage_messages_reach_every_way() -> None:
+    """The property above is not vacuous: its messages make rows, re-routes, reused-id and
+    late-event dead letters (and no event is refused as from the future)."""
+    reached: Counter[str] = Counter()
+    for seed in range(60):
+        outs, _, _ = _stage(_stage_messages(seed), SETTINGS)
+        for out in outs:
+            reached["rows"] += sum(map(len, out.diagnostics.values()))
+            reached["rerouted"] += len(out.reroute)
+            reached.update(d["reason"] for _, d in out.deadletters)
+    assert {"rows", "rerouted", REUSED_EVENT_ID, LATE_EVENT} <= set(reached), reached
+    assert BAD_TS not in reached, reached
