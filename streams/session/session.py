@@ -230,9 +230,11 @@ class Session(SpanTurns):
     def ingest_searches(
         self, events: list[Search], published_ms: int, out: Output
     ) -> list[tuple[int, tuple[str, ...]]]:
-        """:meth:`ingest` of each search in turn, giving the same log, rows and counts (a
-        test holds the two equal on every order of arrival), for a batch's run of one
-        session's searches. The usual search is taken in one loop, its counts added up per
+        """:meth:`ingest` of each search in turn, giving the same log, rows and counts, for a
+        batch's run of one session's searches (``tests/unit/test_search_runs.py`` holds the
+        two equal on every order of arrival: a change to :func:`record_of`'s search,
+        :meth:`_apply` or :meth:`_search` must be made here too, and that test says where
+        not). The usual search is taken in one loop, its counts added up per
         minute: a new one, the session open, no turn waiting for its other half, and (if
         evaluated) within the retention and after every search the session remembers. Any
         other goes the general way (:meth:`ingest`, or :meth:`_search` once it is in the
