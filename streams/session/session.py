@@ -234,12 +234,12 @@ class Session(SpanTurns):
         batch's run of one session's searches (``tests/unit/test_search_runs.py`` holds the
         two equal on every order of arrival: a change to :func:`record_of`'s search,
         :meth:`_apply` or :meth:`_search` must be made here too, and that test says where
-        not). The usual search is taken in one loop, its counts added up per
-        minute: a new one, the session open, no turn waiting for its other half, and (if
-        evaluated) within the retention and after every search the session remembers. Any
-        other goes the general way (:meth:`ingest`, or :meth:`_search` once it is in the
-        log). Returns ``(position, fields)`` of each search whose ``event_id`` another event
-        of the session took (:meth:`ingest`'s answer)."""
+        not). The usual search is taken in one loop, its counts added once for the run
+        (:meth:`Output.add_at`): a new one, the session open, no turn waiting for its other
+        half, and (if evaluated) within the retention and after every search the session
+        remembers. Any other goes the general way (:meth:`ingest`, or :meth:`_search` once
+        it is in the log). Returns ``(position, fields)`` of each search whose ``event_id``
+        another event of the session took (:meth:`ingest`'s answer)."""
         differing: list[tuple[int, tuple[str, ...]]] = []
         seq_of, first_seq, records = self._seq_of, self._first_seq, self.records
         history = self.history

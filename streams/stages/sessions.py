@@ -5,8 +5,10 @@ Input: ``events`` (every session-scoped event) and the internal ``session-verdic
 worker owns partition p of both and of the state's changelog.
 
 Per batch, each event is decoded and validated once, then applied to its
-:class:`memdiag.streams.session.session.Session`. A session the stage changed is held in
-memory, unwritten, until the runner settles the stage before its next commit
+:class:`memdiag.streams.session.session.Session`; a message's consecutive searches of one
+session (a producer's batch) are applied in one call
+(:meth:`memdiag.streams.session.session.Session.ingest_searches`). A session the stage
+changed is held in memory, unwritten, until the runner settles the stage before its next commit
 (:meth:`SessionStage.settle`): then it is written once, so a session's events within one
 checkpoint (a second of single events, or a burst) cost one state write, as Quix Streams'
 transactions write each key once a commit. The store is only ever read for a session the
