@@ -259,7 +259,17 @@ class SessionStage:
 
     def _run(self, session: Session, run: list[Accepted], msg: InMessage, published_ms: int,
              now_ms: int, out: Output) -> None:  # fmt: skip
-        """A run of one session's searches (:meth:`_events`)."""
+        """A run of one session's searches (:meth:`_events`); a run of one (a message of one
+        event) goes through ``ingest``, which has nothing to set up for a run."""
+        if len(run) == 1:
+            acc = run[0]
+            event = cast(Search, acc.event)
+            differs = session.ingest(event, published_ms, out)
+            if differs:
+                self._reused(msg, acc, session.session_id, differs, out)
+            else:
+                self._applied(session, event.ts_us, now_ms, out)
+            return
         events = cast(list[Search], [acc.event for acc in run])
         differing = session.ingest_searches(events, published_ms, out)
         for pos, differs in differing:
