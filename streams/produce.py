@@ -20,9 +20,24 @@ Every caller flushes before it awaits what it sent (the sender after each output
 checkpoint before it waits for its deliveries), so nothing stays in an open batch across an
 await of a delivery; a flush returns the futures of every batch sent since the last one
 (those a full batch sent on its own too), so the checkpoint waits for all of them. What a
-failed or cancelled send leaves open is discarded (:meth:`Batches.discard`) when the runner
-rolls back or gives partitions up: never sent later, maybe to partitions another worker
-owns by then.
+failed or cancelled send leaves open or queued is discarded (:meth:`Batches.discard`) when
+the runner rolls back or gives partitions up: never sent later, maybe to partitions another
+worker owns by then.
+
+A batch sent goes into its partition's queue, not straight to aiokafka, and the worker goes
+on. aiokafka takes one batch a partition at a time (``send_batch`` waits until the
+partition's last batch left in a request) and keeps one request a broker in flight, so a
+stage whose outputs filled a partition's batch twice within a round trip waited, idle, for
+the broker. In the batched benchmark's worker (240,000 events, ``benchmarks/profile_worker.py``)
+the outputs' sends took 240-280 ms of each second, 170-180 of them CPU, and the checkpoint's
+changelog sends 60-90 ms, nearly all of it waiting. A task a partition (its *pump*) hands the
+queue's batches to aiokafka in order, each when aiokafka takes it. The queues hold at most
+:attr:`Batches.MAX_QUEUED_BYTES`; a send beyond that waits for room, as aiokafka's own
+buffer made it wait. A batch aiokafka refuses to take (the producer closed, or failed) fails
+its records' futures and those of every batch queued after it on its partition, which the
+checkpoint sees when it waits for them. (The pumps and aiokafka's sender run on the
+worker's event loop: the runner gives the loop a turn after each piece of a batch it sends,
+:meth:`memdiag.streams.runner.Runner._process`.)
 
 A record that wants its own offset (the checkpoint's changelog values, whose offsets the
 local state keeps) gets a future of its own, resolved from its batch's.
@@ -31,6 +46,7 @@ local state keeps) gets a future of its own, resolved from its batch's.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -58,11 +74,26 @@ class _Open:
         self.waiting: list[tuple[int, asyncio.Future[Delivered]]] = []
 
 
+class _Queued:
+    """A closed batch waiting for aiokafka to take it, and its delivery future."""
+
+    __slots__ = ("builder", "future", "size")
+
+    def __init__(self, builder: Any, future: asyncio.Future[Any], size: int):
+        self.builder = builder
+        self.future = future
+        self.size = size
+
+
 class Batches:
     """One producer's records, in batches a topic-partition at a time.
 
     ``producer``: a function giving the started aiokafka producer (the worker's is Faust's,
     started after the wiring); ``partitioner``: the producer's (a key's partition)."""
+
+    #: The bytes of closed batches the partitions' queues hold before a send waits for room
+    #: (two of the worker's largest produce requests, 8 MB each).
+    MAX_QUEUED_BYTES = 16 << 20
 
     def __init__(self, producer: Callable[[], Any], partitioner: Partitioner):
         self._producer_of = producer
@@ -73,6 +104,12 @@ class Batches:
         self._sent: list[asyncio.Future[Any]] = []
         #: topic -> its partitions, sorted, as the producer's metadata had them
         self._partitions: dict[str, list[int]] = {}
+        #: per topic-partition: the closed batches aiokafka has not taken yet, oldest first
+        self._queues: dict[tuple[str, int], deque[_Queued]] = {}
+        #: per topic-partition with a queue: the task handing it to aiokafka
+        self._pumps: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self.queued_bytes = 0
+        self._room: asyncio.Event | None = None
 
     def _started(self) -> Any:
         if self._producer is None:
@@ -110,7 +147,7 @@ class Batches:
                                     headers=headers) is not None:  # fmt: skip
                 break
             # full: it goes (a new batch takes any first record)
-            self._sent.append(await self._send(tp, batch))
+            await self._send(tp, batch)
         index = batch.count
         batch.count += 1
         if not want:
@@ -124,43 +161,118 @@ class Batches:
         flush (theirs, and those of batches sent when they filled)."""
         while self._open:
             tp, batch = next(iter(self._open.items()))
-            self._sent.append(await self._send(tp, batch))
+            await self._send(tp, batch)
         sent, self._sent = self._sent, []
         return sent
 
     def discard(self) -> None:
-        """Forget every open batch (its records are never sent; the futures that wait for
-        them are cancelled) and the futures of batches sent since the last flush (marked
-        seen: whoever rolled back does not wait for them)."""
+        """Forget every open and queued batch (its records are never sent; the futures that
+        wait for them are cancelled) and the futures of batches sent since the last flush
+        (marked seen: whoever rolled back does not wait for them). A batch aiokafka took is
+        sent whatever comes."""
         for batch in self._open.values():
             for _, waiting in batch.waiting:
                 waiting.cancel()
         self._open.clear()
+        for pump in self._pumps.values():
+            pump.cancel()
+        self._pumps.clear()
+        for queue in self._queues.values():
+            for queued in queue:
+                queued.future.cancel()  # and, through its resolver, its records' futures
+        self._queues.clear()
+        self.queued_bytes = 0
+        self._wake()
         for future in self._sent:
             future.add_done_callback(_seen)
         self._sent.clear()
 
-    async def _send(self, tp: tuple[str, int], batch: _Open) -> asyncio.Future[Any]:
+    async def _send(self, tp: tuple[str, int], batch: _Open) -> None:
+        """Close ``batch`` and put it in its partition's queue (its future in the next
+        flush's); wait while the queues are over :attr:`MAX_QUEUED_BYTES`."""
         if self._open.get(tp) is batch:
-            del self._open[tp]  # before the await: whatever comes meanwhile opens the next
-        batch.builder.close()
-        try:
-            future: asyncio.Future[Any] = await self._started().send_batch(
-                batch.builder, tp[0], partition=tp[1]
-            )
-        except BaseException as exc:
-            for _, waiting in batch.waiting:
-                if waiting.done():
-                    continue
-                if isinstance(exc, asyncio.CancelledError):
-                    waiting.cancel()
-                else:
-                    waiting.set_exception(exc)
-                    waiting.exception()  # seen: the caller has the same error
-            raise
+            del self._open[tp]  # before any await: whatever comes meanwhile opens the next
+        builder = batch.builder
+        builder.close()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         if batch.waiting:
             future.add_done_callback(_resolver(tp, batch.waiting))
-        return future
+        self._sent.append(future)
+        size = builder.size()
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        queue.append(_Queued(builder, future, size))
+        self.queued_bytes += size
+        if tp not in self._pumps:
+            self._pumps[tp] = loop.create_task(self._pump(tp, queue))
+        while self.queued_bytes > self.MAX_QUEUED_BYTES and self._pumps:
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            await self._room.wait()
+
+    async def _pump(self, tp: tuple[str, int], queue: deque[_Queued]) -> None:
+        """Hand ``tp``'s queued batches to aiokafka, oldest first, each once it takes it."""
+        producer = self._started()
+        try:
+            while queue:
+                queued = queue[0]
+                if not queued.future.done():
+                    try:
+                        delivery = await producer.send_batch(queued.builder, tp[0],
+                                                             partition=tp[1])  # fmt: skip
+                    except asyncio.CancelledError:
+                        raise
+                    except BaseException as exc:  # noqa: BLE001 - its records fail with it
+                        self._refused(tp, queue, exc)
+                        return
+                    delivery.add_done_callback(_chained(queued.future))
+                queue.popleft()
+                if self._queues.get(tp) is queue:
+                    self.queued_bytes -= queued.size
+                    self._wake()
+        finally:
+            if self._pumps.get(tp) is asyncio.current_task():
+                del self._pumps[tp]
+                if self._queues.get(tp) is queue and not queue:
+                    del self._queues[tp]
+                self._wake()
+
+    def _refused(self, tp: tuple[str, int], queue: deque[_Queued], exc: BaseException) -> None:
+        """aiokafka refused a batch: it and every batch queued after it on ``tp`` fail (none
+        may go ahead of it), with ``exc``."""
+        mine = self._queues.get(tp) is queue
+        for queued in queue:
+            if mine:
+                self.queued_bytes -= queued.size
+            if not queued.future.done():
+                queued.future.set_exception(exc)
+                _seen(queued.future)  # no warning at its collection: the checkpoint raises it
+        queue.clear()
+        if mine:
+            del self._queues[tp]
+
+    def _wake(self) -> None:
+        if self._room is not None and self.queued_bytes <= self.MAX_QUEUED_BYTES:
+            self._room.set()
+
+
+def _chained(ours: asyncio.Future[Any]) -> Callable[[asyncio.Future[Any]], None]:
+    """Settle ``ours`` as aiokafka settles its batch's delivery."""
+
+    def settle(delivery: asyncio.Future[Any]) -> None:
+        if ours.done():  # discarded meanwhile: its outcome concerns nobody
+            _seen(delivery)
+        elif delivery.cancelled():
+            ours.cancel()
+        elif delivery.exception() is not None:
+            ours.set_exception(delivery.exception())  # type: ignore[arg-type]
+        else:
+            ours.set_result(delivery.result())
+
+    return settle
 
 
 def _resolver(

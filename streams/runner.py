@@ -436,6 +436,9 @@ class Runner:
                 return False
             await self._send(out)
             del out  # sent: not held while the next piece is processed
+            # a turn of the loop: the producer's requests and their answers are handled in
+            # it, and a batch of many pieces would otherwise hold them all until it ends
+            await asyncio.sleep(0)
         cp.offsets.update(ends)
         return True
 

@@ -38,6 +38,9 @@ class Builder:
     def close(self) -> None:
         self.closed = True
 
+    def size(self) -> int:
+        return 100 * len(self.records)
+
 
 class Producer:
     """aiokafka's producer: its batch API, a log per partition, and its cluster metadata."""
@@ -187,18 +190,138 @@ def test_what_a_rollback_discards_is_never_sent() -> None:
     assert len(flushed) == 1
 
 
-def test_a_batch_the_producer_refuses_to_queue_fails_its_records_and_raises() -> None:
+def test_a_batch_the_producer_refuses_to_queue_fails_its_records_and_those_after_it() -> None:
+    """aiokafka refuses to take a batch (the producer is closed): its records and every
+    batch queued after it on its partition fail with the refusal, which the checkpoint sees
+    in the flush's futures; another partition's batches are not held back."""
+
     class Closed(Producer):
         async def send_batch(self, batch: Builder, topic: str, *, partition: int) -> Any:
-            raise RuntimeError("the producer is closed")
+            if topic == "changelog" and partition == 1:
+                raise RuntimeError("the producer is closed")
+            return await super().send_batch(batch, topic, partition=partition)
 
-    out = batches(Closed())
+    producer = Closed(room=1)
+    out = batches(producer)
 
-    async def go() -> asyncio.Future[Delivered] | None:
-        future = await out.add("changelog", b"k", b"v", 1, None, None, want=True)
+    async def go() -> tuple[list[Any], list[asyncio.Future[Any]], Any]:
+        futures = [await out.add("changelog", b"k", b"v%d" % i, 1, None, None, want=True)
+                   for i in range(3)]  # fmt: skip
+        other = await out.add("changelog", b"k", b"w", 0, None, None, want=True)
+        flushed = await out.flush()
         with pytest.raises(RuntimeError, match="closed"):
-            await out.flush()
-        return future
+            await asyncio.gather(*flushed)
+        await asyncio.sleep(0)
+        return futures, flushed, other
 
-    future = asyncio.run(go())
-    assert future is not None and isinstance(future.exception(), RuntimeError)
+    futures, flushed, other = asyncio.run(go())
+    assert len(flushed) == 4
+    for future in futures:
+        assert future is not None and isinstance(future.exception(), RuntimeError)
+    assert other.result() == Delivered("changelog", 0, 0)
+    assert producer.logs == {("changelog", 0): [(b"k", b"w", None, ())]}
+    assert out.queued_bytes == 0 and not out._queues and not out._pumps
+
+
+class OneAtATime(Producer):
+    """aiokafka's rule: ``send_batch`` takes a partition's batch only once the one before
+    it has left in a request (:meth:`drain` lets every taken batch leave)."""
+
+    def __init__(self, room: int = 1):
+        super().__init__(room)
+        self.undrained: dict[tuple[str, int], asyncio.Event] = {}
+
+    async def send_batch(self, batch: Builder, topic: str, *, partition: int) -> Any:
+        tp = (topic, partition)
+        while tp in self.undrained:
+            await self.undrained[tp].wait()
+        self.undrained[tp] = asyncio.Event()
+        return await super().send_batch(batch, topic, partition=partition)
+
+    def drain(self) -> None:
+        for gate in self.undrained.values():
+            gate.set()
+        self.undrained.clear()
+
+
+async def turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_full_batch_never_waits_for_the_one_before_it_to_leave() -> None:
+    """The worker goes on while aiokafka holds a partition's earlier batch: the batches
+    queue, and go to aiokafka one at a time, in their order, as each leaves."""
+    producer = OneAtATime(room=1)
+    out = batches(producer)
+
+    async def go() -> list[asyncio.Future[Any]]:
+        futures = []
+        for i in range(4):  # a batch a record: each add fills one
+            futures.append(await out.add("out", b"k", b"%d" % i, 2, None, None, want=True))
+        flushed = await out.flush()  # returned at once: nothing waited for a drain
+        await turns()
+        assert [r[1] for r in producer.logs[("out", 2)]] == [b"0"]  # one taken
+        assert out.queued_bytes == 300
+        for taken in range(2, 5):
+            producer.drain()
+            await turns()
+            assert [r[1] for r in producer.logs[("out", 2)]] == [b"%d" % i for i in range(taken)]
+        assert [f.result().offset for f in futures] == [0, 1, 2, 3]  # type: ignore[union-attr]
+        assert out.queued_bytes == 0 and not out._queues and not out._pumps
+        return flushed
+
+    flushed = asyncio.run(go())
+    assert len(flushed) == 4 and all(f.done() and f.exception() is None for f in flushed)
+
+
+def test_a_send_waits_for_room_once_the_queues_hold_their_most() -> None:
+    producer = OneAtATime(room=1)
+    out = batches(producer)
+    out.MAX_QUEUED_BYTES = 150  # a batch and a half of one record (100 bytes each)
+
+    async def go() -> None:
+        for i in range(3):
+            await out.add("out", b"k", b"%d" % i, 0)
+        # the fourth record closes the third batch: aiokafka takes the first, and two stay
+        # queued (200 bytes), over the most
+        fourth = asyncio.create_task(out.add("out", b"k", b"3", 0))
+        await turns()
+        assert not fourth.done() and out.queued_bytes == 200
+        producer.drain()  # the first batch leaves: the second is taken, 100 queued
+        await turns()
+        assert fourth.done() and out.queued_bytes == 100
+        flush = asyncio.create_task(out.flush())  # the last batch: waits for room too
+        while out._pumps or not flush.done():
+            producer.drain()
+            await turns()
+
+    asyncio.run(go())
+    assert [r[1] for r in producer.logs[("out", 0)]] == [b"0", b"1", b"2", b"3"]
+
+
+def test_a_rollback_forgets_the_queued_batches_and_what_waits_for_them() -> None:
+    """What aiokafka took goes; what was still queued is never sent, its records' futures
+    cancelled; what comes after the rollback goes after what aiokafka took."""
+    producer = OneAtATime(room=1)
+    out = batches(producer)
+
+    async def go() -> list[asyncio.Future[Delivered] | None]:
+        futures = [await out.add("changelog", b"k", b"old%d" % i, 0, None, None, want=True)
+                   for i in range(3)]  # fmt: skip
+        await out.flush()
+        await turns()
+        out.discard()
+        assert out.queued_bytes == 0 and not out._queues and not out._pumps
+        futures.append(await out.add("changelog", b"k", b"new", 0, None, None, want=True))
+        await out.flush()
+        for _ in range(3):
+            producer.drain()
+            await turns()
+        return futures
+
+    futures = asyncio.run(go())
+    assert [r[1] for r in producer.logs[("changelog", 0)]] == [b"old0", b"new"]
+    assert futures[0] is not None and futures[0].result().offset == 0
+    assert all(f is not None and f.cancelled() for f in futures[1:3])
+    assert futures[3] is not None and futures[3].result().offset == 1

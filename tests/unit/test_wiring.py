@@ -34,6 +34,9 @@ class Batch:
     def close(self) -> None:
         pass
 
+    def size(self) -> int:
+        return sum(len(value) for _, value in self.records)
+
 
 class Producer:
     """Records what the agents send; every delivery succeeds at once. Faust's producer and
