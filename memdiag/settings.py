@@ -281,6 +281,14 @@ class Settings:
         "how often the worker commits a checkpoint (its state, its outputs, then its "
         "offsets). A crash repeats at most this much work.",
     )
+    commit_idle_seconds: float = setting(
+        "MEMDIAG_COMMIT_IDLE_SECONDS",
+        0.1,
+        "a checkpoint also commits once no record has come for this long: a burst or a "
+        "catch-up commits when its last record is done (its offsets, its changelog and its "
+        "counters go out then), not up to an interval later. 0: only the interval and "
+        "MEMDIAG_COMMIT_BYTES make it commit.",
+    )
     commit_bytes: int = setting(
         "MEMDIAG_COMMIT_BYTES",
         16 * 1024 * 1024,
@@ -536,6 +544,11 @@ class Settings:
             )
         if not self.commit_bytes > 0:
             raise ConfigError(f"MEMDIAG_COMMIT_BYTES must be > 0, got {self.commit_bytes}")
+        if not self.commit_idle_seconds >= 0:
+            raise ConfigError(
+                "MEMDIAG_COMMIT_IDLE_SECONDS must be >= 0 (0: off), got "
+                f"{self.commit_idle_seconds:g}"
+            )
         if not self.commit_interval_seconds > 0:
             raise ConfigError(
                 f"MEMDIAG_COMMIT_INTERVAL_SECONDS must be > 0, got {self.commit_interval_seconds:g}"

@@ -226,6 +226,9 @@ class Runner:
         #: a checkpoint holding state values of this many bytes commits at once
         #: (MEMDIAG_COMMIT_BYTES)
         self.commit_bytes = 16 << 20
+        #: a checkpoint commits once no record came for this long (MEMDIAG_COMMIT_IDLE_SECONDS;
+        #: 0: only the interval and the bytes make it commit)
+        self.commit_idle = 0.0
         self.fault = fault
         self.stage_of = {topic: spec for spec in stages for topic in spec.topics}
         self.topics = frozenset(self.stage_of)
@@ -290,9 +293,16 @@ class Runner:
         return checkpoint.pending_bytes + held >= self.commit_bytes
 
     def _idle_after(self) -> float:
+        """How long the run loop waits for records before :meth:`_idle`: the interval's rest,
+        or a pause of :attr:`commit_idle` once the checkpoint holds something. A catch-up's
+        last checkpoint then commits when its last record is done, not up to an interval
+        later: its offsets, its changelog and its counters (which the counters topic's alerts
+        read) go out at once, and a crash after it repeats nothing. Live traffic that pauses
+        often commits at most once a pause, each commit as small as the pause's events."""
         if self.checkpoint.empty():
             return self.commit_interval
-        return max(0.01, self.commit_interval - self.checkpoint.age())
+        left = max(0.01, self.commit_interval - self.checkpoint.age())
+        return min(left, self.commit_idle) if self.commit_idle > 0 else left
 
     async def _idle(self) -> None:
         """Nothing came for a while: commit, start a generation nothing has started yet

@@ -104,6 +104,7 @@ def register(w: Wiring) -> Runner:
     tables: dict[str, Any] = {t.name: t.data for t in (w.state, w.rollups)}  # memdiag's store
     runner = Runner(kafka, stages, tables, sender, settings.commit_interval_seconds)
     runner.commit_bytes = settings.commit_bytes
+    runner.commit_idle = settings.commit_idle_seconds
     runner.stop_timeout = settings.shutdown_timeout_seconds
 
     async def answers(timeout: float) -> bool:

@@ -213,6 +213,49 @@ def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> No
     assert commits(16 << 20) == {}
 
 
+def test_a_checkpoint_commits_once_its_input_pauses() -> None:
+    """MEMDIAG_COMMIT_IDLE_SECONDS: the interval is an hour and the bytes are few, and the
+    checkpoint commits once no record came for the pause; with the pause off, it does not,
+    and while records keep coming faster than the pause, it does not either."""
+
+    def commits(idle: float, every: float = 0.0) -> dict[Any, int]:
+        world = World(Settings())
+        sids = same_partition(world, 40)
+        for n, sid in enumerate(sids):
+            world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+        runner = world.runner
+        runner.commit_interval = 3600.0
+        runner.commit_idle = idle
+        tp = TP(world.events, 0)
+        log = world.logs[(world.events, 0)]
+
+        async def go() -> None:
+            await runner._start(world.generation)
+            task = asyncio.create_task(runner.run())
+            if every:  # a record every `every` seconds, for half a second
+                for n in range(len(log)):
+                    runner.deliver(world.generation, {tp: log[n : n + 1]})
+                    await asyncio.sleep(every)
+                    if n * every >= 0.5:
+                        break
+            else:
+                runner.deliver(world.generation, {tp: log})
+                for _ in range(50):
+                    await asyncio.sleep(0.01)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+        asyncio.run(go())
+        return dict(world.committed)
+
+    assert commits(0.05) == {TP(world_events(), 0): 40}
+    assert commits(0.0) == {}
+    assert commits(0.2, every=0.01) == {}
+
+
 def world_events() -> str:
     return Settings().topics.events
 
