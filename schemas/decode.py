@@ -43,6 +43,8 @@ from memdiag.schemas.models import (
     EDGE_FIELD_PATTERN,
     MODELS,
     AnyEvent,
+    RecallProbe,
+    SessionOutcome,
     format_ts,
     iso_to_us,
     ts_us_of,
@@ -290,8 +292,8 @@ class Decoder:
                 f"({(self._max_skew_us or 0) / 1_000_000:g} s) allows. Check the clock of "
                 "the host that wrote it",
             )
-        kind = event.kind
-        if kind == "session_outcome":
+        kind = type(event)  # the model: a class test, where ``event.kind`` is a call
+        if kind is SessionOutcome:
             context = event.failure_context  # type: ignore[union-attr]
             if context is not None and deeper_than(context, MAX_DEPTH):
                 return (
@@ -308,7 +310,7 @@ class Decoder:
                         f"failure_context cannot be kept as JSON ({exc}); memdiag re-encodes "
                         "it, and integers must fit in 64 bits: send larger ones as strings",
                     )
-        elif kind == "recall_probe":
+        elif kind is RecallProbe:
             return _scores_problem(event.scores, event.result_ids)  # type: ignore[union-attr]
         return None
 
