@@ -284,10 +284,12 @@ class Settings:
     commit_idle_seconds: float = setting(
         "MEMDIAG_COMMIT_IDLE_SECONDS",
         0.1,
-        "a checkpoint also commits once no record has come for this long: a burst or a "
-        "catch-up commits when its last record is done (its offsets, its changelog and its "
-        "counters go out then), not up to an interval later. 0: only the interval and "
-        "MEMDIAG_COMMIT_BYTES make it commit.",
+        "a checkpoint also commits once no record has come for this long (and a quarter of "
+        "the interval has passed since the last commit): a burst or a catch-up commits when "
+        "its last record is done (its offsets, its changelog and its counters go out then), "
+        "not up to an interval later. Traffic that pauses often commits at most four times "
+        "an interval; after a failed checkpoint, only at the interval until one commits. "
+        "0: only the interval and MEMDIAG_COMMIT_BYTES make it commit.",
     )
     commit_bytes: int = setting(
         "MEMDIAG_COMMIT_BYTES",

@@ -35,9 +35,10 @@ queue's batches to aiokafka in order, each when aiokafka takes it. The queues ho
 :attr:`Batches.MAX_QUEUED_BYTES`; a send beyond that waits for room, as aiokafka's own
 buffer made it wait. A batch aiokafka refuses to take (the producer closed, or failed) fails
 its records' futures and those of every batch queued after it on its partition, which the
-checkpoint sees when it waits for them. (The pumps and aiokafka's sender run on the
-worker's event loop: the runner gives the loop a turn after each piece of a batch it sends,
-:meth:`memdiag.streams.runner.Runner._process`.)
+checkpoint sees when it waits for them; every later add or flush raises the refusal, as the
+send raised before the queues: the worker stops, and its restart makes a new producer.
+(The pumps and aiokafka's sender run on the worker's event loop: the runner gives the loop a
+turn after each piece of a batch it sends, :meth:`memdiag.streams.runner.Runner._process`.)
 
 A record that wants its own offset (the checkpoint's changelog values, whose offsets the
 local state keeps) gets a future of its own, resolved from its batch's.
@@ -48,6 +49,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 Partitioner = Callable[[bytes | None, list[int], list[int]], int]
@@ -110,6 +112,11 @@ class Batches:
         self._pumps: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.queued_bytes = 0
         self._room: asyncio.Event | None = None
+        #: the first batch aiokafka refused to take: every later add and flush raises it, as
+        #: the send of that batch raised before the queues (the worker stops, and its restart
+        #: makes a new producer: a producer that refused once, closed or failed, never takes
+        #: a batch again)
+        self.refusal: BaseException | None = None
 
     def _started(self) -> Any:
         if self._producer is None:
@@ -134,6 +141,8 @@ class Batches:
     ) -> asyncio.Future[Delivered] | None:  # fmt: skip
         """Queue a record (``timestamp_ms`` None: now). ``want``: return a future of its
         :class:`Delivered` (resolved when its batch is, after a :meth:`flush`)."""
+        if self.refusal is not None:
+            raise self.refusal
         if partition is None:
             partition = await self.partition(topic, key)
         tp = (topic, partition)
@@ -159,6 +168,8 @@ class Batches:
     async def flush(self) -> list[asyncio.Future[Any]]:
         """Send every open batch; the delivery futures of every batch sent since the last
         flush (theirs, and those of batches sent when they filled)."""
+        if self.refusal is not None:
+            raise self.refusal
         while self._open:
             tp, batch = next(iter(self._open.items()))
             await self._send(tp, batch)
@@ -205,8 +216,10 @@ class Batches:
             queue = self._queues[tp] = deque()
         queue.append(_Queued(builder, future, size))
         self.queued_bytes += size
-        if tp not in self._pumps:
-            self._pumps[tp] = loop.create_task(self._pump(tp, queue))
+        pump = self._pumps.get(tp)
+        if pump is None or pump.done():  # done: ended, its callback not run yet
+            pump = self._pumps[tp] = loop.create_task(self._pump(tp, queue))
+            pump.add_done_callback(partial(self._pumped, tp, queue))
         while self.queued_bytes > self.MAX_QUEUED_BYTES and self._pumps:
             if self._room is None:
                 self._room = asyncio.Event()
@@ -216,33 +229,42 @@ class Batches:
     async def _pump(self, tp: tuple[str, int], queue: deque[_Queued]) -> None:
         """Hand ``tp``'s queued batches to aiokafka, oldest first, each once it takes it."""
         producer = self._started()
-        try:
-            while queue:
-                queued = queue[0]
-                if not queued.future.done():
-                    try:
-                        delivery = await producer.send_batch(queued.builder, tp[0],
-                                                             partition=tp[1])  # fmt: skip
-                    except asyncio.CancelledError:
-                        raise
-                    except BaseException as exc:  # noqa: BLE001 - its records fail with it
-                        self._refused(tp, queue, exc)
-                        return
-                    delivery.add_done_callback(_chained(queued.future))
-                queue.popleft()
-                if self._queues.get(tp) is queue:
-                    self.queued_bytes -= queued.size
-                    self._wake()
-        finally:
-            if self._pumps.get(tp) is asyncio.current_task():
-                del self._pumps[tp]
-                if self._queues.get(tp) is queue and not queue:
-                    del self._queues[tp]
+        while queue:
+            queued = queue[0]
+            if not queued.future.done():
+                try:
+                    delivery = await producer.send_batch(queued.builder, tp[0],
+                                                         partition=tp[1])  # fmt: skip
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - its records fail with it
+                    self.refusal = self.refusal or exc
+                    self._fail(tp, queue, exc)
+                    return
+                delivery.add_done_callback(_chained(queued.future))
+            queue.popleft()
+            if self._queues.get(tp) is queue:
+                self.queued_bytes -= queued.size
                 self._wake()
 
-    def _refused(self, tp: tuple[str, int], queue: deque[_Queued], exc: BaseException) -> None:
-        """aiokafka refused a batch: it and every batch queued after it on ``tp`` fail (none
-        may go ahead of it), with ``exc``."""
+    def _pumped(self, tp: tuple[str, int], queue: deque[_Queued], pump: asyncio.Task[None]) -> None:
+        """A pump ended (its queue empty, refused, or cancelled): it is forgotten, unless
+        :meth:`discard` forgot it already or a new one took its place. One cancelled with
+        batches left (by anything but a discard, which forgets the queue first: a stop
+        cancelling every task, say) fails them: nothing else would ever send them."""
+        if self._pumps.get(tp) is not pump:
+            return
+        del self._pumps[tp]
+        if queue:
+            why = "the producer's queue for this partition was cancelled before aiokafka took it"
+            self._fail(tp, queue, RuntimeError(why))
+        elif self._queues.get(tp) is queue:
+            del self._queues[tp]
+        self._wake()
+
+    def _fail(self, tp: tuple[str, int], queue: deque[_Queued], exc: BaseException) -> None:
+        """aiokafka refused a batch (or its pump was cancelled): it and every batch queued
+        after it on ``tp`` fail (none may go ahead of it), with ``exc``."""
         mine = self._queues.get(tp) is queue
         for queued in queue:
             if mine:
@@ -253,6 +275,7 @@ class Batches:
         queue.clear()
         if mine:
             del self._queues[tp]
+        self._wake()
 
     def _wake(self) -> None:
         if self._room is not None and self.queued_bytes <= self.MAX_QUEUED_BYTES:

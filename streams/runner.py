@@ -10,7 +10,8 @@ at once, never a Faust message or event per record. The runner then:
 2. hands each stage its messages (:mod:`memdiag.streams.wiring` says which topics feed which
    stage), with its table as the checkpoint shows it;
 3. sends each stage's outputs (the checkpoint waits for their delivery);
-4. commits the checkpoint every ``MEMDIAG_COMMIT_INTERVAL_SECONDS``
+4. commits the checkpoint every ``MEMDIAG_COMMIT_INTERVAL_SECONDS``, once its input pauses
+   for ``MEMDIAG_COMMIT_IDLE_SECONDS``, or once it holds ``MEMDIAG_COMMIT_BYTES``
    (:mod:`memdiag.streams.checkpoint`: changelog, deliveries, one OffsetCommit, then the
    local state).
 
@@ -229,6 +230,9 @@ class Runner:
         #: a checkpoint commits once no record came for this long (MEMDIAG_COMMIT_IDLE_SECONDS;
         #: 0: only the interval and the bytes make it commit)
         self.commit_idle = 0.0
+        #: whether a pause may commit: not from a failed checkpoint until one commits again
+        #: (a failing commit is tried once an interval, as before the pause commits)
+        self._pause_commits = True
         self.fault = fault
         self.stage_of = {topic: spec for spec in stages for topic in spec.topics}
         self.topics = frozenset(self.stage_of)
@@ -294,15 +298,20 @@ class Runner:
 
     def _idle_after(self) -> float:
         """How long the run loop waits for records before :meth:`_idle`: the interval's rest,
-        or a pause of :attr:`commit_idle` once the checkpoint holds something. A catch-up's
-        last checkpoint then commits when its last record is done, not up to an interval
-        later: its offsets, its changelog and its counters (which the counters topic's alerts
-        read) go out at once, and a crash after it repeats nothing. Live traffic that pauses
-        often commits at most once a pause, each commit as small as the pause's events."""
+        or, once the checkpoint holds something, a pause of :attr:`commit_idle` (and at least
+        a quarter of the interval since the last commit). A catch-up's last checkpoint then
+        commits when its last record is done, not up to an interval later: its offsets, its
+        changelog and its counters (which the counters topic's alerts read) go out at once,
+        and a crash after it repeats nothing. Live traffic that pauses often commits at most
+        four times an interval; after a failed checkpoint, only at the interval, until one
+        commits again."""
         if self.checkpoint.empty():
             return self.commit_interval
-        left = max(0.01, self.commit_interval - self.checkpoint.age())
-        return min(left, self.commit_idle) if self.commit_idle > 0 else left
+        age = self.checkpoint.age()
+        left = max(0.01, self.commit_interval - age)
+        if self.commit_idle <= 0 or not self._pause_commits:
+            return left
+        return min(left, max(self.commit_idle, self.commit_interval / 4 - age))
 
     async def _idle(self) -> None:
         """Nothing came for a while: commit, start a generation nothing has started yet
@@ -519,6 +528,7 @@ class Runner:
             self._drop(str(exc))
             return
         self.checkpoints += 1
+        self._pause_commits = True
         self.sender.committed()
         self.progress.committed_to(cp.offsets)
         self.checkpoint = Checkpoint(self.tables)
@@ -545,6 +555,7 @@ class Runner:
         """Back to the committed state: the checkpoint's writes and the stages' decoded
         objects go; records are taken again from the committed offsets (a new start)."""
         self.failed_checkpoints += 1
+        self._pause_commits = False
         self.checkpoint = Checkpoint(self.tables)
         for spec in self.stages:
             spec.stage.reset()

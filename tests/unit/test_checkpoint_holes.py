@@ -5,6 +5,7 @@ code before its fix."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -214,9 +215,10 @@ def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> No
 
 
 def test_a_checkpoint_commits_once_its_input_pauses() -> None:
-    """MEMDIAG_COMMIT_IDLE_SECONDS: the interval is an hour and the bytes are few, and the
-    checkpoint commits once no record came for the pause; with the pause off, it does not,
-    and while records keep coming faster than the pause, it does not either."""
+    """MEMDIAG_COMMIT_IDLE_SECONDS: with an interval of 2 s and few bytes, the checkpoint
+    commits once no record came for the pause (a quarter of the interval after the last
+    commit at the earliest); with the pause off it does not, and while records keep coming
+    faster than the pause it does not either."""
 
     def commits(idle: float, every: float = 0.0) -> dict[Any, int]:
         world = World(Settings())
@@ -224,24 +226,24 @@ def test_a_checkpoint_commits_once_its_input_pauses() -> None:
         for n, sid in enumerate(sids):
             world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
         runner = world.runner
-        runner.commit_interval = 3600.0
+        runner.commit_interval = 2.0
         runner.commit_idle = idle
         tp = TP(world.events, 0)
         log = world.logs[(world.events, 0)]
 
         async def go() -> None:
             await runner._start(world.generation)
+            runner.checkpoint.started = time.monotonic()
             task = asyncio.create_task(runner.run())
-            if every:  # a record every `every` seconds, for half a second
+            if every:  # a record every `every` seconds, for 0.9 s
                 for n in range(len(log)):
                     runner.deliver(world.generation, {tp: log[n : n + 1]})
                     await asyncio.sleep(every)
-                    if n * every >= 0.5:
+                    if (n + 1) * every >= 0.9:
                         break
             else:
                 runner.deliver(world.generation, {tp: log})
-                for _ in range(50):
-                    await asyncio.sleep(0.01)
+                await asyncio.sleep(1.0)
             task.cancel()
             try:
                 await task
@@ -253,7 +255,26 @@ def test_a_checkpoint_commits_once_its_input_pauses() -> None:
 
     assert commits(0.05) == {TP(world_events(), 0): 40}
     assert commits(0.0) == {}
-    assert commits(0.2, every=0.01) == {}
+    assert commits(0.4, every=0.01) == {}
+
+
+def test_a_pause_commits_again_only_once_a_checkpoint_committed() -> None:
+    """After a failed checkpoint a pause does not commit: a commit that keeps failing is
+    tried once an interval, not at every pause (the log would say each)."""
+    world = World(Settings())
+    runner = world.runner
+    runner.commit_interval, runner.commit_idle = 2.0, 0.05
+    tp = TP(world.events, 0)
+    runner.checkpoint.started = time.monotonic() - 1.0  # a second since the last commit
+    runner.checkpoint.offsets[tp] = 1
+    assert runner._idle_after() == 0.05
+    runner._drop("a delivery failed")
+    runner.checkpoint.offsets[tp] = 1
+    assert runner._idle_after() > 1.9
+    asyncio.run(runner._commit())  # a checkpoint commits: pauses commit again
+    runner.checkpoint.started = time.monotonic() - 1.0
+    runner.checkpoint.offsets[tp] = 1
+    assert runner._idle_after() == 0.05
 
 
 def world_events() -> str:

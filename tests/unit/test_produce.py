@@ -212,6 +212,12 @@ def test_a_batch_the_producer_refuses_to_queue_fails_its_records_and_those_after
         with pytest.raises(RuntimeError, match="closed"):
             await asyncio.gather(*flushed)
         await asyncio.sleep(0)
+        # and the producer is done for: the next record raises, as a send that refused did
+        # before the queues (the worker stops, and its restart makes a new producer)
+        with pytest.raises(RuntimeError, match="closed"):
+            await out.add("changelog", b"k", b"later", 0)
+        with pytest.raises(RuntimeError, match="closed"):
+            await out.flush()
         return futures, flushed, other
 
     futures, flushed, other = asyncio.run(go())
@@ -325,3 +331,31 @@ def test_a_rollback_forgets_the_queued_batches_and_what_waits_for_them() -> None
     assert futures[0] is not None and futures[0].result().offset == 0
     assert all(f is not None and f.cancelled() for f in futures[1:3])
     assert futures[3] is not None and futures[3].result().offset == 1
+
+
+def test_a_pump_cancelled_by_anything_but_a_rollback_fails_its_queue() -> None:
+    """A stop that cancels every task (not :meth:`Batches.discard`) may cancel a pump, even
+    before it ran: what it held fails, so no checkpoint waits for it forever, and the next
+    batch of its partition gets a pump of its own."""
+    producer = OneAtATime(room=1)
+    out = batches(producer)
+
+    async def go() -> tuple[list[Any], Any]:
+        futures = [await out.add("out", b"k", b"%d" % i, 1, None, None, want=True)
+                   for i in range(3)]  # fmt: skip
+        out._pumps[("out", 1)].cancel()  # before its first step
+        await turns()
+        assert not out._pumps and not out._queues and out.queued_bytes == 0
+        later = await out.add("out", b"k", b"later", 1, None, None, want=True)
+        await out.flush()
+        for _ in range(3):
+            producer.drain()
+            await turns()
+        return futures, later
+
+    futures, later = asyncio.run(go())
+    for future in futures[:2]:  # the two closed batches; the third record's was open
+        assert future is not None and isinstance(future.exception(), RuntimeError)
+    assert futures[2] is not None and futures[2].result().offset == 0
+    assert later is not None and later.result().offset == 1
+    assert [r[1] for r in producer.logs[("out", 1)]] == [b"2", b"later"]
