@@ -35,8 +35,9 @@ queue's batches to aiokafka in order, each when aiokafka takes it. The queues ho
 :attr:`Batches.MAX_QUEUED_BYTES`; a send beyond that waits for room, as aiokafka's own
 buffer made it wait. A batch aiokafka refuses to take (the producer closed, or failed) fails
 its records' futures and those of every batch queued after it on its partition, which the
-checkpoint sees when it waits for them; every later add or flush raises the refusal, as the
-send raised before the queues: the worker stops, and its restart makes a new producer.
+checkpoint sees when it waits for them; every later add or flush raises (nothing may go
+after it), as the send raised before the queues: the worker stops, and its restart makes a
+new producer.
 (The pumps and aiokafka's sender run on the worker's event loop: the runner gives the loop a
 turn after each piece of a batch it sends, :meth:`memdiag.streams.runner.Runner._process`.)
 
@@ -112,10 +113,12 @@ class Batches:
         self._pumps: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.queued_bytes = 0
         self._room: asyncio.Event | None = None
-        #: the first batch aiokafka refused to take: every later add and flush raises it, as
-        #: the send of that batch raised before the queues (the worker stops, and its restart
-        #: makes a new producer: a producer that refused once, closed or failed, never takes
-        #: a batch again)
+        #: why aiokafka refused the first batch it did not take: every later add and flush
+        #: raises, as the send of that batch raised before the queues. A refusal is the
+        #: producer closed or its sender failed (aiokafka keeps refusing then), or a
+        #: partition stalled past the request timeout (20 minutes at Faust's default; aiokafka
+        #: has expired the batches in flight by then): the worker stops, and its restart
+        #: makes a new producer
         self.refusal: BaseException | None = None
 
     def _started(self) -> Any:
@@ -141,8 +144,7 @@ class Batches:
     ) -> asyncio.Future[Delivered] | None:  # fmt: skip
         """Queue a record (``timestamp_ms`` None: now). ``want``: return a future of its
         :class:`Delivered` (resolved when its batch is, after a :meth:`flush`)."""
-        if self.refusal is not None:
-            raise self.refusal
+        self._refuse_if_refused()
         if partition is None:
             partition = await self.partition(topic, key)
         tp = (topic, partition)
@@ -168,8 +170,7 @@ class Batches:
     async def flush(self) -> list[asyncio.Future[Any]]:
         """Send every open batch; the delivery futures of every batch sent since the last
         flush (theirs, and those of batches sent when they filled)."""
-        if self.refusal is not None:
-            raise self.refusal
+        self._refuse_if_refused()
         while self._open:
             tp, batch = next(iter(self._open.items()))
             await self._send(tp, batch)
@@ -203,6 +204,10 @@ class Batches:
         flush's); wait while the queues are over :attr:`MAX_QUEUED_BYTES`."""
         if self._open.get(tp) is batch:
             del self._open[tp]  # before any await: whatever comes meanwhile opens the next
+        if self.refusal is not None:  # came while this add or flush waited for room
+            for _, waiting in batch.waiting:
+                waiting.cancel()
+            self._refuse_if_refused()
         builder = batch.builder
         builder.close()
         loop = asyncio.get_running_loop()
@@ -249,7 +254,8 @@ class Batches:
 
     def _pumped(self, tp: tuple[str, int], queue: deque[_Queued], pump: asyncio.Task[None]) -> None:
         """A pump ended (its queue empty, refused, or cancelled): it is forgotten, unless
-        :meth:`discard` forgot it already or a new one took its place. One cancelled with
+        :meth:`discard` forgot it already or a new one took its place (a send that came
+        between its end and this call: the new one sends what it left). One cancelled with
         batches left (by anything but a discard, which forgets the queue first: a stop
         cancelling every task, say) fails them: nothing else would ever send them."""
         if self._pumps.get(tp) is not pump:
@@ -276,6 +282,14 @@ class Batches:
         if mine:
             del self._queues[tp]
         self._wake()
+
+    def _refuse_if_refused(self) -> None:
+        """Raise if aiokafka refused a batch (:attr:`refusal`): nothing is queued after it,
+        which could land ahead of the refused batch's records."""
+        if self.refusal is not None:
+            raise RuntimeError(
+                f"the producer refused a batch ({self.refusal!r}); it takes no more"
+            ) from self.refusal
 
     def _wake(self) -> None:
         if self._room is not None and self.queued_bytes <= self.MAX_QUEUED_BYTES:

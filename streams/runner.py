@@ -626,6 +626,9 @@ class Runner:
         deadline = self.stop_deadline or time.monotonic() + self.stop_timeout
         commit = asyncio.ensure_future(self._final_commit())
         gone = not await settles(commit, deadline, self.answers)
+        if commit.done() and not commit.cancelled() and commit.exception() is not None:
+            # read, and said as it is (a producer that refused a batch raises here)
+            log.error("runner: the commit at the stop raised: %r", commit.exception())
         if gone:
             commit.cancel()
             if self._task is not None and not self._task.done():

@@ -216,13 +216,13 @@ def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> No
 
 def test_a_checkpoint_commits_once_its_input_pauses() -> None:
     """MEMDIAG_COMMIT_IDLE_SECONDS: with an interval of 2 s and few bytes, the checkpoint
-    commits once no record came for the pause (a quarter of the interval after the last
-    commit at the earliest); with the pause off it does not, and while records keep coming
-    faster than the pause it does not either."""
+    commits once no record came for the pause, and a quarter of the interval after the last
+    commit at the earliest (once); with the pause off it does not, and while records keep
+    coming faster than the pause it does not either."""
 
-    def commits(idle: float, every: float = 0.0) -> dict[Any, int]:
+    def commits(idle: float, every: float = 0.0) -> tuple[dict[Any, int], float | None, int]:
         world = World(Settings())
-        sids = same_partition(world, 40)
+        sids = same_partition(world, 120)
         for n, sid in enumerate(sids):
             world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
         runner = world.runner
@@ -230,20 +230,24 @@ def test_a_checkpoint_commits_once_its_input_pauses() -> None:
         runner.commit_idle = idle
         tp = TP(world.events, 0)
         log = world.logs[(world.events, 0)]
+        first: list[float] = []
 
         async def go() -> None:
             await runner._start(world.generation)
-            runner.checkpoint.started = time.monotonic()
+            runner.checkpoint.started = began = time.monotonic()  # as after a commit
             task = asyncio.create_task(runner.run())
             if every:  # a record every `every` seconds, for 0.9 s
                 for n in range(len(log)):
                     runner.deliver(world.generation, {tp: log[n : n + 1]})
                     await asyncio.sleep(every)
-                    if (n + 1) * every >= 0.9:
+                    if time.monotonic() - began >= 0.9:
                         break
             else:
                 runner.deliver(world.generation, {tp: log})
-                await asyncio.sleep(1.0)
+                while time.monotonic() - began < 1.0:
+                    await asyncio.sleep(0.01)
+                    if runner.checkpoints and not first:
+                        first.append(time.monotonic() - began)
             task.cancel()
             try:
                 await task
@@ -251,11 +255,13 @@ def test_a_checkpoint_commits_once_its_input_pauses() -> None:
                 pass
 
         asyncio.run(go())
-        return dict(world.committed)
+        return dict(world.committed), (first[0] if first else None), runner.checkpoints
 
-    assert commits(0.05) == {TP(world_events(), 0): 40}
-    assert commits(0.0) == {}
-    assert commits(0.4, every=0.01) == {}
+    committed, at, count = commits(0.05)
+    assert committed == {TP(world_events(), 0): 120} and count == 1
+    assert at is not None and 0.45 <= at < 1.0  # a quarter of the interval, not the pause
+    assert commits(0.0) == ({}, None, 0)
+    assert commits(0.4, every=0.01)[::2] == ({}, 0)
 
 
 def test_a_pause_commits_again_only_once_a_checkpoint_committed() -> None:
@@ -265,8 +271,10 @@ def test_a_pause_commits_again_only_once_a_checkpoint_committed() -> None:
     runner = world.runner
     runner.commit_interval, runner.commit_idle = 2.0, 0.05
     tp = TP(world.events, 0)
-    runner.checkpoint.started = time.monotonic() - 1.0  # a second since the last commit
+    runner.checkpoint.started = time.monotonic() - 0.1  # a tenth of a second since the last
     runner.checkpoint.offsets[tp] = 1
+    assert 0.35 < runner._idle_after() <= 0.4  # the quarter of the interval comes first
+    runner.checkpoint.started = time.monotonic() - 1.0  # a second since the last commit
     assert runner._idle_after() == 0.05
     runner._drop("a delivery failed")
     runner.checkpoint.offsets[tp] = 1

@@ -214,9 +214,9 @@ def test_a_batch_the_producer_refuses_to_queue_fails_its_records_and_those_after
         await asyncio.sleep(0)
         # and the producer is done for: the next record raises, as a send that refused did
         # before the queues (the worker stops, and its restart makes a new producer)
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(RuntimeError, match="refused a batch .*closed"):
             await out.add("changelog", b"k", b"later", 0)
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(RuntimeError, match="refused a batch .*closed"):
             await out.flush()
         return futures, flushed, other
 
@@ -359,3 +359,42 @@ def test_a_pump_cancelled_by_anything_but_a_rollback_fails_its_queue() -> None:
     assert futures[2] is not None and futures[2].result().offset == 0
     assert later is not None and later.result().offset == 1
     assert [r[1] for r in producer.logs[("out", 1)]] == [b"2", b"later"]
+
+
+def test_nothing_is_queued_after_a_refusal_that_came_while_a_send_waited_for_room() -> None:
+    """A flush waits for room; meanwhile aiokafka refuses a partition's batch. The flush's
+    next batch of that partition must not go (it would land ahead of the refused one's
+    records): it raises, and its records' futures are cancelled."""
+
+    class RefusesFirst(OneAtATime):
+        def __init__(self) -> None:
+            super().__init__(room=1)
+            self.refuse = asyncio.Event()
+
+        async def send_batch(self, batch: Builder, topic: str, *, partition: int) -> Any:
+            await self.refuse.wait()  # a0 and b both wait for the moment of the refusal
+            if batch.records[0][1] == b"a0":
+                raise RuntimeError("a request timed out")
+            return await super().send_batch(batch, topic, partition=partition)
+
+    producer = RefusesFirst()
+    out = batches(producer)
+    out.MAX_QUEUED_BYTES = 150
+
+    async def go() -> Any:
+        await out.add("out", b"k", b"a0", 0)
+        other = await out.add("out", b"k", b"b", 1, None, None, want=True)
+        await out.add("out", b"k", b"a1", 0)  # a0 closed: its pump waits in send_batch
+        # the flush closes b's batch first: 200 bytes queued, over the most, so it waits
+        flush = asyncio.create_task(out.flush())
+        await turns()
+        assert not flush.done()
+        producer.refuse.set()  # a0 refused: room, and the flush goes on to a1's batch
+        with pytest.raises(RuntimeError, match="refused a batch"):
+            await flush
+        await turns()
+        return other
+
+    other = asyncio.run(go())
+    assert ("out", 0) not in producer.logs  # a1 never went ahead of a0
+    assert other is not None and other.result().offset == 0  # b was queued before: it went
