@@ -229,7 +229,7 @@ class Session(SpanTurns):
 
     def ingest_searches(
         self, events: list[Search], published_ms: int, out: Output
-    ) -> list[tuple[int, tuple[str, ...]]]:
+    ) -> tuple[list[tuple[int, tuple[str, ...]]], int]:
         """:meth:`ingest` of each search in turn, giving the same log, rows and counts, for a
         batch's run of one session's searches (``tests/unit/test_search_runs.py`` holds the
         two equal on every order of arrival: a change to :func:`record_of`'s search,
@@ -239,7 +239,8 @@ class Session(SpanTurns):
         half, and (if evaluated) within the retention and after every search the session
         remembers. Any other goes the general way (:meth:`ingest`, or :meth:`_search` once
         it is in the log). Returns ``(position, fields)`` of each search whose ``event_id``
-        another event of the session took (:meth:`ingest`'s answer)."""
+        another event of the session took (:meth:`ingest`'s answer), and the newest time of
+        the others (0: none)."""
         differing: list[tuple[int, tuple[str, ...]]] = []
         seq_of, first_seq, records = self._seq_of, self._first_seq, self.records
         history = self.history
@@ -252,6 +253,7 @@ class Session(SpanTurns):
         followups: list[int] = []
         scope_of: Scope | None = None
         scope = 0
+        newest = 0
         for pos, event in enumerate(events):
             eid = event.event_id
             source = event.source
@@ -268,8 +270,12 @@ class Session(SpanTurns):
                 differs = self.ingest(event, published_ms, out)
                 if differs:
                     differing.append((pos, differs))
+                elif event.ts_us > newest:
+                    newest = event.ts_us
                 continue
             ts = event.ts_us
+            if ts > newest:
+                newest = ts
             ids = event.result_ids
             evaluated = source == "agent" and len(ids) > 0
             where = (event.agent_id, event.org_id, event.project_id)
@@ -308,7 +314,7 @@ class Session(SpanTurns):
         for key, times in searched.items():
             out.add_at(key, times)
         out.add_at(_FOLLOWUP_KEY, followups)
-        return differing
+        return differing, newest
 
     def differences(self, known: LogRecord, event: SessionEvent, revision: int) -> tuple[str, ...]:
         """The fields in which ``event`` differs from ``known``, the record the session took

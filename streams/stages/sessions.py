@@ -271,14 +271,11 @@ class SessionStage:
                 self._applied(session, event.ts_us, now_ms, out)
             return
         events = cast(list[Search], [acc.event for acc in run])
-        differing = session.ingest_searches(events, published_ms, out)
+        differing, newest = session.ingest_searches(events, published_ms, out)
         for pos, differs in differing:
             self._reused(msg, run[pos], session.session_id, differs, out)
-        if len(differing) == len(run):
-            return
-        skip = {pos for pos, _ in differing}
-        newest = max(e.ts_us for pos, e in enumerate(events) if pos not in skip)
-        self._applied(session, newest, now_ms, out)
+        if len(differing) < len(run):
+            self._applied(session, newest, now_ms, out)
 
     def _applied(self, session: Session, ts_us: int, now_ms: int, out: Output) -> None:
         """An event of ``session`` at ``ts_us`` was applied (or was one it had)."""

@@ -181,15 +181,29 @@ def test_repairs_are_written_without_waiting_for_their_partitions_traffic() -> N
     assert world.uncommitted([(0, r) for r in latest.values()]) == []
 
 
+def sessions_on_one_partition(n: int) -> World:
+    """A world with ``n`` sessions of partition 0, an event each, in the events topic."""
+    world = World(Settings())
+    for i, sid in enumerate(same_partition(world, n)):
+        world.append(world.events, sid, event(sid, 0, T0 + i), timestamp_ms=T0 + i)
+    return world
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel the runner's run loop and wait for it to end."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
 def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> None:
     """MEMDIAG_COMMIT_BYTES, as Quix's ``commit_every``: the interval is an hour here, so
     only the bytes the checkpoint holds can make it commit; under the limit it does not."""
 
     def commits(limit: int) -> dict[Any, int]:
-        world = World(Settings())
-        sids = same_partition(world, 40)
-        for n, sid in enumerate(sids):
-            world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+        world = sessions_on_one_partition(40)
         runner = world.runner
         runner.commit_interval = 3600.0
         runner.commit_bytes = limit
@@ -201,11 +215,7 @@ def test_a_checkpoint_commits_early_once_its_state_passes_the_byte_limit() -> No
             runner.deliver(world.generation, {tp: world.logs[(world.events, 0)]})
             for _ in range(50):
                 await asyncio.sleep(0.01)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancelled(task)
 
         asyncio.run(go())
         return dict(world.committed)
@@ -221,10 +231,7 @@ def test_a_checkpoint_commits_once_its_input_pauses() -> None:
     coming faster than the pause it does not either."""
 
     def commits(idle: float, every: float = 0.0) -> tuple[dict[Any, int], float | None, int]:
-        world = World(Settings())
-        sids = same_partition(world, 120)
-        for n, sid in enumerate(sids):
-            world.append(world.events, sid, event(sid, 0, T0 + n), timestamp_ms=T0 + n)
+        world = sessions_on_one_partition(120)
         runner = world.runner
         runner.commit_interval = 2.0
         runner.commit_idle = idle
@@ -248,11 +255,7 @@ def test_a_checkpoint_commits_once_its_input_pauses() -> None:
                     await asyncio.sleep(0.01)
                     if runner.checkpoints and not first:
                         first.append(time.monotonic() - began)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancelled(task)
 
         asyncio.run(go())
         return dict(world.committed), (first[0] if first else None), runner.checkpoints

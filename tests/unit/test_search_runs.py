@@ -112,7 +112,10 @@ def _run(events: list[SessionEvent], cuts: list[int], together: bool) -> tuple[A
                 j += 1
             if j > i:
                 run = [e for e in events[i:j] if isinstance(e, Search)]
-                differing += [(i + pos, d) for pos, d in s.ingest_searches(run, 1_000, out)]
+                found, newest = s.ingest_searches(run, 1_000, out)
+                differing += [(i + pos, d) for pos, d in found]
+                applied = [e.ts_us for pos, e in enumerate(run) if pos not in dict(found)]
+                assert newest == max(applied, default=0)
                 i = j
                 continue
             d = s.ingest(events[i], 1_000, out)
@@ -180,14 +183,17 @@ _PUBLISHED_MS = 1_795_392_000_000  # 2026-11-22T...
 
 def _one_by_one(
     self: Session, events: list[Search], published_ms: int, out: Output
-) -> list[tuple[int, tuple[str, ...]]]:
+) -> tuple[list[tuple[int, tuple[str, ...]]], int]:
     """What ``ingest_searches`` must equal: ``ingest`` of each search in turn."""
     differing = []
+    newest = 0
     for pos, event in enumerate(events):
         differs = self.ingest(event, published_ms, out)
         if differs:
             differing.append((pos, differs))
-    return differing
+        else:
+            newest = max(newest, event.ts_us)
+    return differing, newest
 
 
 def _stage_messages(seed: int) -> list[list[InMessage]]:
