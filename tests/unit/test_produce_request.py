@@ -42,8 +42,10 @@ def test_versions_three_to_seven_have_the_one_copy_encoder() -> None:
 @settings(max_examples=300, deadline=None)
 @given(request=REQUESTS, version=st.sampled_from(VERSIONS))
 def test_the_bytes_are_aiokafkas_for_any_request(request: tuple[Any, ...], version: Any) -> None:
-    fast = produce_request.FAST[version](*request).encode()
+    unjoined = produce_request.FAST[version](*request).encode()
+    fast = bytes(unjoined)
     assert fast == version(*request).encode()
+    assert len(unjoined) == len(fast)
     # and they read back as what was sent (aiokafka's decoder: a broker's view)
     transactional_id, acks, timeout, topics = version.decode(fast).__dict__.values()
     assert (transactional_id, acks, timeout) == request[:3]
@@ -58,12 +60,13 @@ def test_the_bytes_are_aiokafkas_for_any_request(request: tuple[Any, ...], versi
     assert topics == sent
 
 
-def _peak_while_encoding(request_class: Any, batch: bytes) -> int:
-    """The most memory the encoding of a request of ``batch`` held at once (tracemalloc)."""
-    struct = request_class(None, -1, 30_000, [("t", [(2, batch)])]).prepare({0: (0, 7)})
+def _sent_while_traced(request_class: Any, batch: bytes) -> int:
+    """The most memory aiokafka's connection held at once while it sent a request of
+    ``batch`` (tracemalloc)."""
+    request = request_class(None, -1, 30_000, [("t", [(2, batch)])])
     tracemalloc.start()
     try:
-        data = struct.encode()
+        data = produce_request.sent_by_aiokafka(request)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -71,14 +74,59 @@ def _peak_while_encoding(request_class: Any, batch: bytes) -> int:
     return peak
 
 
-def test_a_large_batch_is_copied_once() -> None:
+def test_a_large_batch_is_copied_once_from_the_batch_to_the_socket() -> None:
     """The point of it. aiokafka's encoding holds two copies of the batch at once at least
-    (a level's parts and their join), six in all; this one builds the request's bytes once."""
+    (a level's parts and their join), six in all, and its connection two more (the header
+    in front, then the size); the request memdiag builds is copied once, into the bytes the
+    connection writes."""
     batch = bytes(range(256)) * 4096  # 1 MiB
-    ours = _peak_while_encoding(produce_request.ProduceRequest, batch)
-    aiokafkas = _peak_while_encoding(produce.ProduceRequest, batch)
+    ours = _sent_while_traced(produce_request.ProduceRequest, batch)
+    aiokafkas = _sent_while_traced(produce.ProduceRequest, batch)
     assert ours < 1.1 * len(batch)
     assert aiokafkas > 1.9 * len(batch)
+
+
+def test_the_connection_writes_the_same_bytes_for_it_as_for_aiokafkas_own() -> None:
+    topics = [("memdiag.diagnostics", [(0, b"\x00" * 300), (5, bytearray(b"rows"))])]
+    for version in (3, 5, 7):
+        ours = produce_request.sent_by_aiokafka(
+            produce_request.ProduceRequest("tx", -1, 5_000, topics), version
+        )
+        theirs = produce_request.sent_by_aiokafka(
+            produce.ProduceRequest("tx", -1, 5_000, topics), version
+        )
+        assert ours == theirs
+        assert int.from_bytes(ours[:4], "big") == len(ours) - 4  # the size: what follows
+
+
+def test_an_unjoined_request_is_joined_only_once_the_size_goes_in_front() -> None:
+    unjoined = produce_request.Unjoined([b"ab", memoryview(b"cd")], 4)
+    headed = b"H" + unjoined
+    assert isinstance(headed, produce_request.Unjoined) and len(headed) == 5
+    assert b"S" + headed == b"SHabcd"
+    assert bytes(unjoined) == b"abcd"
+    with pytest.raises(TypeError):  # a str, say: not taken
+        "H" + unjoined  # type: ignore[operator]
+
+
+def test_a_connection_that_writes_the_request_some_other_way_stops_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An aiokafka whose connection would hand the writer an Unjoined (it writes the
+    header, the size and the request another way) is caught at start, not at the first
+    produce."""
+    from aiokafka.conn import AIOKafkaConnection
+
+    def send(self: Any, request: Any, expect_response: bool = True) -> Any:
+        struct = request.prepare(self._versions)
+        header = struct.build_request_header(correlation_id=1, client_id=self._client_id)
+        body = struct.encode()
+        self._writer.write(len(body).to_bytes(4, "big") + header.encode() + body)
+        return self._writer.drain()
+
+    monkeypatch.setattr(AIOKafkaConnection, "send", send)
+    with pytest.raises(compat.IncompatibleFaust, match="connection does not send"):
+        compat.check()
 
 
 @pytest.mark.parametrize("top, fast", [(7, True), (3, True), (2, False), (0, False)])
