@@ -75,11 +75,12 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)
 
 
-#: The allocator's thresholds the worker fixes at start (glibc only): a block of 128 KB or
-#: more that the heap's free space cannot hold gets its own mapping, and the heap gives back
-#: what is free at its top past 128 KB. Both are glibc's initial values; fixed, they stay so.
-MALLOC_MMAP_THRESHOLD = 128 * 1024
-MALLOC_TRIM_THRESHOLD = 128 * 1024
+#: The allocator's thresholds the worker fixes at start (glibc only): a block of 1 MB or more
+#: that the heap's free space cannot hold gets its own mapping, and the heap gives back what
+#: is free at its top past 2 MB (glibc keeps the second at twice the first). Fixed, they stay
+#: so; the heap's free space inside is given back after each commit (:func:`heap_trimmer`).
+MALLOC_MMAP_THRESHOLD = 1 << 20
+MALLOC_TRIM_THRESHOLD = 2 << 20
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
@@ -96,19 +97,27 @@ def tune_malloc() -> str:
     when the operator set either threshold (``glibc.malloc.mmap_threshold`` or
     ``glibc.malloc.trim_threshold`` in ``GLIBC_TUNABLES``, or ``MALLOC_MMAP_THRESHOLD_``,
     ``MALLOC_TRIM_THRESHOLD_``): glibc then fixes both already, the one not set at its
-    initial value, which is what this would set.
+    initial value.
 
     Why. glibc starts with both thresholds at 128 KB, and each time a mapped block larger
     than the mmap threshold is freed it raises that threshold to the block's size (up to
     32 MB) and the trim threshold to twice it. A stream process frees large blocks all the
-    time (a fetch's records, a produce request, a checkpoint's encoded values), so within
-    its first minute the thresholds have risen: large blocks then come from the heap, and
-    the heap keeps up to twice the largest of them free at its top, between small objects
-    that live on. In ``benchmarks/scale.py`` the worker's resident memory crept up for the
-    whole run (peaks of 273-283 MB at 20,000 sessions, 298-310 MB at 50,000); with both
-    thresholds fixed it stays level (README, "Scale"). The cost is a fresh mapping for
-    each large block the heap cannot hold; on the batched benchmark it did not show
-    (``benchmarks/pipeline.py``, several runs each way)."""
+    time (a fetch's records, a produce request and its copies, a checkpoint's encoded
+    values, the record batches it fills), so within its first minute the thresholds have
+    risen wherever its traffic took them, and the heap keeps up to twice the largest block
+    free at its top: in ``benchmarks/scale.py`` the worker's resident memory crept up for
+    the whole run (peaks of 273-283 MB at 20,000 sessions, 298-310 MB at 50,000).
+
+    Fixed at glibc's initial 128 KB, they held memory level, but every block from 128 KB
+    up was a fresh mapping, faulted in page by page and unmapped when freed: on batched
+    traffic 730 MB mapped in 4.5 s, 0.9 page faults an event, about a tenth of the worker's
+    CPU. Fixed at 1 MB, the record batches the worker fills (512 KB), the socket's reads and
+    the smaller requests and fetches are the heap's again and reused where they were; what
+    the heap then holds free between live blocks goes back to the system after each commit
+    (:func:`heap_trimmer`). Measured (2026-11-29, rounds alternating in one run): on the
+    batched benchmark 0.95x the CPU an event of 128 KB, where 4 MB gave 0.93x; at 20,000
+    sessions in ``benchmarks/scale.py`` a peak of 280 MB (282 at 128 KB), where 4 MB gave
+    300-317 MB (the heap held more free between trims than the pages it saved)."""
     if not glibc():
         return "not glibc: the C library's own thresholds"
     env = os.environ
@@ -129,8 +138,37 @@ def tune_malloc() -> str:
     if mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) and mallopt(
         _M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD
     ):
-        return "glibc's mmap and trim thresholds fixed at 128 KB"
+        return (
+            f"glibc's mmap threshold fixed at {MALLOC_MMAP_THRESHOLD >> 20} MB, its trim "
+            f"threshold at {MALLOC_TRIM_THRESHOLD >> 20} MB, the heap trimmed after each commit"
+        )
     return "glibc's dynamic thresholds (mallopt refused)"
+
+
+def heap_trimmer(every: float = 1.0) -> Callable[[], None] | None:
+    """A call that gives the heap's free pages back to the system (glibc's
+    ``malloc_trim(0)``: the free space between live blocks too, not only at the top), at
+    most once every ``every`` seconds; None where there is no glibc. The worker calls it
+    after each commit: the large blocks a checkpoint's batches freed are then free pages
+    the next ones fault in again, once a commit instead of once a block. It takes 1-2 ms
+    on the batched benchmark."""
+    if not glibc():
+        return None
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    malloc_trim.argtypes = (ctypes.c_size_t,)
+    malloc_trim.restype = ctypes.c_int
+    last = [-every]
+
+    def trim() -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            malloc_trim(0)
+
+    return trim
 
 
 #: The exit status of a worker or sink that stopped with work it could not commit (the

@@ -233,6 +233,9 @@ class Runner:
         #: whether a pause may commit: not from a failed checkpoint until one commits again
         #: (a failing commit is tried once an interval, as before the pause commits)
         self._pause_commits = True
+        #: called after each checkpoint that committed (the worker gives the heap's free
+        #: pages back there: :func:`memdiag.procs.heap_trimmer`); what it raises is logged
+        self.after_commit: Callable[[], None] | None = None
         self.fault = fault
         self.stage_of = {topic: spec for spec in stages for topic in spec.topics}
         self.topics = frozenset(self.stage_of)
@@ -532,6 +535,11 @@ class Runner:
         self.sender.committed()
         self.progress.committed_to(cp.offsets)
         self.checkpoint = Checkpoint(self.tables)
+        if self.after_commit is not None:
+            try:
+                self.after_commit()
+            except Exception:  # noqa: BLE001 - the commit stands whatever its aftercare does
+                log.exception("runner: the call after a commit raised")
 
     def _settle(self, cp: Checkpoint) -> bool:
         """Have every stage write what it holds into the checkpoint. False if one raised:

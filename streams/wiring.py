@@ -31,6 +31,7 @@ from typing import Any
 
 from memdiag.contract.envelope import InMessage, Output
 from memdiag.kafka import broker_answers, partition_for
+from memdiag.procs import heap_trimmer
 from memdiag.schemas.deadletters import failed_output
 from memdiag.streams.app import Wiring
 from memdiag.streams.compat import FaustKafka, deliver_in_bulk, producer_batches
@@ -106,6 +107,7 @@ def register(w: Wiring) -> Runner:
     runner.commit_bytes = settings.commit_bytes
     runner.commit_idle = settings.commit_idle_seconds
     runner.stop_timeout = settings.shutdown_timeout_seconds
+    runner.after_commit = heap_trimmer()
 
     async def answers(timeout: float) -> bool:
         return await broker_answers(settings, timeout)

@@ -288,6 +288,40 @@ def test_a_pause_commits_again_only_once_a_checkpoint_committed() -> None:
     assert runner._idle_after() == 0.05
 
 
+def test_the_call_after_a_commit_runs_after_each_commit_and_never_after_a_failed_one() -> None:
+    """The worker trims its heap there (memdiag.procs.heap_trimmer): after a checkpoint that
+    committed, not after one refused (rolled back); what it raises leaves the commit
+    standing and the runner running."""
+    world = sessions_on_one_partition(4)
+    runner, g = world.runner, world.generation
+    tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
+    calls: list[int] = []
+
+    def after() -> None:
+        calls.append(runner.checkpoints)
+        if len(calls) == 2:
+            raise OSError("trim failed")
+
+    runner.after_commit = after
+
+    async def go() -> None:
+        await runner._start(g)
+        await runner._handle([(g, tp, log[0:1])])
+        await runner._commit()
+        await runner._handle([(g, tp, log[1:2])])
+        world.kafka.refuse_next_commit = True
+        await runner._commit()  # refused: rolled back, nothing called
+        assert calls == [1]
+        await runner._handle([(g, tp, log[1:3])])
+        await runner._commit()  # the call raises: logged, the commit stands
+        await runner._handle([(g, tp, log[3:4])])
+        await runner._commit()
+
+    asyncio.run(go())
+    assert calls == [1, 2, 3]
+    assert world.committed[tp] == 4
+
+
 def world_events() -> str:
     return Settings().topics.events
 

@@ -1,5 +1,7 @@
-"""``tune_malloc``: a long-running process keeps glibc's mmap threshold fixed, so a large
-block freed does not send the next ones of its size to the heap (where they fragment it)."""
+"""``tune_malloc``: a long-running process keeps glibc's mmap threshold fixed (at 1 MB), so
+a large block freed does not send the next ones of its size to the heap, while a record
+batch or a socket read (under it) is reused from the heap rather than mapped afresh; and
+``heap_trimmer`` gives the heap's free pages back."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from memdiag.procs import MALLOC_MMAP_THRESHOLD, glibc
+from memdiag.procs import MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD, glibc
 
 
 def _glibc_233() -> bool:
@@ -29,7 +31,8 @@ pytestmark = pytest.mark.skipif(not _glibc_233(), reason="glibc's thresholds (ma
 # space cannot hold (glibc maps it, and on its free raises its threshold past that size
 # unless the threshold is fixed), then allocate that one, and say whether it was mapped on
 # its own (mallinfo2's hblkhd: the bytes in mapped blocks). glibc asks the threshold only of
-# a block nothing free can hold, hence the size; Python's allocator hands such blocks to malloc.
+# a block nothing free can hold, hence the size (at least ``argv[2]`` bytes); Python's
+# allocator hands such blocks to malloc.
 PROBE = textwrap.dedent(
     """
     import ctypes, json, sys
@@ -43,7 +46,7 @@ PROBE = textwrap.dedent(
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = MallInfo2
     said = tune_malloc() if sys.argv[1] == "tune" else ""
-    n = max(512 * 1024, libc.mallinfo2().fordblks + 256 * 1024)
+    n = max(int(sys.argv[2]), libc.mallinfo2().fordblks + 256 * 1024)
     if 2 * n > 32 << 20:  # past glibc's largest dynamic threshold: no premise to test
         print(json.dumps({"skip": n}))
         raise SystemExit(0)
@@ -61,9 +64,9 @@ _NOT_INHERITED = ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRES
                   "PYTHONMALLOC", "PYTHONTRACEMALLOC", "PYTHONDEVMODE", "LD_PRELOAD")  # fmt: skip
 
 
-def probe(mode: str, **env: str) -> dict[str, Any]:
+def probe(mode: str, size: int = MALLOC_MMAP_THRESHOLD + (256 << 10), **env: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, mode],
+        [sys.executable, "-c", PROBE, mode, str(size)],
         env={k: v for k, v in os.environ.items() if k not in _NOT_INHERITED} | env,
         capture_output=True,
         timeout=60,
@@ -80,10 +83,21 @@ def test_without_it_glibc_raises_the_threshold_after_a_large_free() -> None:
     assert probe("plain") == {"said": "", "mapped": False}
 
 
-def test_tuned_a_large_block_is_mapped_whatever_was_freed_before() -> None:
-    said = "glibc's mmap and trim thresholds fixed at 128 KB"
-    assert probe("tune") == {"said": said, "mapped": True}
-    assert MALLOC_MMAP_THRESHOLD == 128 * 1024
+SAID = (
+    "glibc's mmap threshold fixed at 1 MB, its trim threshold at 2 MB, the heap trimmed after "
+    "each commit"
+)
+
+
+def test_tuned_a_block_over_the_threshold_is_mapped_whatever_was_freed_before() -> None:
+    assert (MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD) == (1 << 20, 2 << 20)
+    assert probe("tune") == {"said": SAID, "mapped": True}
+
+
+def test_tuned_a_block_under_the_threshold_comes_from_the_heap() -> None:
+    # a record batch's 512 KB: glibc's initial 128 KB would map it afresh (and fault it in
+    # page by page) each time
+    assert probe("tune", size=512 << 10) == {"said": SAID, "mapped": False}
 
 
 def test_the_operators_thresholds_win() -> None:
@@ -91,4 +105,53 @@ def test_the_operators_thresholds_win() -> None:
     # a fixed threshold of the operator's (glibc's largest): the probe's blocks are under it
     tunables = "glibc.malloc.mmap_threshold=33554432"
     assert probe("tune", GLIBC_TUNABLES=tunables) == {"said": said, "mapped": False}
+    # the operator's 128 KB: a megabyte is mapped
+    tunables = "glibc.malloc.mmap_threshold=131072"
+    assert probe("tune", size=1 << 20, GLIBC_TUNABLES=tunables) == {"said": said, "mapped": True}
     assert probe("tune", MALLOC_TRIM_THRESHOLD_="1048576")["said"] == said
+
+
+# In a fresh interpreter, tuned: 48 blocks of 512 KB from the heap, each followed by a small
+# block that stays (so that freeing them leaves holes inside the heap, which glibc's free
+# gives back only at its top), all freed; the anonymous memory resident before and after
+# the trimmer runs, twice (the second within its interval: it does nothing).
+TRIM = textwrap.dedent(
+    """
+    import json
+    from memdiag.procs import heap_trimmer, tune_malloc
+
+    def anon_kb():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+
+    tune_malloc()
+    trim = heap_trimmer(every=3600)
+    big, kept = [], []
+    for i in range(48):
+        block = bytearray(512 << 10)
+        block[::4096] = b"x" * len(block[::4096])  # every page touched: resident
+        big.append(block)
+        kept.append(bytes(2048))  # a malloc block (over Python's 512 bytes) after it
+    del big, block
+    freed = anon_kb()
+    trim()
+    trimmed = anon_kb()
+    kept.extend(bytearray(512 << 10) for _ in range(8))
+    trim()  # within the interval: nothing
+    print(json.dumps({"freed": freed, "trimmed": trimmed}))
+    """
+)
+
+
+def test_the_trimmer_gives_back_the_free_pages_inside_the_heap() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", TRIM],
+        env={k: v for k, v in os.environ.items() if k not in _NOT_INHERITED},
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    found = orjson.loads(out.stdout)
+    # about 24 MB were resident in the holes; the trim gives nearly all of them back
+    assert found["freed"] - found["trimmed"] >= 20 << 10, found
