@@ -26,8 +26,10 @@ def _published_at(published_ms: int) -> str:
 
 
 def search_row(
-    session_id: str, rec: SearchRec, verdict: Verdict | None, scope: Scope
+    session_id: str, rec: SearchRec, verdict: Verdict | None, scope: Scope, ts: str | None = None
 ) -> dict[str, Any]:
+    """``ts``: the row's time as written (:func:`memdiag.schemas.models.written_ts`) where
+    the caller has it; else it is formatted from the record's."""
     agent_id, org_id, project_id = scope
     ids = rec.result_ids
     if verdict is None:
@@ -42,7 +44,7 @@ def search_row(
         "kind": "search",
         "event_id": rec.event_id,
         "session_id": session_id,
-        "ts": format_ts(rec.ts),
+        "ts": format_ts(rec.ts) if ts is None else ts,
         "source": rec.source,
         "result_count": ids if isinstance(ids, int) else len(ids),
         "evaluated": evaluated,

@@ -53,7 +53,7 @@ from memdiag.contract import (
     UNMATCHED_TURNS,
 )
 from memdiag.contract.envelope import CounterKey, Output, counter_key
-from memdiag.schemas.models import Search, SessionEvent
+from memdiag.schemas.models import Search, SessionEvent, written_ts
 from memdiag.streams.rules.feedback import USED
 from memdiag.streams.rules.followup import Remembered, SearchHistory, Verdict, query_key
 from memdiag.streams.rules.turns import Change, Judged, Turn
@@ -308,7 +308,7 @@ class Session(SpanTurns):
             searched[search_key].append(ts)
             if verdict is not None and verdict.is_followup:
                 followups.append(ts)
-            rows.append(search_row(sid, rec, verdict, scopes[scope]))
+            rows.append(search_row(sid, rec, verdict, scopes[scope], written_ts(event.ts, ts)))
         if rows:
             out.diagnostics.setdefault(sid, []).extend(rows)
         for key, times in searched.items():

@@ -39,6 +39,7 @@ from memdiag.schemas.models import (
     to_dict,
     ts_to_us,
     ts_us_of,
+    written_ts,
 )
 
 #: the contract's example events, as the project keeps them (tests/data)
@@ -170,6 +171,47 @@ def test_format_ts_is_rfc3339_utc_with_microseconds(ts_us: int) -> None:
     )
     assert format_ts(ts_us) == plain
     assert parse_ts(format_ts(ts_us)) == ts_us
+
+
+#: times as runtimes write them (UTC, capital T and Z, with 0, 3 or 6 digits), and any other
+#: shape the schemas' pattern takes
+written = st.one_of(
+    st.builds(
+        lambda ts_us, digits: format_ts(ts_us)[: 20 + digits] + "Z" if digits else
+        format_ts(ts_us)[:19] + "Z",
+        st.integers(min_value=-62_135_596_800_000_000, max_value=253_402_300_799_999_999),
+        st.sampled_from([0, 1, 2, 3, 4, 5, 6]),
+    ),
+    st.from_regex(TS_PATTERN, fullmatch=True),
+)
+
+
+@settings(max_examples=1000)
+@given(written)
+def test_a_rows_time_taken_from_the_events_text_is_the_formatted_one(ts: str) -> None:
+    """The search row's ``ts`` comes from the event's text where it can (its milliseconds
+    padded, say): the same string as formatting the time the decoder read from it."""
+    try:
+        ts_us = ts_us_of(ts)
+    except ValueError:  # not a real date-time: the decoder refuses it
+        return
+    assert written_ts(ts, ts_us) == format_ts(ts_us)
+
+
+@pytest.mark.parametrize("ts, written", [
+    ("2026-11-21T09:30:00.123456Z", "2026-11-21T09:30:00.123456Z"),
+    ("2026-11-21T09:30:00.123Z", "2026-11-21T09:30:00.123000Z"),
+    ("2026-11-21T09:30:00Z", "2026-11-21T09:30:00.000000Z"),
+    ("2026-11-21t09:30:00.123z", "2026-11-21T09:30:00.123000Z"),
+    ("2026-11-21T10:30:00.123+01:00", "2026-11-21T09:30:00.123000Z"),
+    ("2026-11-21T09:30:00.1234567Z", "2026-11-21T09:30:00.123456Z"),
+    ("2026-11-21T09:30:00.12Z", "2026-11-21T09:30:00.120000Z"),
+])  # fmt: skip
+def test_a_rows_time_is_the_events_text_only_where_it_is_already_written_so(
+    ts: str, written: str
+) -> None:
+    assert written_ts(ts, ts_us_of(ts)) == written
+    assert (written_ts(ts, ts_us_of(ts)) is ts) is (ts == written)
 
 
 # -- the models (msgspec) against the schema files ------------------------------------------
