@@ -522,7 +522,7 @@ def measure(args: argparse.Namespace, broker: EmbeddedBroker, workdir: Path) -> 
                 seconds[c].append(took)
                 cpus[c].append(cpu)
                 print(f"  {mode} run {run + 1} {c}: {args.events / took:,.0f} events/s, "
-                      f"{cpu / args.events * 1e6:,.0f} CPU µs/event", file=sys.stderr)  # fmt: skip
+                      f"{cpu / args.events * 1e6:,.1f} CPU µs/event", file=sys.stderr)  # fmt: skip
             if run == 0:
                 for c, topic in (("memdiag", settings.topics.diagnostics),
                                  ("quix", f"{prefix}quix-out"), ("quix-5s", f"{prefix}quix-5s-out"),
@@ -575,6 +575,8 @@ def _summary(n: int, seconds: list[float], cpus: list[float] | None = None) -> d
     }
     if cpus:
         summary["cpu_us_per_event"] = statistics.median(c / n * 1e6 for c in cpus)
+        #: in the order of the runs, as ``by_run``
+        summary["cpu_by_run"] = [c / n * 1e6 for c in cpus]
     return summary
 
 
@@ -583,6 +585,15 @@ def paired(memdiag: dict[str, Any], peer: dict[str, Any]) -> float:
     machine's speed drifts for minutes at a time (the same worker on the same input has
     taken 1.6 s and 2.8 s of CPU), and a run's contenders meet the same drift."""
     return statistics.median(m / p for m, p in zip(memdiag["by_run"], peer["by_run"], strict=True))
+
+
+def paired_cpu(memdiag: dict[str, Any], peer: dict[str, Any]) -> float | None:
+    """The median, over the runs, of memdiag's CPU an event over the peer's in the same run
+    (None: either has no CPU measured, or a run measured none)."""
+    mine, theirs = memdiag.get("cpu_by_run"), peer.get("cpu_by_run")
+    if not mine or not theirs or not all(theirs):
+        return None
+    return statistics.median(m / p for m, p in zip(mine, theirs, strict=True))
 
 
 def latency(
@@ -666,7 +677,7 @@ def render(results: dict[str, Any]) -> str:
         f"4 partitions, one Tansu broker; median of runs (min-max)",
         "",
         f"{'mode':<9}{'contender':<10}{'events/s':>11}{'spread':>20}{'memdiag ÷':>11}"
-        f"{'run by run':>12}{'CPU µs/event':>14}",
+        f"{'run by run':>12}{'CPU µs/event':>14}{'CPU ÷':>8}",
     ]
     for mode, m in results["modes"].items():
         mine = m["contenders"]["memdiag"]
@@ -677,12 +688,15 @@ def render(results: dict[str, Any]) -> str:
                 single = results["modes"]["single"]["contenders"]["memdiag"]["events_per_s"]
                 ratio = f"{r['events_per_s'] / single:.2f}*"
             spread = f"{r['min']:,.0f}-{r['max']:,.0f}"
-            cpu = f"{r['cpu_us_per_event']:,.0f}" if "cpu_us_per_event" in r else ""
+            cpu = f"{r['cpu_us_per_event']:,.1f}" if "cpu_us_per_event" in r else ""
+            cpu_ratio = None if c == "memdiag" else paired_cpu(mine, r)
+            cpu_by_run = "" if cpu_ratio is None else f"{cpu_ratio:.2f}"
             lines.append(
                 f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}"
-                f"{by_run:>12}{cpu:>14}"
+                f"{by_run:>12}{cpu:>14}{cpu_by_run:>8}"
             )
     lines.append("memdiag ÷: of the medians; run by run: the median of the runs' own ratios")
+    lines.append("CPU ÷: memdiag's CPU an event over the contender's, the median of the runs' own")
     if "no-rules" in results["modes"]["single"]["contenders"]:
         lines.append("no-rules: memdiag with its session logic switched off, a bound (--bound)")
     if "spans" in results["modes"]:
