@@ -77,8 +77,8 @@ def tune_gc() -> None:
 
 #: The allocator's thresholds the worker fixes at start (glibc only): a block of 1 MB or more
 #: that the heap's free space cannot hold gets its own mapping, and the heap gives back what
-#: is free at its top past 2 MB (glibc keeps the second at twice the first). Fixed, they stay
-#: so; the heap's free space inside is given back after each commit (:func:`heap_trimmer`).
+#: is free at its top past 2 MB (twice the first, as glibc's own adjustment keeps them). Fixed,
+#: they stay so; the heap's free space inside is given back after commits (:func:`heap_trimmer`).
 MALLOC_MMAP_THRESHOLD = 1 << 20
 MALLOC_TRIM_THRESHOLD = 2 << 20
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
@@ -113,11 +113,12 @@ def tune_malloc() -> str:
     traffic 730 MB mapped in 4.5 s, 0.9 page faults an event, about a tenth of the worker's
     CPU. Fixed at 1 MB, the record batches the worker fills (512 KB), the socket's reads and
     the smaller requests and fetches are the heap's again and reused where they were; what
-    the heap then holds free between live blocks goes back to the system after each commit
-    (:func:`heap_trimmer`). Measured (2026-11-29, rounds alternating in one run): on the
-    batched benchmark 0.95x the CPU an event of 128 KB, where 4 MB gave 0.93x; at 20,000
-    sessions in ``benchmarks/scale.py`` a peak of 280 MB (282 at 128 KB), where 4 MB gave
-    300-317 MB (the heap held more free between trims than the pages it saved)."""
+    the heap then holds free between live blocks goes back to the system after commits
+    (:func:`heap_trimmer`, which the worker installs whoever set the thresholds). Measured
+    on 2026-11-29, rounds alternating in one run: on the batched benchmark 0.95x the CPU an
+    event of 128 KB, where 4 MB gave 0.93x; at 20,000 sessions in ``benchmarks/scale.py`` a
+    peak of 280 MB (282 at 128 KB), where 4 MB gave 300-317 MB (the heap held more free
+    between trims than the pages it saved)."""
     if not glibc():
         return "not glibc: the C library's own thresholds"
     env = os.environ
@@ -140,7 +141,7 @@ def tune_malloc() -> str:
     ):
         return (
             f"glibc's mmap threshold fixed at {MALLOC_MMAP_THRESHOLD >> 20} MB, its trim "
-            f"threshold at {MALLOC_TRIM_THRESHOLD >> 20} MB, the heap trimmed after each commit"
+            f"threshold at {MALLOC_TRIM_THRESHOLD >> 20} MB"
         )
     return "glibc's dynamic thresholds (mallopt refused)"
 
@@ -149,9 +150,10 @@ def heap_trimmer(every: float = 1.0) -> Callable[[], None] | None:
     """A call that gives the heap's free pages back to the system (glibc's
     ``malloc_trim(0)``: the free space between live blocks too, not only at the top), at
     most once every ``every`` seconds; None where there is no glibc. The worker calls it
-    after each commit: the large blocks a checkpoint's batches freed are then free pages
-    the next ones fault in again, once a commit instead of once a block. It takes 1-2 ms
-    on the batched benchmark."""
+    after each commit (once the committed checkpoint is freed): the large blocks the
+    checkpoints' batches freed are then free pages the next ones fault in again, once a
+    trim instead of once a block. It takes 1-2 ms on the batched benchmark, the event loop
+    waiting (ctypes lets the other threads run; glibc locks one arena at a time)."""
     if not glibc():
         return None
     try:

@@ -4,10 +4,10 @@ aiokafka encodes a request field by field, each level joining its children into 
 a record batch is copied by ``Bytes.encode`` (its length prefixed by concatenation), by the
 join of its partition, of the partition array, of its topic, of the topic array and of the
 request. The worker's produce requests hold up to megabytes of record batches (a batched
-catch-up's rows and changelog values), and with the mmap threshold the worker fixes at 128 KB
-(:func:`memdiag.procs.tune_malloc`) each copy of a large block is a fresh mapping, faulted
-in page by page: a request of 1.2 MB took 9-11 ms to encode on this machine, 2,350 page
-faults, where the same bytes joined once take 3 ms and 880 faults.
+catch-up's rows and changelog values), and each copy of a block over the mmap threshold the
+worker fixes (1 MB, :func:`memdiag.procs.tune_malloc`; it was 128 KB when this was measured)
+is a fresh mapping, faulted in page by page: a request of 1.2 MB took 9-11 ms to encode on
+this machine, 2,350 page faults, where the same bytes joined once take 3 ms and 880 faults.
 
 The connection then copied the whole request twice more: aiokafka's
 ``AIOKafkaConnection.send`` puts the header in front (``header.encode() +
@@ -109,7 +109,9 @@ def encode(self: Any) -> Unjoined:
 
 
 def _unjoined(parts: list[Any]) -> Unjoined:
-    return Unjoined(parts, sum(map(len, parts)))
+    # a memoryview's bytes, whatever its format (aiokafka's batches are bytearrays)
+    size = sum(p.nbytes if type(p) is memoryview else len(p) for p in parts)
+    return Unjoined(parts, size)
 
 
 def _fast(cls: type[Any]) -> type[Any]:

@@ -535,6 +535,7 @@ class Runner:
         self.sender.committed()
         self.progress.committed_to(cp.offsets)
         self.checkpoint = Checkpoint(self.tables)
+        del cp  # its values and records are freed before the call (the heap's trim)
         if self.after_commit is not None:
             try:
                 self.after_commit()

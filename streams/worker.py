@@ -69,7 +69,10 @@ def main(settings: Settings, allocator: str = "") -> None:
         nonlocal allocator
         log.info("memdiag worker start-to-ready %.2fs", time.monotonic() - started)
         if allocator:  # once: the first rebalance
-            log.info("memdiag worker allocator: %s", allocator)
+            trimmed = runner.after_commit is not None  # memdiag.procs.heap_trimmer
+            log.info("memdiag worker allocator: %s%s", allocator,
+                     "; the heap's free pages given back after commits, at most once a second"
+                     if trimmed else "")  # fmt: skip
             allocator = ""
 
     def left() -> tuple[str, int]:

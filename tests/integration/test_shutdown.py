@@ -187,7 +187,8 @@ def stop_both(p: Pipeline, timeout: float, again: str | None = None) -> dict[str
         said = re.search(line, log)
         assert said, tail
         if name == "worker" and glibc():  # the real worker fixed its allocator's thresholds
-            assert "memdiag worker allocator: glibc's mmap and trim thresholds fixed" in log
+            assert ("memdiag worker allocator: glibc's mmap threshold fixed at 1 MB, its trim "
+                    "threshold at 2 MB; the heap's free pages given back after commits") in log
         if name == "worker":
             assert re.match(r"[\d,]+ records taken on \d+ partitions since its last commit, "
                             r"and their [\d,]+ batches of outputs, are not committed", said[1]), said[0]  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 from memdiag.settings import Settings
-from memdiag.streams.checkpoint import TP
+from memdiag.streams.checkpoint import TP, Checkpoint
 from memdiag.streams.session.states import SessionStates
 from memdiag.streams.stages.sessions import SessionStage
 from tests.inmemory import World, partition_for
@@ -288,37 +289,59 @@ def test_a_pause_commits_again_only_once_a_checkpoint_committed() -> None:
     assert runner._idle_after() == 0.05
 
 
-def test_the_call_after_a_commit_runs_after_each_commit_and_never_after_a_failed_one() -> None:
+def test_the_call_after_a_commit_runs_after_each_commit_and_never_after_a_failed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The worker trims its heap there (memdiag.procs.heap_trimmer): after a checkpoint that
-    committed, not after one refused (rolled back); what it raises leaves the commit
-    standing and the runner running."""
+    committed, once that checkpoint is freed (its values are what the trim gives back); not
+    after an empty one, one whose state could not be written or one refused (rolled back);
+    what it raises leaves the commit standing and the runner running."""
     world = sessions_on_one_partition(4)
     runner, g = world.runner, world.generation
     tp, log = TP(world.events, 0), world.logs[(world.events, 0)]
     calls: list[int] = []
+    committed: list[weakref.ref[Checkpoint]] = []
+    freed: list[bool] = []
 
     def after() -> None:
         calls.append(runner.checkpoints)
+        freed.append(committed[-1]() is None)  # the checkpoint just committed: freed before it
         if len(calls) == 2:
             raise OSError("trim failed")
 
     runner.after_commit = after
+    (stage,) = [spec.stage for spec in runner.stages if isinstance(spec.stage, SessionStage)]
+
+    async def commit() -> None:
+        committed.append(weakref.ref(runner.checkpoint))
+        await runner._commit()
 
     async def go() -> None:
         await runner._start(g)
+        await commit()  # empty: nothing to commit, nothing called
         await runner._handle([(g, tp, log[0:1])])
-        await runner._commit()
+        await commit()
         await runner._handle([(g, tp, log[1:2])])
         world.kafka.refuse_next_commit = True
-        await runner._commit()  # refused: rolled back, nothing called
+        await commit()  # refused: rolled back, nothing called
         assert calls == [1]
         await runner._handle([(g, tp, log[1:3])])
-        await runner._commit()  # the call raises: logged, the commit stands
+        await commit()  # the call raises: logged, the commit stands
         await runner._handle([(g, tp, log[3:4])])
-        await runner._commit()
+        await commit()
+        assert calls == [1, 2, 3]
+        late = same_partition(world, 5)[4]  # a fifth session of partition 0
+        world.append(world.events, late, event(late, 0, T0 + 9), timestamp_ms=T0 + 9)
+        assert len(log) == 5
+        await runner._handle([(g, tp, log[4:5])])
+        assert not runner.checkpoint.empty()
+        with monkeypatch.context() as m:
+            m.setattr(stage, "settle", lambda store: (_ for _ in ()).throw(OSError("disk")))
+            await commit()  # its state could not be written: rolled back, nothing called
 
     asyncio.run(go())
     assert calls == [1, 2, 3]
+    assert freed == [True, True, True]
     assert world.committed[tp] == 4
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from memdiag import procs
 from memdiag.procs import MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD, glibc
 
 
@@ -47,7 +48,8 @@ PROBE = textwrap.dedent(
     libc.mallinfo2.restype = MallInfo2
     said = tune_malloc() if sys.argv[1] == "tune" else ""
     n = max(int(sys.argv[2]), libc.mallinfo2().fordblks + 256 * 1024)
-    if 2 * n > 32 << 20:  # past glibc's largest dynamic threshold: no premise to test
+    if 2 * n > 32 << 20 or n > int(sys.argv[3]):  # past glibc's largest dynamic threshold, or
+        # past the size the test is about: no premise to test
         print(json.dumps({"skip": n}))
         raise SystemExit(0)
     big = bytearray(2 * n)
@@ -64,9 +66,12 @@ _NOT_INHERITED = ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRES
                   "PYTHONMALLOC", "PYTHONTRACEMALLOC", "PYTHONDEVMODE", "LD_PRELOAD")  # fmt: skip
 
 
-def probe(mode: str, size: int = MALLOC_MMAP_THRESHOLD + (256 << 10), **env: str) -> dict[str, Any]:
+def probe(mode: str, size: int = MALLOC_MMAP_THRESHOLD + (256 << 10), under: int = 1 << 40,
+          **env: str) -> dict[str, Any]:  # fmt: skip
+    """The probe in a fresh interpreter, its block at least ``size`` bytes (skipped if the
+    heap's free space makes it ``under`` bytes or more)."""
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, mode, str(size)],
+        [sys.executable, "-c", PROBE, mode, str(size), str(under - 1)],
         env={k: v for k, v in os.environ.items() if k not in _NOT_INHERITED} | env,
         capture_output=True,
         timeout=60,
@@ -83,10 +88,7 @@ def test_without_it_glibc_raises_the_threshold_after_a_large_free() -> None:
     assert probe("plain") == {"said": "", "mapped": False}
 
 
-SAID = (
-    "glibc's mmap threshold fixed at 1 MB, its trim threshold at 2 MB, the heap trimmed after "
-    "each commit"
-)
+SAID = "glibc's mmap threshold fixed at 1 MB, its trim threshold at 2 MB"
 
 
 def test_tuned_a_block_over_the_threshold_is_mapped_whatever_was_freed_before() -> None:
@@ -97,7 +99,10 @@ def test_tuned_a_block_over_the_threshold_is_mapped_whatever_was_freed_before() 
 def test_tuned_a_block_under_the_threshold_comes_from_the_heap() -> None:
     # a record batch's 512 KB: glibc's initial 128 KB would map it afresh (and fault it in
     # page by page) each time
-    assert probe("tune", size=512 << 10) == {"said": SAID, "mapped": False}
+    assert probe("tune", size=512 << 10, under=MALLOC_MMAP_THRESHOLD) == {
+        "said": SAID,
+        "mapped": False,
+    }
 
 
 def test_the_operators_thresholds_win() -> None:
@@ -114,7 +119,7 @@ def test_the_operators_thresholds_win() -> None:
 # In a fresh interpreter, tuned: 48 blocks of 512 KB from the heap, each followed by a small
 # block that stays (so that freeing them leaves holes inside the heap, which glibc's free
 # gives back only at its top), all freed; the anonymous memory resident before and after
-# the trimmer runs, twice (the second within its interval: it does nothing).
+# the trimmer runs.
 TRIM = textwrap.dedent(
     """
     import json
@@ -137,8 +142,6 @@ TRIM = textwrap.dedent(
     freed = anon_kb()
     trim()
     trimmed = anon_kb()
-    kept.extend(bytearray(512 << 10) for _ in range(8))
-    trim()  # within the interval: nothing
     print(json.dumps({"freed": freed, "trimmed": trimmed}))
     """
 )
@@ -155,3 +158,25 @@ def test_the_trimmer_gives_back_the_free_pages_inside_the_heap() -> None:
     found = orjson.loads(out.stdout)
     # about 24 MB were resident in the holes; the trim gives nearly all of them back
     assert found["freed"] - found["trimmed"] >= 20 << 10, found
+
+
+def test_the_trimmer_trims_at_most_once_an_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    now = [100.0]
+
+    class Libc:
+        @staticmethod
+        def malloc_trim(pad: int) -> int:
+            calls.append(pad)
+            return 1
+
+    monkeypatch.setattr(procs.ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.setattr(procs.time, "monotonic", lambda: now[0])
+    trim = procs.heap_trimmer(every=1.0)
+    assert trim is not None
+    trim()  # the first: at once
+    now[0] += 0.5
+    trim()  # half a second later: not again
+    now[0] += 0.5
+    trim()
+    assert calls == [0, 0]

@@ -107,6 +107,8 @@ def test_an_unjoined_request_is_joined_only_once_the_size_goes_in_front() -> Non
     assert bytes(unjoined) == b"abcd"
     with pytest.raises(TypeError):  # a str, say: not taken
         "H" + unjoined  # type: ignore[operator]
+    # its length is its bytes', whatever a view's format
+    assert len(produce_request._unjoined([b"ab", memoryview(bytes(8)).cast("I")])) == 10
 
 
 def test_a_connection_that_writes_the_request_some_other_way_stops_the_worker(
