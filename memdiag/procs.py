@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, Any, NoReturn
 
+log = logging.getLogger("memdiag.procs")
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -153,11 +155,13 @@ def heap_trimmer(every: float = 0.1) -> Callable[[], None] | None:
     after each commit (once the committed checkpoint is freed): the large blocks the
     checkpoints' batches freed are then free pages the next ones fault in again, once a
     trim instead of once a block. It takes 1-2 ms on the batched benchmark, the event loop
-    waiting (ctypes lets the other threads run; glibc locks one arena at a time), so at
-    most ten a second cost 2 % of a core at worst; the commits themselves come at most four
-    times an interval but when a checkpoint's bytes make it commit. At 20,000 sessions in
-    ``benchmarks/scale.py`` the peak was 274 MB trimming after every commit, 284 at most
-    every 0.25 s, 280-291 at most once a second (one run each; runs move by 10 MB)."""
+    waiting (ctypes lets the other threads run; glibc locks one arena at a time; one over
+    :data:`SLOW_TRIM_SECONDS` is logged), so at most ten a second (the worker's default,
+    ``MEMDIAG_HEAP_TRIM_SECONDS``) cost 2 % of a core at worst; the commits themselves
+    come at most four times an interval but when a checkpoint's bytes make it commit. At
+    20,000 sessions in ``benchmarks/scale.py`` the peak was 274 MB trimming after every
+    commit, 284 at most every 0.25 s, 280-291 at most once a second (one run each; runs
+    move by 10 MB)."""
     if not glibc():
         return None
     try:
@@ -167,14 +171,26 @@ def heap_trimmer(every: float = 0.1) -> Callable[[], None] | None:
     malloc_trim.argtypes = (ctypes.c_size_t,)
     malloc_trim.restype = ctypes.c_int
     last = [-every]
+    said = [-SLOW_TRIM_SAID_EVERY]
 
     def trim() -> None:
         now = time.monotonic()
         if now - last[0] >= every:
             last[0] = now
             malloc_trim(0)
+            took = time.monotonic() - now
+            if took >= SLOW_TRIM_SECONDS and now - said[0] >= SLOW_TRIM_SAID_EVERY:
+                said[0] = now
+                log.warning("the heap's trim took %.0f ms (the event loop waited); "
+                            "MEMDIAG_HEAP_TRIM_SECONDS sets how often it runs, 0 never",
+                            took * 1000)  # fmt: skip
 
     return trim
+
+
+#: a trim this long is logged (at most once a minute)
+SLOW_TRIM_SECONDS = 0.05
+SLOW_TRIM_SAID_EVERY = 60.0
 
 
 #: The exit status of a worker or sink that stopped with work it could not commit (the

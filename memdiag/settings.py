@@ -291,6 +291,15 @@ class Settings:
         "an interval; after a failed checkpoint, only at the interval until one commits. "
         "0: only the interval and MEMDIAG_COMMIT_BYTES make it commit.",
     )
+    heap_trim_seconds: float = setting(
+        "MEMDIAG_HEAP_TRIM_SECONDS",
+        0.1,
+        "the worker gives its heap's free pages back to the system after a commit (glibc's "
+        "malloc_trim; glibc only), at most once this often: the large blocks of a "
+        "checkpoint's batches and requests, reused from the heap between commits. A trim "
+        "takes a millisecond or two, the event loop waiting; one over 50 ms is logged. "
+        "0: never (the heap then keeps what it freed until it reuses it).",
+    )
     commit_bytes: int = setting(
         "MEMDIAG_COMMIT_BYTES",
         16 * 1024 * 1024,
@@ -550,6 +559,10 @@ class Settings:
             raise ConfigError(
                 "MEMDIAG_COMMIT_IDLE_SECONDS must be >= 0 (0: off), got "
                 f"{self.commit_idle_seconds:g}"
+            )
+        if not self.heap_trim_seconds >= 0:
+            raise ConfigError(
+                f"MEMDIAG_HEAP_TRIM_SECONDS must be >= 0 (0: off), got {self.heap_trim_seconds:g}"
             )
         if not self.commit_interval_seconds > 0:
             raise ConfigError(

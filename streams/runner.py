@@ -485,6 +485,7 @@ class Runner:
             out = spec.on_failure(msg, exc)
         await self._send(out)
         self.checkpoint.offsets[_tp(msg)] = msg.offset + 1
+        del store, out  # the checkpoint is freed once it commits (the call after it trims)
         await self._commit()
 
     async def _send(self, out: Output) -> None:

@@ -107,7 +107,8 @@ def register(w: Wiring) -> Runner:
     runner.commit_bytes = settings.commit_bytes
     runner.commit_idle = settings.commit_idle_seconds
     runner.stop_timeout = settings.shutdown_timeout_seconds
-    runner.after_commit = heap_trimmer()
+    if settings.heap_trim_seconds > 0:
+        runner.after_commit = heap_trimmer(settings.heap_trim_seconds)
 
     async def answers(timeout: float) -> bool:
         return await broker_answers(settings, timeout)

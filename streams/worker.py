@@ -71,8 +71,8 @@ def main(settings: Settings, allocator: str = "") -> None:
         if allocator:  # once: the first rebalance
             trimmed = runner.after_commit is not None  # memdiag.procs.heap_trimmer
             log.info("memdiag worker allocator: %s%s", allocator,
-                     "; the heap's free pages given back after commits, at most ten times a second"
-                     if trimmed else "")  # fmt: skip
+                     "; the heap's free pages given back after commits, at most every "
+                     f"{settings.heap_trim_seconds:g} s" if trimmed else "")  # fmt: skip
             allocator = ""
 
     def left() -> tuple[str, int]:

@@ -180,3 +180,32 @@ def test_the_trimmer_trims_at_most_once_an_interval(monkeypatch: pytest.MonkeyPa
     now[0] += 0.5
     trim()
     assert calls == [0, 0]
+
+
+def test_a_slow_trim_is_logged_once_a_minute(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [100.0]
+
+    class Libc:  # a trim of 80 ms
+        @staticmethod
+        def malloc_trim(pad: int) -> int:
+            now[0] += 0.08
+            return 1
+
+    monkeypatch.setattr(procs.ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.setattr(procs.time, "monotonic", lambda: now[0])
+    trim = procs.heap_trimmer(every=0.1)
+    assert trim is not None
+    with caplog.at_level("WARNING", logger="memdiag.procs"):
+        for _ in range(10):
+            now[0] += 1.0
+            trim()
+        said = [r.getMessage() for r in caplog.records]
+        assert said == [
+            "the heap's trim took 80 ms (the event loop waited); MEMDIAG_HEAP_TRIM_SECONDS "
+            "sets how often it runs, 0 never"
+        ]
+        now[0] += 60.0
+        trim()
+        assert len(caplog.records) == 2

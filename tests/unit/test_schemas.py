@@ -214,6 +214,13 @@ def test_a_rows_time_is_the_events_text_only_where_it_is_already_written_so(
     assert (written_ts(ts, ts_us_of(ts)) is ts) is (ts == written)
 
 
+def test_hour_24_is_refused_whatever_pythons_parser_takes() -> None:
+    # RFC 3339's hours are 00-23; Python 3.14's fromisoformat reads 24:00 as the next day
+    for ts in ("2026-11-21T24:00:00Z", "2026-11-21T24:00:00.000Z", "2026-11-21t24:00:00z"):
+        with pytest.raises(ValueError, match="not an RFC 3339 date-time"):
+            ts_us_of(ts)
+
+
 # -- the models (msgspec) against the schema files ------------------------------------------
 
 #: Values that go across the schemas' types and constraints (integral floats, long strings,

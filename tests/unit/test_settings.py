@@ -45,6 +45,8 @@ def test_bad_values_name_the_variable() -> None:
         Settings.from_env({"MEMDIAG_STORE_TEXT": "maybe"})
     with pytest.raises(ConfigError, match="MEMDIAG_MAX_OUTPUT_BYTES must be at least 16,384"):
         Settings.from_env({"MEMDIAG_MAX_OUTPUT_BYTES": "1000"})
+    with pytest.raises(ConfigError, match=r"MEMDIAG_HEAP_TRIM_SECONDS must be >= 0 \(0: off\)"):
+        Settings.from_env({"MEMDIAG_HEAP_TRIM_SECONDS": "-1"})
 
 
 def test_round_trip_through_the_environment() -> None:

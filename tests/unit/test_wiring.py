@@ -15,6 +15,7 @@ import pytest
 
 from memdiag.contract import SEARCH_CALLS
 from memdiag.contract.envelope import InMessage
+from memdiag.procs import glibc
 from memdiag.settings import Settings
 from memdiag.streams.app import Wiring, create_app
 from memdiag.streams.checkpoint import RECORD_LIMIT
@@ -121,6 +122,8 @@ async def test_the_app_is_built_from_its_settings_alone(wiring: tuple[Wiring, Pr
     )}  # fmt: skip
     # the tables are memdiag's store; no standby would apply uncommitted changelog records
     assert isinstance(w.state.data, CheckpointStore) and isinstance(w.rollups.data, CheckpointStore)
+    # the heap is trimmed after commits (memdiag.procs.heap_trimmer) where glibc runs
+    assert (w.runner.after_commit is not None) is glibc()
     assert w.app.conf.table_standby_replicas == 0
     # a committed value behind a skipped record outlives a crash (MEMDIAG_CHANGELOG_...)
     assert w.state.changelog_topic.config == {"min.compaction.lag.ms": str(24 * 3600 * 1000)}
@@ -226,3 +229,9 @@ def test_a_key_with_many_records_is_sent_in_messages_the_broker_takes() -> None:
     small = messages(rows, limit=100_000)
     assert all(len(p) <= 100_000 for p in small) and len(small) > len(parts)
     assert [r for p in small for r in orjson.loads(p)] == rows
+
+
+def test_no_heap_trim_where_the_setting_turns_it_off() -> None:
+    w = create_app(Settings(broker="kafka://127.0.0.1:1", app_id="agents-untrimmed",
+                            state_store="memory", heap_trim_seconds=0.0))  # fmt: skip
+    assert w.runner.after_commit is None
