@@ -148,6 +148,11 @@ def tune_malloc() -> str:
     return "glibc's dynamic thresholds (mallopt refused)"
 
 
+#: a trim this long is logged (at most once a minute)
+SLOW_TRIM_SECONDS = 0.05
+SLOW_TRIM_SAID_EVERY = 60.0
+
+
 def heap_trimmer(every: float = 0.1) -> Callable[[], None] | None:
     """A call that gives the heap's free pages back to the system (glibc's
     ``malloc_trim(0)``: the free space between live blocks too, not only at the top), at
@@ -186,11 +191,6 @@ def heap_trimmer(every: float = 0.1) -> Callable[[], None] | None:
                             took * 1000)  # fmt: skip
 
     return trim
-
-
-#: a trim this long is logged (at most once a minute)
-SLOW_TRIM_SECONDS = 0.05
-SLOW_TRIM_SAID_EVERY = 60.0
 
 
 #: The exit status of a worker or sink that stopped with work it could not commit (the
