@@ -64,6 +64,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -691,12 +692,15 @@ def main() -> int:
 
 
 def render(results: dict[str, Any]) -> str:
-    lines = [
+    """The table, and what its columns mean, in 80 columns."""
+    lines = textwrap.wrap(
         f"{results['events']:,} search events over {results['sessions']:,} sessions, "
-        f"4 partitions, one Tansu broker; median of runs (min-max)",
+        "4 partitions, one Tansu broker; median of runs (min-max)", 80
+    )  # fmt: skip
+    lines += [
         "",
-        f"{'mode':<9}{'contender':<10}{'events/s':>11}{'spread':>20}{'memdiag ÷':>11}"
-        f"{'run by run':>12}{'CPU µs/event':>14}{'CPU ÷':>8}",
+        f"{'mode':<8}{'contender':<10}{'events/s':>9}{'spread':>17}{'rate ÷':>8}{'by run':>8}"
+        f"{'CPU µs':>8}{'CPU ÷':>7}",
     ]
     for mode, m in results["modes"].items():
         mine = m["contenders"]["memdiag"]
@@ -711,23 +715,29 @@ def render(results: dict[str, Any]) -> str:
             cpu_ratio = None if c == "memdiag" else paired_cpu(mine, r)
             cpu_by_run = "" if cpu_ratio is None else f"{cpu_ratio:.2f}"
             lines.append(
-                f"{mode:<9}{c:<10}{r['events_per_s']:>11,.0f}{spread:>20}{ratio:>11}"
-                f"{by_run:>12}{cpu:>14}{cpu_by_run:>8}"
+                f"{mode:<8}{c:<10}{r['events_per_s']:>9,.0f}{spread:>17}{ratio:>8}{by_run:>8}"
+                f"{cpu:>8}{cpu_by_run:>7}"
             )
-    lines.append("memdiag ÷: of the medians; run by run: the median of the runs' own ratios")
-    lines.append("CPU ÷: memdiag's CPU an event over the contender's, the median of the runs' own")
+    notes = [
+        "rate ÷: memdiag's rate over the contender's, of the medians; by run: the median of "
+        "the runs' own ratios",
+        "CPU µs: the CPU an event, all threads; CPU ÷: memdiag's over the contender's, the "
+        "median of the runs' own",
+    ]
     if "no-rules" in results["modes"]["single"]["contenders"]:
-        lines.append("no-rules: memdiag with its session logic switched off, a bound (--bound)")
+        notes.append("no-rules: memdiag with its session logic switched off, a bound (--bound)")
     if "spans" in results["modes"]:
-        lines.append("* spans/s, against memdiag's own single events (a span takes three stages)")
+        notes.append("* spans/s, against memdiag's own single events (a span takes three stages)")
     if "latency" in results:
         lat = results["latency"]
-        lines += [
+        notes += [
             "",
             f"publish -> DuckDB row at {lat['rate']:,.0f} events/s (half the worker's "
             f"single-event capacity), {lat['events']:,} events: p50 {lat['p50_ms']:,.0f} ms, "
             f"p99 {lat['p99_ms']:,.0f} ms, max {lat['max_ms']:,.0f} ms",
         ]
+    for note in notes:
+        lines += textwrap.wrap(note, 80, subsequent_indent="  ") or [""]
     return "\n".join(lines)
 
 
